@@ -1,0 +1,3 @@
+from kgpu.cli import main
+
+main()

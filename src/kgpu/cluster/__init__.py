@@ -1,0 +1,1 @@
+"""kgpu.cluster"""

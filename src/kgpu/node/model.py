@@ -1,0 +1,151 @@
+"""What a node advertises: the output of the pure node view.
+
+The node view (``kgpu.node.view.build_node_view``) turns (hardware snapshot, device-plugin config,
+mig-parted layout, node labels) into a :class:`NodeView`. The agent serves it over the kubelet's
+device-plugin API, the simulator's kubelets allocate from it, the metrics exporter maps device ids
+back to physical GPUs through it, and ``kgpu plan`` prints it. Keeping it a plain frozen value
+means every one of those consumers sees the same answer for the same inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from kgpu.hardware.model import Machine
+
+
+class Sharing(StrEnum):
+    """How a physical device is shared between containers."""
+
+    NONE = "none"
+    TIME_SLICING = "time-slicing"
+    MPS = "mps"
+
+
+@dataclass(frozen=True)
+class MpsLimits:
+    """Per-client limits an MPS control daemon enforces for one replica of a GPU.
+
+    Upstream derives both from the replica count: ``100 // replicas`` percent of the SMs and
+    ``memory / replicas`` of pinned device memory per client.
+    """
+
+    active_thread_percentage: int
+    pinned_memory_limit_mib: int
+    pipe_directory: str
+    log_directory: str
+
+
+@dataclass(frozen=True)
+class AdvertisedDevice:
+    """One device id the kubelet sees under one extended resource.
+
+    ``id`` is what ListAndWatch sends and Allocate receives (``GPU-...``, ``MIG-...``, an index
+    under ``deviceIDStrategy: index``, and ``<id>::<replica>`` for shared replicas).
+    ``visible_id`` is what the container gets in ``NVIDIA_VISIBLE_DEVICES`` (replica suffix
+    stripped). ``gpu_index``/``gpu_uuid`` always name the physical GPU behind the device, so a
+    health event on a GPU can mark every replica and MIG device of it.
+    """
+
+    id: str
+    resource: str
+    visible_id: str
+    gpu_index: int
+    gpu_uuid: str
+    mig_uuid: str | None = None
+    mig_profile: str | None = None
+    replica: int | None = None
+    sharing: Sharing = Sharing.NONE
+    healthy: bool = True
+    numa_node: int | None = None
+    mps: MpsLimits | None = None
+
+    @property
+    def backing_uuid(self) -> str:
+        """UUID of the device a container actually touches (MIG device or whole GPU)."""
+        return self.mig_uuid or self.gpu_uuid
+
+
+@dataclass(frozen=True)
+class ResourceView:
+    """One extended resource (``nvidia.com/gpu``, ``nvidia.com/mig-1g.10gb``, a renamed one...)."""
+
+    name: str
+    devices: tuple[AdvertisedDevice, ...]
+    sharing: Sharing = Sharing.NONE
+    replicas: int = 1
+    fail_requests_greater_than_one: bool = False
+
+    @property
+    def count(self) -> int:
+        return len(self.devices)
+
+    @property
+    def healthy_count(self) -> int:
+        return sum(1 for d in self.devices if d.healthy)
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """What one physical GPU gets on this node, for ``kgpu plan`` to say plainly."""
+
+    index: int
+    uuid: str
+    product: str
+    mig_devices: tuple[str, ...]  # profile names of the MIG devices it was split into
+    resources: tuple[str, ...]  # resource names its devices are advertised under
+    sharing: Sharing
+    replicas: int
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """Everything a node advertises, computed from snapshots only."""
+
+    machine: Machine  # the snapshot after the MIG layout was applied
+    resources: tuple[ResourceView, ...]
+    labels: dict[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    gpus: tuple[GpuPlan, ...] = ()
+    config_name: str | None = None  # the device-plugin config entry in force
+    mig_config_name: str | None = None  # the mig-parted config in force
+    mig_strategy: str = "none"
+    device_list_strategy: tuple[str, ...] = ("envvar",)
+    device_id_strategy: str = "uuid"
+
+    def resource(self, name: str) -> ResourceView:
+        for res in self.resources:
+            if res.name == name:
+                return res
+        raise KeyError(f"resource {name} is not advertised on this node")
+
+    def counts(self) -> dict[str, int]:
+        return {res.name: res.count for res in self.resources}
+
+    def device(self, device_id: str) -> AdvertisedDevice:
+        for res in self.resources:
+            for dev in res.devices:
+                if dev.id == device_id:
+                    return dev
+        raise KeyError(f"unknown device id {device_id}")
+
+    def with_health(self, unhealthy_uuids: frozenset[str]) -> NodeView:
+        """The same view with every device whose GPU or MIG UUID is listed marked Unhealthy."""
+        resources = tuple(
+            replace(
+                res,
+                devices=tuple(
+                    replace(
+                        dev,
+                        healthy=not (
+                            dev.gpu_uuid in unhealthy_uuids
+                            or (dev.mig_uuid is not None and dev.mig_uuid in unhealthy_uuids)
+                        ),
+                    )
+                    for dev in res.devices
+                ),
+            )
+            for res in self.resources
+        )
+        return replace(self, resources=resources)
