@@ -1,0 +1,115 @@
+"""Preferred allocation and container allocation as the kubelet would see them."""
+
+from __future__ import annotations
+
+import pytest
+
+from kgpu.node.allocate import AllocationError, container_allocation, preferred_allocation
+from kgpu.node.model import Sharing
+from kgpu.testing.views import (
+    gpu_uuid,
+    make_machine,
+    make_view,
+    mig_resources,
+    mig_uuid,
+    replicas,
+    whole_gpus,
+)
+
+# Two NVLink islands: 0-1 and 2-3 strongly joined, 1-2 weakly; NUMA 0 = {0, 2}, 1 = {1, 3}.
+ISLANDS = make_machine(4, nvlink_pairs=[(0, 1, 12), (2, 3, 12), (1, 2, 2)], numa=[0, 1, 0, 1])
+
+
+def test_whole_gpus_prefer_the_best_nvlink_pair() -> None:
+    view = make_view(ISLANDS, [whole_gpus(ISLANDS)])
+    avail = [gpu_uuid(i) for i in range(4)]
+    got = preferred_allocation(view, "nvidia.com/gpu", avail, [], 2)
+    assert sorted(got) == [gpu_uuid(0), gpu_uuid(1)]
+    # With GPU 2 required the partner must be 3, its NVLink peer, not the NUMA neighbour 0.
+    got = preferred_allocation(view, "nvidia.com/gpu", avail, [gpu_uuid(2)], 2)
+    assert got == [gpu_uuid(2), gpu_uuid(3)]
+
+
+def test_whole_gpus_fall_back_to_numa_without_nvlink() -> None:
+    machine = make_machine(4, numa=[0, 1, 0, 1])
+    view = make_view(machine, [whole_gpus(machine)])
+    got = preferred_allocation(view, "nvidia.com/gpu", [gpu_uuid(i) for i in (1, 2, 3)], [], 2)
+    assert sorted(got) == [gpu_uuid(1), gpu_uuid(3)]
+
+
+def test_replicas_spread_over_gpus_and_honour_must_include() -> None:
+    res = replicas(ISLANDS, 4)
+    view = make_view(ISLANDS, [res])
+    # GPU 0 already has two replicas handed out (not offered as available).
+    avail = [d.id for d in res.devices if d.id not in (f"{gpu_uuid(0)}::0", f"{gpu_uuid(0)}::1")]
+    got = preferred_allocation(view, "nvidia.com/gpu", avail, [f"{gpu_uuid(1)}::3"], 4)
+    assert got[0] == f"{gpu_uuid(1)}::3"
+    gpus = [view.device(i).gpu_index for i in got]
+    assert sorted(gpus) == [1, 1, 2, 3]  # idle GPUs first, the busy GPU 0 last
+    packed = preferred_allocation(view, "nvidia.com/gpu", avail, [], 3, pack_replicas=True)
+    assert [view.device(i).gpu_index for i in packed] == [0, 0, 1]
+
+
+def test_mig_devices_stay_on_one_parent() -> None:
+    machine = make_machine(2, mig={0: ["1g.10gb"] * 3, 1: ["1g.10gb"] * 3})
+    view = make_view(machine, mig_resources(machine))
+    avail = [mig_uuid(0, 0), mig_uuid(1, 0), mig_uuid(1, 1), mig_uuid(1, 2)]
+    got = preferred_allocation(view, "nvidia.com/mig-1g.10gb", avail, [], 2)
+    assert {view.device(i).gpu_index for i in got} == {1}
+
+
+def test_visible_devices_strip_replicas_and_deduplicate() -> None:
+    res = replicas(ISLANDS, 4)
+    view = make_view(ISLANDS, [res])
+    ids = [f"{gpu_uuid(0)}::0", f"{gpu_uuid(0)}::2", f"{gpu_uuid(3)}::1"]
+    alloc = container_allocation(view, "nvidia.com/gpu", ids)
+    assert alloc.envs == {"NVIDIA_VISIBLE_DEVICES": f"{gpu_uuid(0)},{gpu_uuid(3)}"}
+    assert alloc.mounts == () and alloc.annotations == {}
+
+
+def test_mig_visible_devices_are_mig_uuids() -> None:
+    machine = make_machine(1, mig={0: ["3g.40gb", "3g.40gb"]})
+    view = make_view(machine, mig_resources(machine))
+    alloc = container_allocation(view, "nvidia.com/mig-3g.40gb", [mig_uuid(0, 1)])
+    assert alloc.envs["NVIDIA_VISIBLE_DEVICES"] == mig_uuid(0, 1)
+
+
+def test_volume_mounts_and_cdi_strategies() -> None:
+    view = make_view(
+        ISLANDS,
+        [whole_gpus(ISLANDS)],
+        device_list_strategy=("volume-mounts", "cdi-annotations", "cdi-cri"),
+    )
+    alloc = container_allocation(view, "nvidia.com/gpu", [gpu_uuid(1)], response_id="r1")
+    assert alloc.envs["NVIDIA_VISIBLE_DEVICES"] == "/var/run/nvidia-container-devices"
+    assert [(m.container_path, m.host_path) for m in alloc.mounts] == [
+        (f"/var/run/nvidia-container-devices/{gpu_uuid(1)}", "/dev/null")
+    ]
+    name = f"k8s.device-plugin.nvidia.com/gpu={gpu_uuid(1)}"
+    assert alloc.annotations == {"cdi.k8s.io/nvidia-device-plugin_r1": name}
+    assert alloc.cdi_devices == (name,)
+
+
+def test_mps_replicas_get_pipe_limits_and_mounts() -> None:
+    res = replicas(ISLANDS, 4, sharing=Sharing.MPS)
+    view = make_view(ISLANDS, [res])
+    alloc = container_allocation(view, "nvidia.com/gpu", [f"{gpu_uuid(2)}::1"], kubelet_root="/k")
+    assert alloc.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/gpu/pipe"
+    assert alloc.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert alloc.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"
+    hosts = {m.container_path: m.host_path for m in alloc.mounts}
+    assert hosts["/mps/nvidia.com/gpu/pipe"] == "/k/device-plugins/mps/nvidia.com/gpu/pipe"
+    assert hosts["/dev/shm"] == "/k/device-plugins/mps/shm"
+
+
+def test_rejections_use_upstream_wording() -> None:
+    res = replicas(ISLANDS, 2, fail_requests_greater_than_one=True)
+    view = make_view(ISLANDS, [res])
+    with pytest.raises(AllocationError, match="maximum request size for shared resources is 1"):
+        container_allocation(view, "nvidia.com/gpu", [f"{gpu_uuid(0)}::0", f"{gpu_uuid(1)}::0"])
+    assert container_allocation(view, "nvidia.com/gpu", [f"{gpu_uuid(0)}::0"]).envs
+    with pytest.raises(AllocationError, match="unknown device: GPU-nope"):
+        container_allocation(view, "nvidia.com/gpu", ["GPU-nope"])
+    sick = view.with_health(frozenset({gpu_uuid(1)}))
+    with pytest.raises(AllocationError, match="unhealthy device"):
+        container_allocation(sick, "nvidia.com/gpu", [f"{gpu_uuid(1)}::1"])
