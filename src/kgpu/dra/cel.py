@@ -1,0 +1,512 @@
+"""CEL device selectors with Kubernetes' semantics on top of the ``cel`` (Rust) library.
+
+kube-scheduler evaluates a DeviceClass's or a request's selector against one device at a time,
+with one variable, ``device``: ``device.driver`` (string), ``device.attributes[domain]`` and
+``device.capacity[domain]`` (maps keyed by the qualified name's domain; an attribute without a
+domain belongs to the driver's domain). Kubernetes' CEL environment adds libraries the ``cel``
+package does not ship; they are registered here as Python functions:
+
+* semver: ``semver(s)``, ``semver(s, normalize)``, ``isSemver``, ``major()``/``minor()``/
+  ``patch()``, ``compareTo``, ``isGreaterThan``/``isLessThan``. Version attributes arrive as
+  semver values, as in Kubernetes.
+* quantity: ``quantity(s)``, ``isQuantity``, ``sign()``, ``isInteger()``, ``asInteger()``,
+  ``asApproximateFloat()``, ``add``/``sub``, ``compareTo``, ``isGreaterThan``/``isLessThan``.
+  Capacities arrive as quantity values.
+* ``cel.bind(name, init, body)`` (Kubernetes enables cel-go's bindings extension), rewritten to
+  a one-element comprehension before compiling.
+
+Semantics pinned by tests and relied upon by the allocator:
+
+* A missing attribute is a runtime error for that device ("no such key: <name>"), never a
+  silent false; a domain with no attributes at all is an empty map, as in Kubernetes.
+* No heterogeneous conversions: ``"8" == 8`` is false, ordering across types is "no such
+  overload".
+* semver and quantity values are tagged maps inside the evaluator (the library cannot carry
+  foreign objects), normalised so ``==`` compares them semantically like Kubernetes does
+  (``quantity("1Gi") == quantity("1024Mi")``). Known gap: comparing one with a plain string
+  yields false where cel-go reports "no such overload".
+
+Each expression compiles once (:func:`compile_selector` caches), and :class:`Selector` knows
+which attribute and capacity names it can read, so the allocator can share one result between
+devices that agree on those names (:meth:`Selector.signature`).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import cel
+
+from kgpu.errors import KgpuError
+
+TYPE_KEY = "@kgpu.type"
+
+
+class CelCompileError(KgpuError):
+    """The expression does not parse (kube-scheduler: "CEL compile error")."""
+
+
+class CelRuntimeError(KgpuError):
+    """Evaluating the expression against one device failed (kube-scheduler: "CEL runtime
+    error"): a missing attribute, a type mismatch, a bad argument to a library function."""
+
+
+# -- semver ------------------------------------------------------------------------------------
+
+_SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+)
+
+
+def parse_semver(text: str, normalize: bool = False) -> tuple[int, int, int, str]:
+    """(major, minor, patch, prerelease) of a strict semver 2.0 string. With ``normalize``
+    (Kubernetes' ``semver(s, true)``): a leading "v", missing minor/patch and leading zeros are
+    accepted. Build metadata is dropped: it does not take part in comparisons."""
+    s = text
+    if normalize:
+        s = s.removeprefix("v")
+        m = re.match(r"^(\d+(?:\.\d+){0,2})(.*)$", s)
+        if m:
+            parts = [str(int(p)) for p in m.group(1).split(".")]
+            s = ".".join(parts + ["0"] * (3 - len(parts))) + m.group(2)
+    m = _SEMVER.match(s)
+    if not m:
+        raise ValueError(f"invalid semantic version {text!r}")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4) or ""
+
+
+def semver_value(text: str, normalize: bool = False) -> dict[str, Any]:
+    major, minor, patch, pre = parse_semver(text, normalize)
+    return {TYPE_KEY: "semver", "major": major, "minor": minor, "patch": patch, "pre": pre}
+
+
+def _pre_key(pre: str) -> tuple[int, tuple[tuple[int, int, str], ...]]:
+    if not pre:
+        return (1, ())  # a release sorts after all of its prereleases
+    idents = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in pre.split("."))
+    return (0, idents)
+
+
+def _semver_key(v: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (v["major"], v["minor"], v["patch"], _pre_key(v["pre"]))
+
+
+# -- quantity ----------------------------------------------------------------------------------
+
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+
+
+def parse_quantity(text: str) -> Decimal:
+    """The value of a Kubernetes resource quantity ("80Gi", "1.5", "500m", "1e3")."""
+    m = _QUANTITY.match(text.strip()) if isinstance(text, str) else None
+    if not m:
+        raise ValueError(
+            f"quantities must match the regular expression "
+            f"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text!r}"
+        )
+    try:
+        number = Decimal(m.group(1))
+    except InvalidOperation as exc:  # pragma: no cover - the regex admits only numbers
+        raise ValueError(f"invalid quantity {text!r}") from exc
+    suffix = m.group(2) or ""
+    if suffix in _BINARY:
+        number *= _BINARY[suffix]
+    elif suffix in _DECIMAL:
+        number *= _DECIMAL[suffix]
+    elif suffix:
+        number *= Decimal(10) ** int(suffix[1:])
+    return number
+
+
+def _canonical(d: Decimal) -> str:
+    if d == d.to_integral_value():
+        return str(int(d))
+    return format(d.normalize(), "f")
+
+
+def quantity_value(value: str | int | Decimal) -> dict[str, Any]:
+    d = parse_quantity(value) if isinstance(value, str) else Decimal(value)
+    return {TYPE_KEY: "quantity", "value": _canonical(d)}
+
+
+def _q(v: Mapping[str, Any]) -> Decimal:
+    return Decimal(v["value"])
+
+
+# -- library functions -------------------------------------------------------------------------
+
+
+def _kind(v: Any) -> str:
+    return str(v.get(TYPE_KEY)) if isinstance(v, dict) else type(v).__name__
+
+
+def _need(v: Any, *kinds: str) -> str:
+    kind = _kind(v)
+    if kind not in kinds:
+        raise TypeError(f"no such overload: {'|'.join(kinds)} expected, got {kind}")
+    return kind
+
+
+def _compare(a: Any, b: Any) -> int:
+    kind = _need(a, "semver", "quantity")
+    _need(b, kind)
+    if kind == "semver":
+        ka, kb = _semver_key(a), _semver_key(b)
+    else:
+        ka, kb = _q(a), _q(b)  # type: ignore[assignment]
+    return (ka > kb) - (ka < kb)
+
+
+def _semver_fn(text: Any, normalize: Any = False) -> dict[str, Any]:
+    if not isinstance(text, str):
+        raise TypeError("no such overload: semver(string)")
+    return semver_value(text, bool(normalize))
+
+
+def _is_semver(text: Any, normalize: Any = False) -> bool:
+    try:
+        parse_semver(str(text), bool(normalize))
+    except ValueError:
+        return False
+    return True
+
+
+def _quantity_fn(text: Any) -> dict[str, Any]:
+    if not isinstance(text, str):
+        raise TypeError("no such overload: quantity(string)")
+    return quantity_value(text)
+
+
+def _is_quantity(text: Any) -> bool:
+    try:
+        parse_quantity(str(text))
+    except ValueError:
+        return False
+    return True
+
+
+def _as_quantity(v: Any) -> Decimal:
+    if isinstance(v, bool):
+        raise TypeError("no such overload: quantity or int expected, got bool")
+    if isinstance(v, int):
+        return Decimal(v)
+    _need(v, "quantity")
+    return _q(v)
+
+
+def _add(a: Any, b: Any) -> dict[str, Any]:
+    _need(a, "quantity")
+    return quantity_value(_q(a) + _as_quantity(b))
+
+
+def _sub(a: Any, b: Any) -> dict[str, Any]:
+    _need(a, "quantity")
+    return quantity_value(_q(a) - _as_quantity(b))
+
+
+def _as_integer(a: Any) -> int:
+    _need(a, "quantity")
+    d = _q(a)
+    if d != d.to_integral_value() or abs(d) >= 2**63:
+        raise ValueError("cannot convert value to integer")
+    return int(d)
+
+
+def _is_integer(a: Any) -> bool:
+    _need(a, "quantity")
+    d = _q(a)
+    return bool(d == d.to_integral_value() and abs(d) < 2**63)
+
+
+def _sign(a: Any) -> int:
+    _need(a, "quantity")
+    d = _q(a)
+    return (d > 0) - (d < 0)
+
+
+def _approx(a: Any) -> float:
+    _need(a, "quantity")
+    return float(_q(a))
+
+
+def _semver_part(name: str) -> Callable[[Any], int]:
+    def part(v: Any) -> int:
+        _need(v, "semver")
+        return int(v[name])
+
+    return part
+
+
+#: Functions Kubernetes' CEL environment has and the ``cel`` package lacks.
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "semver": _semver_fn,
+    "isSemver": _is_semver,
+    "major": _semver_part("major"),
+    "minor": _semver_part("minor"),
+    "patch": _semver_part("patch"),
+    "quantity": _quantity_fn,
+    "isQuantity": _is_quantity,
+    "compareTo": _compare,
+    "isGreaterThan": lambda a, b: _compare(a, b) > 0,
+    "isLessThan": lambda a, b: _compare(a, b) < 0,
+    "add": _add,
+    "sub": _sub,
+    "sign": _sign,
+    "isInteger": _is_integer,
+    "asInteger": _as_integer,
+    "asApproximateFloat": lambda a: _approx(a),
+}
+
+
+def _stdlib_functions() -> dict[str, Callable[..., Any]]:
+    """String/list helpers Kubernetes also has (lowerAscii, split, join...)."""
+    from cel import stdlib
+
+    ctx = cel.Context()
+    stdlib.add_stdlib_to_context(ctx)
+    return dict(ctx.functions)
+
+
+# -- cel.bind ----------------------------------------------------------------------------------
+
+
+def _split_call(src: str, open_at: int) -> tuple[list[str], int]:
+    """Top-level comma-separated arguments of the call whose "(" is at ``open_at``, and the
+    index just past its ")"."""
+    depth, args, start, i, quote = 0, [], open_at + 1, open_at, ""
+    while i < len(src):
+        ch = src[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif src.startswith(quote, i):
+                i += len(quote) - 1
+                quote = ""
+        elif ch in "\"'":
+            quote = src[i : i + 3] if src[i : i + 3] in ('"""', "'''") else ch
+            i += len(quote) - 1
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                args.append(src[start:i])
+                return args, i + 1
+        elif ch == "," and depth == 1:
+            args.append(src[start:i])
+            start = i + 1
+        i += 1
+    raise CelCompileError(f"unbalanced parentheses in {src!r}")
+
+
+_BIND = re.compile(r"\bcel\s*\.\s*bind\s*\(")
+
+
+def rewrite_bind(src: str) -> str:
+    """``cel.bind(x, init, body)`` -> ``[init].map(x, body)[0]`` (same value, same scoping)."""
+    while True:
+        m = _BIND.search(src)
+        if not m:
+            return src
+        args, end = _split_call(src, m.end() - 1)
+        if len(args) != 3:
+            raise CelCompileError("cel.bind takes exactly three arguments")
+        var, init, body = (a.strip() for a in args)
+        src = f"{src[: m.start()]}[{init}].map({var}, {body})[0]{src[end:]}"
+
+
+# -- compiled selectors ------------------------------------------------------------------------
+
+_TOKENS = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[A-Za-z_][A-Za-z0-9_]*")
+#: Identifiers that can read attributes or capacities not named in the expression.
+_DYNAMIC = {"exists", "all", "exists_one", "map", "filter", "size", "keys", "values", "in"}
+_DOMAIN_INDEX = re.compile(
+    r"\b(?:attributes|capacity)\s*\[\s*(\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*')"
+)
+
+
+def _unquote(tok: str) -> str:
+    return tok[1:-1]
+
+
+@dataclass(frozen=True)
+class Selector:
+    """One compiled selector expression.
+
+    ``names`` are the identifiers and string literals it mentions (the only attribute and
+    capacity names it can read, unless ``dynamic``); ``domains`` are the literal domains it
+    indexes, which must exist as (possibly empty) maps when it runs.
+    """
+
+    expression: str
+    program: Any
+    names: frozenset[str]
+    domains: frozenset[str]
+    dynamic: bool
+
+    def evaluate(self, device: Mapping[str, Any]) -> bool:
+        """Run against one device view (see :func:`device_view`); :class:`CelRuntimeError`
+        when evaluation fails or yields a non-bool."""
+        attrs = device["attributes"]
+        caps = device["capacity"]
+        if any(d not in attrs or d not in caps for d in self.domains):
+            attrs = {**{d: {} for d in self.domains}, **attrs}
+            caps = {**{d: {} for d in self.domains}, **caps}
+        variables: dict[str, Any] = {
+            "device": {"driver": device["driver"], "attributes": attrs, "capacity": caps}
+        }
+        variables.update(_ALL_FUNCTIONS)
+        try:
+            result = self.program.execute(variables)
+        except KeyError as exc:
+            raise CelRuntimeError(
+                f"no such key: {exc.args[0] if exc.args else ''}. Consider using CEL optional "
+                "chaining (?), has() macro, or orValue() for optional fields"
+            ) from None
+        except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+            raise CelRuntimeError(_clean(str(exc))) from None
+        if not isinstance(result, bool):
+            raise CelRuntimeError(
+                f"CEL result of type {type(result).__name__} could not be converted to bool"
+            )
+        return result
+
+    def signature(self, device: Mapping[str, Any]) -> Any:
+        """A hashable key such that two devices with equal keys get the same result from this
+        expression: the driver plus the attributes and capacities whose names it mentions (all
+        of them if it iterates over maps)."""
+        if self.dynamic:
+            return device["_signature"]
+        names = self.names
+        parts: list[Any] = [device["driver"]]
+        for section in ("attributes", "capacity"):
+            for domain, values in sorted(device[section].items()):
+                picked = tuple(sorted((k, _hashable(v)) for k, v in values.items() if k in names))
+                if picked:
+                    parts.append((section, domain, picked))
+        return tuple(parts)
+
+
+def _clean(message: str) -> str:
+    """The library appends advice meant for Python callers; keep the CEL part."""
+    message = message.split(". CEL does not coerce")[0]
+    message = message.split(". Check function arguments")[0]
+    return message
+
+
+def _hashable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    return v
+
+
+_ALL_FUNCTIONS: dict[str, Callable[..., Any]] = {}
+_CACHE: dict[str, Selector] = {}
+_LOCK = threading.Lock()
+
+
+def compile_selector(expression: str) -> Selector:
+    """Compile once per distinct expression text; :class:`CelCompileError` if it does not
+    parse."""
+    cached = _CACHE.get(expression)
+    if cached is not None:
+        return cached
+    with _LOCK:
+        if not _ALL_FUNCTIONS:
+            _ALL_FUNCTIONS.update(_stdlib_functions())
+            _ALL_FUNCTIONS.update(FUNCTIONS)
+        try:
+            program = cel.compile(rewrite_bind(expression))
+        except (ValueError, RuntimeError, TypeError) as exc:
+            raise CelCompileError(f"compilation failed: {exc}") from None
+        tokens = _TOKENS.findall(expression)
+        names = frozenset(_unquote(t) if t[0] in "\"'" else t for t in tokens)
+        domains = frozenset(_unquote(m) for m in _DOMAIN_INDEX.findall(expression))
+        dynamic = bool(names & _DYNAMIC) and not _only_literal_in(expression)
+        selector = Selector(expression, program, names, domains, dynamic)
+        _CACHE[expression] = selector
+        return selector
+
+
+_LITERAL_IN = re.compile(r"(\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*')\s+in\b")
+
+
+def _only_literal_in(expression: str) -> bool:
+    """``'type' in device.attributes[...]`` reads one named key: still static. Any other use of
+    the dynamic identifiers is not."""
+    tokens = {t for t in _TOKENS.findall(expression) if t[0] not in "\"'"}
+    if tokens & (_DYNAMIC - {"in"}):
+        return False
+    literal_ins = len(_LITERAL_IN.findall(expression))
+    all_ins = len(re.findall(r"\bin\b", _strip_strings(expression)))
+    return literal_ins == all_ins
+
+
+def _strip_strings(expression: str) -> str:
+    return re.sub(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'", '""', expression)
+
+
+# -- device views ------------------------------------------------------------------------------
+
+
+def split_qualified(name: str, driver: str) -> tuple[str, str]:
+    """``gpu.nvidia.com/productName`` -> (gpu.nvidia.com, productName); a bare name belongs
+    to the driver's domain."""
+    domain, sep, ident = name.partition("/")
+    return (domain, ident) if sep else (driver, name)
+
+
+def attribute_value(attr: Mapping[str, Any]) -> Any:
+    """The CEL value of a v1 DeviceAttribute (exactly one of int, bool, string, version)."""
+    if "int" in attr:
+        return int(attr["int"])
+    if "bool" in attr:
+        return bool(attr["bool"])
+    if "string" in attr:
+        return str(attr["string"])
+    if "version" in attr:
+        return semver_value(str(attr["version"]))
+    raise ValueError("unsupported attribute value")
+
+
+def device_view(driver: str, device: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``device`` variable for one v1 Device, as Kubernetes builds it."""
+    attrs: dict[str, dict[str, Any]] = {}
+    for name, attr in (device.get("attributes") or {}).items():
+        domain, ident = split_qualified(name, driver)
+        attrs.setdefault(domain, {})[ident] = attribute_value(attr)
+    caps: dict[str, dict[str, Any]] = {}
+    for name, cap in (device.get("capacity") or {}).items():
+        domain, ident = split_qualified(name, driver)
+        caps.setdefault(domain, {})[ident] = quantity_value(str(cap.get("value", "0")))
+    view: dict[str, Any] = {"driver": driver, "attributes": attrs, "capacity": caps}
+    view["_signature"] = _hashable({"d": driver, "a": attrs, "c": caps})
+    return view
+
+
+def cel_device(view: Mapping[str, Any]) -> dict[str, Any]:
+    """The view without kgpu's private keys (what an expression may see)."""
+    return {
+        "driver": view["driver"],
+        "attributes": view["attributes"],
+        "capacity": view["capacity"],
+    }

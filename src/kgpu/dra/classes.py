@@ -1,0 +1,57 @@
+"""The DeviceClasses NVIDIA's DRA driver installs, with upstream's names and CEL selectors, so
+claims written for the upstream driver select the same devices here.
+
+``gpu.nvidia.com`` and ``mig.nvidia.com`` select devices of driver ``gpu.nvidia.com`` by their
+``type`` attribute; ``compute-domain-daemon.nvidia.com`` and
+``compute-domain-default-channel.nvidia.com`` select the ComputeDomain driver's
+(``compute-domain.nvidia.com``) daemon devices and its channel 0. Every selector tests
+``device.driver`` first, so a device of another driver is rejected before its attributes are
+read (a missing attribute would otherwise be a CEL runtime error).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+API_VERSION = "resource.k8s.io/v1"
+GPU_DRIVER = "gpu.nvidia.com"
+COMPUTE_DOMAIN_DRIVER = "compute-domain.nvidia.com"
+
+#: class name -> CEL selector
+SELECTORS: dict[str, str] = {
+    "gpu.nvidia.com": (
+        "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
+    ),
+    "mig.nvidia.com": (
+        "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"
+    ),
+    "compute-domain-daemon.nvidia.com": (
+        "device.driver == 'compute-domain.nvidia.com' && "
+        "device.attributes['compute-domain.nvidia.com'].type == 'daemon'"
+    ),
+    "compute-domain-default-channel.nvidia.com": (
+        "device.driver == 'compute-domain.nvidia.com' && "
+        "device.attributes['compute-domain.nvidia.com'].type == 'channel' && "
+        "device.attributes['compute-domain.nvidia.com'].id == 0"
+    ),
+}
+
+
+def device_class(name: str, expression: str) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+def device_classes(*, gpus: bool = True, compute_domains: bool = True) -> list[dict[str, Any]]:
+    """What a DRA driver install creates (Helm values ``resources.gpus.enabled`` and
+    ``resources.computeDomains.enabled``)."""
+    names = []
+    if gpus:
+        names += ["gpu.nvidia.com", "mig.nvidia.com"]
+    if compute_domains:
+        names += ["compute-domain-daemon.nvidia.com", "compute-domain-default-channel.nvidia.com"]
+    return [device_class(n, SELECTORS[n]) for n in names]

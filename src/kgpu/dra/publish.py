@@ -1,0 +1,87 @@
+"""Publishing a node's ResourceSlices through the object store, as the kubelet plugin helper of
+Kubernetes does: the node owns one pool per driver; a change to its devices replaces every
+slice of that pool with a new generation, so the scheduler never mixes old and new slices
+(it ignores slices of older generations and treats the pool as incomplete until all
+``resourceSliceCount`` slices of the newest one are present)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from typing import Any
+
+from kgpu.cluster.store import NotFound, ObjectStore
+
+API_VERSION = "resource.k8s.io/v1"
+Obj = dict[str, Any]
+
+
+def _pool_slices(store: ObjectStore, driver: str, pool: str) -> list[Obj]:
+    return [
+        s
+        for s in store.list(API_VERSION, "ResourceSlice")
+        if (s.get("spec") or {}).get("driver") == driver
+        and ((s.get("spec") or {}).get("pool") or {}).get("name") == pool
+    ]
+
+
+def _content(slice_: Obj) -> Any:
+    """What makes two slices the same for consumers: the spec without the pool generation."""
+    spec = copy.deepcopy(slice_.get("spec") or {})
+    (spec.get("pool") or {}).pop("generation", None)
+    return (slice_.get("metadata") or {}).get("name"), spec
+
+
+def publish_slices(store: ObjectStore, driver: str, node_name: str, slices: list[Obj]) -> int:
+    """Make ``slices`` the node's pool for ``driver``; returns the pool generation now live.
+
+    Nothing is written when the published pool already has the same devices. Otherwise every
+    slice gets generation ``current + 1``, new slices are written first and stale ones (of this
+    driver and this pool only) deleted afterwards, so a reader never sees an empty pool.
+    Slices of other drivers or other nodes are never touched.
+    """
+    existing = _pool_slices(store, driver, node_name)
+    current = max((int(s["spec"]["pool"].get("generation", 0)) for s in existing), default=0)
+    wanted = [copy.deepcopy(s) for s in slices]
+    for s in wanted:
+        s.setdefault("apiVersion", API_VERSION)
+        s.setdefault("kind", "ResourceSlice")
+        spec = s.setdefault("spec", {})
+        spec["driver"] = driver
+        spec.setdefault("nodeName", node_name)
+        pool = spec.setdefault("pool", {})
+        pool["name"] = node_name
+        pool["resourceSliceCount"] = len(wanted)
+    newest = [s for s in existing if int(s["spec"]["pool"].get("generation", 0)) == current]
+    if (
+        existing
+        and len(newest) == len(existing)
+        and sorted(map(_key, newest)) == sorted(map(_key, wanted))
+    ):
+        return current
+    generation = current + 1
+    names = set()
+    for s in wanted:
+        s["spec"]["pool"]["generation"] = generation
+        names.add(s["metadata"]["name"])
+        s["metadata"].pop("resourceVersion", None)
+        store.apply(s)
+    for s in existing:
+        name = s["metadata"]["name"]
+        if name not in names:
+            with contextlib.suppress(NotFound):
+                store.delete(API_VERSION, "ResourceSlice", name)
+    return generation
+
+
+def _key(slice_: Obj) -> str:
+    import json
+
+    return json.dumps(_content(slice_), sort_keys=True)
+
+
+def unpublish_slices(store: ObjectStore, driver: str, node_name: str) -> None:
+    """Remove the node's pool for ``driver`` (the node or the driver went away)."""
+    for s in _pool_slices(store, driver, node_name):
+        with contextlib.suppress(NotFound):
+            store.delete(API_VERSION, "ResourceSlice", s["metadata"]["name"])
