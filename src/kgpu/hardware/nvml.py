@@ -1,0 +1,406 @@
+"""Read a node's real GPUs through NVML (``nvidia-ml-py``), read-only.
+
+Every query that a GPU, driver or NVML version may not support is made through :meth:`_get`,
+which turns an NVML error into the field's default: an old driver without fabric info, a GeForce
+card without NVLink or a VM that hides NUMA still yields a complete snapshot. Only a missing NVML
+(no driver) is fatal, and it says what to do instead. Nothing here changes GPU state: MIG mode,
+clocks and power limits are only read.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import socket
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kgpu.hardware.backend import BackendError, XidEvent
+from kgpu.hardware.model import FabricInfo, Gpu, Machine, MigDevice, NvLink
+from kgpu.hardware.profiles import product_by_name
+
+T = TypeVar("T")
+
+NOT_FOUND_MESSAGE = (
+    "NVML not found: is the NVIDIA driver installed? use --machine <profile> to simulate "
+    "(kgpu machines lists them)"
+)
+
+_ARCHITECTURES = {
+    "KEPLER": "kepler",
+    "MAXWELL": "maxwell",
+    "PASCAL": "pascal",
+    "VOLTA": "volta",
+    "TURING": "turing",
+    "AMPERE": "ampere",
+    "ADA": "ada-lovelace",
+    "HOPPER": "hopper",
+    "BLACKWELL": "blackwell",
+    "RUBIN": "rubin",
+}
+_BRANDS = {
+    "GEFORCE": "GeForce",
+    "GEFORCE_RTX": "GeForceRTX",
+    "NVIDIA": "Nvidia",
+    "TESLA": "Tesla",
+    "QUADRO": "Quadro",
+    "QUADRO_RTX": "QuadroRTX",
+    "NVIDIA_RTX": "NvidiaRTX",
+    "TITAN": "Titan",
+    "TITAN_RTX": "TitanRTX",
+    "NVS": "NVS",
+    "GRID": "Grid",
+}
+_FABRIC_STATES = {
+    "NOT_STARTED": "not-started",
+    "IN_PROGRESS": "in-progress",
+    "COMPLETED": "completed",
+}
+_NO_ID = 0xFFFFFFFF  # NVML's "not attributed to a MIG device"
+
+
+def architecture_from_cc(major: int, minor: int) -> str:
+    """Fallback when nvmlDeviceGetArchitecture is unsupported (old drivers)."""
+    if major >= 10:
+        return "blackwell"
+    return {
+        (9, 0): "hopper",
+        (8, 9): "ada-lovelace",
+        (7, 5): "turing",
+        (7, 0): "volta",
+        (7, 2): "volta",
+    }.get((major, minor), "ampere" if major == 8 else "pascal" if major == 6 else "unknown")
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _sysfs_bdf(bus_id: str) -> str:
+    """NVML's ``00000000:1B:00.0`` as sysfs spells it: ``0000:1b:00.0``."""
+    domain, _, rest = bus_id.partition(":")
+    return f"{domain[-4:]}:{rest}".lower()
+
+
+class NvmlBackend:
+    """The Backend for a real node. Construct once per process; :meth:`close` shuts NVML down."""
+
+    def __init__(self, nvml: Any = None) -> None:
+        if nvml is None:
+            try:
+                nvml = importlib.import_module("pynvml")
+            except ImportError:
+                raise BackendError(
+                    "nvidia-ml-py is not installed (pip install nvidia-ml-py); "
+                    "use --machine <profile> to simulate"
+                ) from None
+        self._nvml = nvml
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            raise BackendError(self._init_message(exc)) from None
+        except OSError as exc:  # a broken libnvml.so
+            raise BackendError(f"{NOT_FOUND_MESSAGE} ({exc})") from None
+        self._lock = threading.Lock()
+        self._event_set: Any = None
+        self._waiting = False
+        self._closed = False
+
+    def _init_message(self, exc: Any) -> str:
+        code = getattr(exc, "value", None)
+        missing = {
+            getattr(self._nvml, "NVML_ERROR_LIBRARY_NOT_FOUND", 12),
+            getattr(self._nvml, "NVML_ERROR_DRIVER_NOT_LOADED", 9),
+        }
+        if code in missing:
+            return NOT_FOUND_MESSAGE
+        return f"NVML could not start: {exc}"
+
+    def _get(self, default: T, fn_name: str, *args: Any) -> T | Any:
+        """Call an NVML function; any NVML error (unsupported, no permission, missing symbol in
+        an old library) gives ``default``."""
+        fn: Callable[..., Any] | None = getattr(self._nvml, fn_name, None)
+        if fn is None:
+            return default
+        try:
+            return fn(*args)
+        except self._nvml.NVMLError:
+            return default
+
+    def _const(self, name: str, default: int) -> int:
+        return int(getattr(self._nvml, name, default))
+
+    # -- snapshot -----------------------------------------------------------------------------
+
+    def snapshot(self) -> Machine:
+        nvml = self._nvml
+        if self._closed:
+            raise BackendError("the NVML backend is closed")
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+        except nvml.NVMLError as exc:
+            raise BackendError(f"NVML cannot count GPUs: {exc}") from None
+        handles = []
+        for index in range(count):
+            handle = self._get(None, "nvmlDeviceGetHandleByIndex", index)
+            if handle is not None:  # a lost GPU is left out, as the simulated backend does
+                handles.append((index, handle))
+        bus_ids = {index: self._bus_id(handle) for index, handle in handles}
+        by_bus = {bus[-12:].upper(): index for index, bus in bus_ids.items() if bus}
+        gpus = tuple(self._gpu(index, handle, bus_ids[index], by_bus) for index, handle in handles)
+        cuda = int(self._get(0, "nvmlSystemGetCudaDriverVersion"))
+        return Machine(
+            profile="nvml",
+            driver_version=_text(self._get("", "nvmlSystemGetDriverVersion")),
+            cuda_driver_version=(cuda // 1000, (cuda % 1000) // 10),
+            gpus=gpus,
+            hostname=socket.gethostname(),
+        )
+
+    def _bus_id(self, handle: Any) -> str:
+        pci = self._get(None, "nvmlDeviceGetPciInfo", handle)
+        return "" if pci is None else _text(pci.busId).upper()
+
+    def _gpu(self, index: int, handle: Any, bus_id: str, by_bus: dict[str, int]) -> Gpu:
+        name = _text(self._get("", "nvmlDeviceGetName", handle))
+        product = product_by_name(name)
+        cc = self._get(None, "nvmlDeviceGetCudaComputeCapability", handle)
+        if cc:
+            major, minor = int(cc[0]), int(cc[1])
+        else:
+            major, minor = product.compute_capability if product else (0, 0)
+        memory = self._get(None, "nvmlDeviceGetMemoryInfo", handle)
+        mig_capable, mig_enabled = self._mig_mode(handle)
+        power_mw = self._get(0, "nvmlDeviceGetPowerManagementLimit", handle)
+        return Gpu(
+            index=index,
+            uuid=_text(self._get("", "nvmlDeviceGetUUID", handle)),
+            product_name=name,
+            brand=self._brand(handle),
+            architecture=self._architecture(handle, major, minor),
+            compute_capability=(major, minor),
+            memory_mib=int(memory.total) // (1024 * 1024) if memory is not None else 0,
+            pci_bus_id=bus_id,
+            minor=int(self._get(index, "nvmlDeviceGetMinorNumber", handle)),
+            numa_node=self._numa(handle, bus_id),
+            nvlinks=self._nvlinks(handle, by_bus),
+            mig_capable=mig_capable,
+            mig_enabled=mig_enabled,
+            mig_devices=self._mig_devices(index, handle, name) if mig_enabled else (),
+            fabric=self._fabric(handle),
+            multiprocessor_count=product.multiprocessors if product else 0,
+            power_limit_w=float(power_mw) / 1000.0,
+        )
+
+    def _brand(self, handle: Any) -> str:
+        value = self._get(None, "nvmlDeviceGetBrand", handle)
+        if value is None:
+            return ""
+        for suffix, pretty in _BRANDS.items():
+            if getattr(self._nvml, f"NVML_BRAND_{suffix}", None) == value:
+                return pretty
+        return "Unknown"
+
+    def _architecture(self, handle: Any, major: int, minor: int) -> str:
+        value = self._get(None, "nvmlDeviceGetArchitecture", handle)
+        if value is not None:
+            for suffix, pretty in _ARCHITECTURES.items():
+                if getattr(self._nvml, f"NVML_DEVICE_ARCH_{suffix}", None) == value:
+                    return pretty
+        return architecture_from_cc(major, minor)
+
+    def _numa(self, handle: Any, bus_id: str) -> int | None:
+        node = self._get(None, "nvmlDeviceGetNumaNodeId", handle)
+        if node is None and bus_id:
+            try:
+                text = Path(f"/sys/bus/pci/devices/{_sysfs_bdf(bus_id)}/numa_node").read_text()
+                node = int(text.strip())
+            except (OSError, ValueError):
+                node = None
+        return None if node is None or int(node) < 0 else int(node)
+
+    def _nvlinks(self, handle: Any, by_bus: dict[str, int]) -> tuple[NvLink, ...]:
+        enabled = self._const("NVML_FEATURE_ENABLED", 1)
+        switch = self._const("NVML_NVLINK_DEVICE_TYPE_SWITCH", 2)
+        counts: dict[int, int] = {}
+        for link in range(self._const("NVML_NVLINK_MAX_LINKS", 18)):
+            state = self._get(None, "nvmlDeviceGetNvLinkState", handle, link)
+            if state is None:
+                # Links are numbered from 0; the first unsupported one ends the list.
+                break
+            if state != enabled:
+                continue
+            kind = self._get(None, "nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
+            if kind == switch:
+                counts[-1] = counts.get(-1, 0) + 1
+                continue
+            remote = self._get(None, "nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
+            peer = by_bus.get(_text(remote.busId).upper()[-12:]) if remote is not None else None
+            if peer is not None:
+                counts[peer] = counts.get(peer, 0) + 1
+        return tuple(NvLink(peer_index=p, links=n) for p, n in sorted(counts.items()))
+
+    def _mig_mode(self, handle: Any) -> tuple[bool, bool]:
+        mode = self._get(None, "nvmlDeviceGetMigMode", handle)
+        if mode is None:
+            return False, False
+        return True, int(mode[0]) == self._const("NVML_DEVICE_MIG_ENABLE", 1)
+
+    def _mig_devices(
+        self, parent_index: int, handle: Any, parent_name: str
+    ) -> tuple[MigDevice, ...]:
+        parent_uuid = _text(self._get("", "nvmlDeviceGetUUID", handle))
+        devices: list[MigDevice] = []
+        for slot in range(int(self._get(0, "nvmlDeviceGetMaxMigDeviceCount", handle))):
+            mig = self._get(None, "nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
+            if mig is None:
+                continue
+            gi_id = int(self._get(0, "nvmlDeviceGetGpuInstanceId", mig))
+            attrs = self._get(None, "nvmlDeviceGetAttributes", mig)
+            start, size = 0, 0
+            gi = self._get(None, "nvmlDeviceGetGpuInstanceById", handle, gi_id)
+            if gi is not None:
+                info = self._get(None, "nvmlGpuInstanceGetInfo", gi)
+                if info is not None:
+                    start, size = int(info.placement.start), int(info.placement.size)
+            memory = self._get(None, "nvmlDeviceGetMemoryInfo", mig)
+            memory_mib = (
+                int(attrs.memorySizeMB)
+                if attrs is not None
+                else int(memory.total) // (1024 * 1024)
+                if memory is not None
+                else 0
+            )
+            slices = int(attrs.gpuInstanceSliceCount) if attrs is not None else 0
+            devices.append(
+                MigDevice(
+                    parent_index=parent_index,
+                    parent_uuid=parent_uuid,
+                    index=len(devices),
+                    uuid=_text(self._get("", "nvmlDeviceGetUUID", mig)),
+                    profile=self._mig_profile(mig, parent_name, slices, memory_mib),
+                    gi_id=gi_id,
+                    ci_id=int(self._get(0, "nvmlDeviceGetComputeInstanceId", mig)),
+                    placement_start=start,
+                    placement_size=size,
+                    memory_mib=memory_mib,
+                    compute_slices=slices,
+                    multiprocessor_count=int(attrs.multiprocessorCount) if attrs is not None else 0,
+                )
+            )
+        return tuple(devices)
+
+    def _mig_profile(self, mig: Any, parent_name: str, slices: int, memory_mib: int) -> str:
+        """NVML names a MIG device ``<parent name> MIG <profile>``; older drivers may not."""
+        name = _text(self._get("", "nvmlDeviceGetName", mig))
+        _, sep, profile = name.rpartition("MIG ")
+        if sep and profile:
+            head, dot, tail = profile.partition(".")
+            # "1c.3g.20gb": a compute instance narrower than its GPU instance.
+            return tail if dot and head.endswith("c") and "g." in tail else profile
+        return f"{slices}g.{math.ceil(memory_mib / 1024)}gb"
+
+    def _fabric(self, handle: Any) -> FabricInfo | None:
+        nvml = self._nvml
+        info: Any = None
+        struct = getattr(nvml, "c_nvmlGpuFabricInfoV_t", None)
+        if struct is not None and hasattr(nvml, "nvmlDeviceGetGpuFabricInfoV"):
+            candidate = struct()
+            candidate.version = getattr(nvml, "nvmlGpuFabricInfo_v2", 0)
+            if self._get(None, "nvmlDeviceGetGpuFabricInfoV", handle, candidate) is not None:
+                info = candidate
+        if info is None and hasattr(nvml, "c_nvmlGpuFabricInfo_t"):
+            candidate = nvml.c_nvmlGpuFabricInfo_t()
+            if self._get(None, "nvmlDeviceGetGpuFabricInfo", handle, candidate) is not None:
+                info = candidate
+        if info is None:
+            return None
+        state = int(info.state)
+        if state == self._const("NVML_GPU_FABRIC_STATE_NOT_SUPPORTED", 0):
+            return None
+        state_name = "unknown"
+        for suffix, pretty in _FABRIC_STATES.items():
+            if getattr(nvml, f"NVML_GPU_FABRIC_STATE_{suffix}", None) == state:
+                state_name = pretty
+        return FabricInfo(
+            cluster_uuid=str(uuidlib.UUID(bytes=bytes(bytearray(info.clusterUuid)))),
+            clique_id=int(info.cliqueId),
+            state=state_name,
+            status="success" if int(info.status) == 0 else f"error {int(info.status)}",
+        )
+
+    # -- events and health --------------------------------------------------------------------
+
+    def _ensure_event_set(self) -> Any:
+        if self._event_set is not None:
+            return self._event_set
+        nvml = self._nvml
+        try:
+            event_set = nvml.nvmlEventSetCreate()
+        except nvml.NVMLError as exc:
+            raise BackendError(f"NVML cannot create an event set: {exc}") from None
+        xid_type = int(getattr(nvml, "nvmlEventTypeXidCriticalError", 8))
+        for index in range(int(self._get(0, "nvmlDeviceGetCount"))):
+            handle = self._get(None, "nvmlDeviceGetHandleByIndex", index)
+            if handle is not None:
+                # GPUs that cannot report XIDs (some GeForce, vGPU) are simply not watched.
+                self._get(None, "nvmlDeviceRegisterEvents", handle, xid_type, event_set)
+        self._event_set = event_set
+        return event_set
+
+    def wait_events(self, timeout_s: float) -> list[XidEvent]:
+        nvml = self._nvml
+        with self._lock:
+            if self._closed:
+                return []
+            event_set = self._ensure_event_set()
+            self._waiting = True
+        events: list[XidEvent] = []
+        try:
+            timeout_ms = max(int(timeout_s * 1000), 0)
+            while True:
+                try:
+                    data = nvml.nvmlEventSetWait_v2(event_set, timeout_ms)
+                except nvml.NVMLError:
+                    break  # timeout (or the set was torn down): what arrived so far
+                gi, ci = int(data.gpuInstanceId), int(data.computeInstanceId)
+                events.append(
+                    XidEvent(
+                        gpu_uuid=_text(self._get("", "nvmlDeviceGetUUID", data.device)),
+                        xid=int(data.eventData),
+                        gi_id=None if gi == _NO_ID else gi,
+                        ci_id=None if ci == _NO_ID else ci,
+                        timestamp=time.time(),
+                    )
+                )
+                timeout_ms = 0  # drain whatever else is already queued
+        finally:
+            with self._lock:
+                self._waiting = False
+                if self._closed:
+                    self._free()
+        return events
+
+    def probe(self, gpu_uuid: str) -> bool:
+        if self._closed:
+            return False
+        handle = self._get(None, "nvmlDeviceGetHandleByUUID", gpu_uuid)
+        return handle is not None and self._get(None, "nvmlDeviceGetMemoryInfo", handle) is not None
+
+    def _free(self) -> None:
+        if self._event_set is not None:
+            self._get(None, "nvmlEventSetFree", self._event_set)
+            self._event_set = None
+        self._get(None, "nvmlShutdown")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if not self._waiting:
+                self._free()

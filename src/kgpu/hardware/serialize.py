@@ -1,0 +1,94 @@
+"""Machine snapshots as JSON, so a real node's hardware can be recorded once and replayed by the
+simulated backend (tests, bug reports, ``--machine path/to/snapshot.json``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from kgpu.errors import FieldError, FieldProblem
+from kgpu.hardware.model import FabricInfo, Gpu, Machine, MigDevice, NvLink
+
+FORMAT = "kgpu.machine/v1"
+
+
+def machine_to_dict(machine: Machine) -> dict[str, Any]:
+    """Plain JSON-ready data; tuples become lists."""
+    data = dataclasses.asdict(machine)
+    return {"format": FORMAT, **data}
+
+
+def _gpu_from_dict(raw: dict[str, Any]) -> Gpu:
+    fabric = raw.get("fabric")
+    numa = raw.get("numa_node")
+    return Gpu(
+        index=int(raw["index"]),
+        uuid=str(raw["uuid"]),
+        product_name=str(raw["product_name"]),
+        brand=str(raw.get("brand", "")),
+        architecture=str(raw.get("architecture", "")),
+        compute_capability=(int(raw["compute_capability"][0]), int(raw["compute_capability"][1])),
+        memory_mib=int(raw["memory_mib"]),
+        pci_bus_id=str(raw.get("pci_bus_id", "")),
+        minor=int(raw.get("minor", raw["index"])),
+        numa_node=None if numa is None else int(numa),
+        nvlinks=tuple(
+            NvLink(int(n["peer_index"]), int(n["links"])) for n in raw.get("nvlinks", [])
+        ),
+        mig_capable=bool(raw.get("mig_capable", False)),
+        mig_enabled=bool(raw.get("mig_enabled", False)),
+        mig_devices=tuple(MigDevice(**m) for m in raw.get("mig_devices", [])),
+        fabric=None if fabric is None else FabricInfo(**fabric),
+        multiprocessor_count=int(raw.get("multiprocessor_count", 0)),
+        power_limit_w=float(raw.get("power_limit_w", 0.0)),
+    )
+
+
+def machine_from_dict(data: dict[str, Any], *, source: str = "") -> Machine:
+    """The inverse of :func:`machine_to_dict`; bad data is a :class:`FieldError`."""
+    try:
+        cuda = data["cuda_driver_version"]
+        gpus = []
+        for i, raw in enumerate(data.get("gpus", [])):
+            try:
+                gpus.append(_gpu_from_dict(raw))
+            except (KeyError, TypeError, ValueError, IndexError) as exc:
+                raise FieldError(
+                    FieldProblem(f"bad GPU entry: {exc!r}", path=f"gpus[{i}]", file=source)
+                ) from None
+        return Machine(
+            profile=str(data.get("profile", "snapshot")),
+            driver_version=str(data["driver_version"]),
+            cuda_driver_version=(int(cuda[0]), int(cuda[1])),
+            gpus=tuple(gpus),
+            hostname=str(data.get("hostname", "")),
+            extra=dict(data.get("extra", {})),
+        )
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise FieldError(
+            FieldProblem(f"not a kgpu machine snapshot: missing or bad {exc}", file=source)
+        ) from None
+
+
+def dump_snapshot(machine: Machine, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(machine_to_dict(machine), indent=2) + "\n", encoding="utf-8")
+
+
+def load_snapshot(path: str | Path) -> Machine:
+    """Read a snapshot written by :func:`dump_snapshot` (or ``kgpu`` on a real node)."""
+    source = str(path)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise FieldError(FieldProblem(f"cannot read: {exc.strerror}", file=source)) from None
+    except json.JSONDecodeError as exc:
+        raise FieldError(
+            FieldProblem(f"not valid JSON: {exc.msg} at line {exc.lineno}", file=source)
+        ) from None
+    if not isinstance(data, dict):
+        raise FieldError(
+            FieldProblem("not a kgpu machine snapshot (expected an object)", file=source)
+        )
+    return machine_from_dict(data, source=source)
