@@ -1,0 +1,153 @@
+"""Turning pydantic's view of a bad document into problems a user can act on.
+
+Upstream parses these files with Go's ``encoding/json`` (through ``sigs.k8s.io/yaml``): a wrong
+type is an error, an unknown key is silently dropped. kgpu keeps both behaviours but says more:
+every error names the field path and what is allowed, and every dropped key becomes a warning
+that names it, so a typo such as ``replica: 4`` no longer vanishes without a trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from kgpu.errors import FieldError, FieldProblem, join_path
+
+
+class StrictModel(BaseModel):
+    """Base for upstream file formats: exact types, unknown keys kept aside for warnings."""
+
+    model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True, frozen=True)
+
+
+_MESSAGES = {
+    "missing": "is required",
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "dict_type": "must be a mapping",
+    "model_type": "must be a mapping",
+    "model_attributes_type": "must be a mapping",
+}
+
+
+def _message(error: Any) -> str:
+    kind = error.get("type", "")
+    if kind in _MESSAGES:
+        return str(_MESSAGES[kind])
+    if kind == "literal_error":
+        expected = error.get("ctx", {}).get("expected", "")
+        return f"must be one of {expected}"
+    msg = str(error.get("msg", "is invalid"))
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix) :]
+    return msg
+
+
+def _loc_path(prefix: str, loc: tuple[Any, ...]) -> str:
+    parts: list[str | int] = [prefix] if prefix else []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(item)
+        elif isinstance(item, str):
+            # pydantic names union members and tagged choices in loc; they are not user fields
+            if item.startswith(("function-", "literal[", "list[", "dict[", "union[")) or item in {
+                "str",
+                "int",
+                "bool",
+            }:
+                continue
+            parts.append(item)
+    return join_path(*parts)
+
+
+def problems_from(exc: ValidationError, *, file: str, entry: str, prefix: str = "") -> FieldError:
+    """One :class:`FieldProblem` per pydantic error, at the user's field path."""
+    problems: list[FieldProblem] = []
+    seen: set[tuple[str, str]] = set()
+    for error in exc.errors():
+        path = _loc_path(prefix, tuple(error.get("loc", ())))
+        message = _message(error)
+        if (path, message) in seen:
+            continue
+        seen.add((path, message))
+        problems.append(FieldProblem(message, path, file, entry))
+    return FieldError(problems)
+
+
+def unknown_fields(model: BaseModel, path: str = "") -> Iterator[str]:
+    """Paths of keys the model does not know, recursively (what upstream silently drops)."""
+    extra = model.model_extra or {}
+    for key in extra:
+        yield join_path(path, key) if path else key
+    for name, field in type(model).model_fields.items():
+        value = getattr(model, name)
+        key = field.alias or name
+        sub = join_path(path, key) if path else key
+        yield from _unknown_in(value, sub)
+
+
+def _unknown_in(value: Any, path: str) -> Iterator[str]:
+    if isinstance(value, BaseModel):
+        yield from unknown_fields(value, path)
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield from _unknown_in(item, join_path(path, i))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _unknown_in(item, join_path(path, str(key)))
+
+
+def unknown_warnings(model: BaseModel, *, file: str, entry: str, prefix: str = "") -> list[str]:
+    return [
+        str(
+            FieldProblem(
+                "unknown field, ignored (upstream ignores it too)",
+                join_path(prefix, path) if prefix else path,
+                file,
+                entry,
+            )
+        )
+        for path in unknown_fields(model)
+    ]
+
+
+def load_yaml_documents(text: str, *, file: str) -> list[Any]:
+    """Every document in a YAML stream (empty ones dropped), or a FieldError with the line."""
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise FieldError(FieldProblem(f"{where}not valid YAML: {problem}", file=file)) from None
+    return [doc for doc in docs if doc is not None]
+
+
+def load_yaml_mapping(text: str, *, file: str, entry: str = "") -> dict[str, Any]:
+    """A single YAML document that must be a mapping (a ConfigMap entry, for instance)."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise FieldError(
+            FieldProblem(f"{where}not valid YAML: {problem}", file=file, entry=entry)
+        ) from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise FieldError(
+            FieldProblem(
+                f"must be a YAML mapping, not {type(doc).__name__}", file=file, entry=entry
+            )
+        )
+    return doc

@@ -1,0 +1,361 @@
+"""Reading the files users already have, whatever shape they come in.
+
+One file may be a bare device-plugin config, a ConfigMap whose ``data`` entries are device-plugin
+configs (the GPU Operator / Helm chart ``config.map`` form), a mig-parted config (bare, or in the
+``config.yaml`` key of a ConfigMap), GPU Operator Helm values (``mig.strategy``,
+``migManager.config.data``, ``devicePlugin.config.data``), or a multi-document mix of these.
+Everything lands in one :class:`ConfigSet`; which entry a node uses is decided later from its
+labels, the way the device plugin's config manager and the MIG manager decide it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kgpu.config.fields import load_yaml_documents, load_yaml_mapping
+from kgpu.config.migparted import MigConfig, builtin_mig_configs, parse_mig_parted
+from kgpu.config.plugin import MIG_STRATEGIES, DevicePluginConfig, parse_plugin_config
+from kgpu.errors import FieldError, FieldProblem, join_path
+
+PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+
+_PLUGIN_KEYS = {"version", "flags", "sharing", "resources", "imex"}
+_OPERATOR_KEYS = {
+    "migManager",
+    "mig",
+    "devicePlugin",
+    "driver",
+    "toolkit",
+    "dcgmExporter",
+    "dcgm",
+    "gfd",
+    "nfd",
+    "operator",
+    "daemonsets",
+    "validator",
+    "mps",
+    "cdi",
+    "psp",
+    "sandboxWorkloads",
+    "vgpuManager",
+    "ccManager",
+    "nodeStatusExporter",
+}
+_DRA_KEYS = {"kubeletPlugin", "controller", "gpuResourcesEnabledOverride", "nvidiaDriverRoot"}
+
+
+@dataclass(frozen=True)
+class PluginConfigEntry:
+    name: str
+    config: DevicePluginConfig
+    source: str  # the file it came from
+
+
+@dataclass(frozen=True, eq=False)
+class ConfigSet:
+    """Every config kgpu was given. Hashes by identity so node views can be cached per set."""
+
+    plugin_configs: dict[str, PluginConfigEntry] = field(default_factory=dict)
+    default_plugin_config: str | None = None
+    mig_configs: dict[str, MigConfig] = field(default_factory=dict)
+    default_mig_config: str | None = None
+    mig_strategy: str | None = None  # from GPU Operator Helm values (overrides config files)
+    warnings: tuple[str, ...] = ()
+    kinds: tuple[tuple[str, str], ...] = ()  # (file, what it was recognised as)
+
+    def all_mig_configs(self) -> dict[str, MigConfig]:
+        """User configs first; the GPU Operator's defaults fill in the names they do not use."""
+        merged = dict(builtin_mig_configs())
+        merged.update(self.mig_configs)
+        return merged
+
+
+EMPTY = ConfigSet()
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.plugin: dict[str, PluginConfigEntry] = {}
+        self.default_plugin: str | None = None
+        self.mig: dict[str, MigConfig] = {}
+        self.default_mig: str | None = None
+        self.strategy: str | None = None
+        self.warnings: list[str] = []
+        self.kinds: list[tuple[str, str]] = []
+
+    def add_plugin(self, name: str, data: Any, *, file: str, entry: str) -> None:
+        parsed = parse_plugin_config(data, file=file, entry=entry)
+        self.warnings.extend(parsed.warnings)
+        if name in self.plugin:
+            self.warnings.append(
+                str(
+                    FieldProblem(
+                        f"device-plugin config {name!r} also defined in "
+                        f"{self.plugin[name].source}; this one wins",
+                        file=file,
+                        entry=entry,
+                    )
+                )
+            )
+        self.plugin[name] = PluginConfigEntry(name, parsed.config, file)
+
+    def add_mig(self, data: Any, *, file: str, entry: str = "") -> None:
+        parsed = parse_mig_parted(data, file=file, entry=entry)
+        self.warnings.extend(parsed.warnings)
+        for name, cfg in parsed.configs.items():
+            if name in self.mig:
+                self.warnings.append(
+                    str(
+                        FieldProblem(
+                            f"mig config {name!r} also defined in {self.mig[name].source}; "
+                            "this one wins",
+                            file=file,
+                            entry=entry,
+                        )
+                    )
+                )
+            self.mig[name] = cfg
+
+    def build(self) -> ConfigSet:
+        return ConfigSet(
+            plugin_configs=self.plugin,
+            default_plugin_config=self.default_plugin,
+            mig_configs=self.mig,
+            default_mig_config=self.default_mig,
+            mig_strategy=self.strategy,
+            warnings=tuple(self.warnings),
+            kinds=tuple(self.kinds),
+        )
+
+
+def classify(doc: Any) -> str:
+    """What one YAML document is: one of ``plugin-config``, ``mig-parted``, ``configmap``,
+    ``operator-values``, ``dra-values``, ``manifest`` or ``unknown``."""
+    if not isinstance(doc, dict):
+        return "unknown"
+    if "apiVersion" in doc and "kind" in doc:
+        return "configmap" if doc.get("kind") == "ConfigMap" else "manifest"
+    if "mig-configs" in doc:
+        return "mig-parted"
+    keys = set(doc)
+    if keys & {"sharing", "flags"} or (keys and keys <= _PLUGIN_KEYS and "version" in keys):
+        return "plugin-config"
+    if keys & {"migManager", "devicePlugin"} or len(keys & _OPERATOR_KEYS) >= 2:
+        return "operator-values"
+    if keys & _DRA_KEYS:
+        return "dra-values"
+    return "unknown"
+
+
+def _configmap_entry_kind(text: str, *, file: str, entry: str) -> tuple[str, dict[str, Any]]:
+    data = load_yaml_mapping(text, file=file, entry=entry)
+    if "mig-configs" in data:
+        return "mig-parted", data
+    return "plugin-config", data
+
+
+def _add_configmap(builder: _Builder, doc: dict[str, Any], *, file: str, where: str) -> None:
+    data = doc.get("data")
+    if data is None:
+        builder.warnings.append(str(FieldProblem("ConfigMap has no data", "data", file, where)))
+        return
+    if not isinstance(data, dict):
+        raise FieldError(FieldProblem("must be a mapping of names to strings", "data", file, where))
+    for key, text in data.items():
+        if not isinstance(text, str):
+            raise FieldError(
+                FieldProblem("must be a string (a YAML document)", join_path("data", key), file)
+            )
+        kind, parsed = _configmap_entry_kind(text, file=file, entry=str(key))
+        if kind == "mig-parted":
+            builder.add_mig(parsed, file=file, entry=str(key))
+        else:
+            builder.add_plugin(str(key), parsed, file=file, entry=str(key))
+
+
+def _get(doc: Mapping[str, Any], *path: str) -> Any:
+    cur: Any = doc
+    for key in path:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(key)
+    return cur
+
+
+def _add_operator_values(builder: _Builder, doc: dict[str, Any], *, file: str) -> None:
+    strategy = _get(doc, "mig", "strategy")
+    if strategy is not None:
+        if strategy not in MIG_STRATEGIES:
+            raise FieldError(
+                FieldProblem(
+                    f"unknown MIG strategy {strategy!r}: allowed {', '.join(MIG_STRATEGIES)}",
+                    "mig.strategy",
+                    file,
+                )
+            )
+        builder.strategy = str(strategy)
+    mig_data = _get(doc, "migManager", "config", "data")
+    if isinstance(mig_data, dict):
+        for key, text in mig_data.items():
+            path = join_path("migManager", "config", "data", str(key))
+            if not isinstance(text, str):
+                raise FieldError(FieldProblem("must be a string (a mig-parted config)", path, file))
+            builder.add_mig(load_yaml_mapping(text, file=file, entry=path), file=file, entry=path)
+    elif mig_data is not None:
+        raise FieldError(
+            FieldProblem("must be a mapping of file names to strings", "migManager.config.data", file)
+        )
+    mig_default = _get(doc, "migManager", "config", "default")
+    if isinstance(mig_default, str) and mig_default:
+        builder.default_mig = mig_default
+    dp_data = _get(doc, "devicePlugin", "config", "data")
+    if isinstance(dp_data, dict):
+        for key, text in dp_data.items():
+            path = join_path("devicePlugin", "config", "data", str(key))
+            if not isinstance(text, str):
+                raise FieldError(FieldProblem("must be a string (a device-plugin config)", path, file))
+            data = load_yaml_mapping(text, file=file, entry=path)
+            builder.add_plugin(str(key), data, file=file, entry=path)
+    dp_default = _get(doc, "devicePlugin", "config", "default")
+    if isinstance(dp_default, str) and dp_default:
+        builder.default_plugin = dp_default
+
+
+def _add_document(builder: _Builder, doc: Any, *, file: str, name: str, index: int, count: int) -> str:
+    kind = classify(doc)
+    where = f"document {index}" if count > 1 else ""
+    if kind == "plugin-config":
+        builder.add_plugin(name if count == 1 else f"{name}-{index}", doc, file=file, entry=where)
+    elif kind == "mig-parted":
+        builder.add_mig(doc, file=file, entry=where)
+    elif kind == "configmap":
+        _add_configmap(builder, doc, file=file, where=where)
+    elif kind == "operator-values":
+        _add_operator_values(builder, doc, file=file)
+    elif kind == "dra-values":
+        builder.warnings.append(
+            str(FieldProblem("DRA driver Helm values: nothing here changes the node plan", file=file))
+        )
+    elif kind == "manifest":
+        builder.warnings.append(
+            str(
+                FieldProblem(
+                    f"{doc.get('kind')} manifest is not a config; ignored (kgpu validate checks it)",
+                    file=file,
+                    entry=where,
+                )
+            )
+        )
+    else:
+        raise FieldError(
+            FieldProblem(
+                "not a device-plugin config, ConfigMap, mig-parted config or GPU Operator "
+                "Helm values (expected keys such as version/sharing/flags, mig-configs, "
+                "apiVersion/kind, or mig/migManager/devicePlugin)",
+                file=file,
+                entry=where,
+            )
+        )
+    return kind
+
+
+def _load_text(builder: _Builder, text: str, *, file: str) -> None:
+    docs = load_yaml_documents(text, file=file)
+    name = Path(file).stem
+    kinds = [
+        _add_document(builder, doc, file=file, name=name, index=i, count=len(docs))
+        for i, doc in enumerate(docs)
+    ]
+    builder.kinds.append((file, "+".join(dict.fromkeys(kinds)) or "empty"))
+
+
+def load_config_files(paths: Iterable[str | Path]) -> ConfigSet:
+    """Load every file; FieldError naming the file, entry and field on the first bad one."""
+    builder = _Builder()
+    for path in paths:
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as exc:
+            raise FieldError(FieldProblem(f"cannot read: {exc.strerror}", file=str(path))) from None
+        _load_text(builder, text, file=str(path))
+    return builder.build()
+
+
+def load_config_strings(files: Mapping[str, str]) -> ConfigSet:
+    """Same as :func:`load_config_files` for in-memory texts (a scenario, an API ConfigMap)."""
+    builder = _Builder()
+    for name, text in files.items():
+        _load_text(builder, text, file=name)
+    return builder.build()
+
+
+def select_plugin_config(
+    configs: ConfigSet, labels: Mapping[str, str], default: str | None = None
+) -> PluginConfigEntry | None:
+    """The device-plugin config entry a node uses: its ``nvidia.com/device-plugin.config``
+    label, else ``default``, else the set's default, else the only entry. None when the set has
+    no device-plugin config at all (upstream defaults apply)."""
+    choices = configs.plugin_configs
+    name = labels.get(PLUGIN_CONFIG_LABEL) or default or configs.default_plugin_config
+    if name:
+        if name in choices:
+            return choices[name]
+        if not choices and name == labels.get(PLUGIN_CONFIG_LABEL):
+            raise FieldError(
+                FieldProblem(
+                    f"node label {PLUGIN_CONFIG_LABEL}={name} names a device-plugin config, "
+                    "but no device-plugin config was given"
+                )
+            )
+        if choices:
+            where = (
+                f"node label {PLUGIN_CONFIG_LABEL}={name}"
+                if labels.get(PLUGIN_CONFIG_LABEL)
+                else f"default config {name!r}"
+            )
+            raise FieldError(
+                FieldProblem(
+                    f"{where} matches no device-plugin config entry; choices: "
+                    f"{', '.join(sorted(choices))}"
+                )
+            )
+        return None
+    if not choices:
+        return None
+    if len(choices) == 1:
+        return next(iter(choices.values()))
+    raise FieldError(
+        FieldProblem(
+            f"{len(choices)} device-plugin configs and none selected: label the node "
+            f"{PLUGIN_CONFIG_LABEL}=<name> or pass a config name; choices: "
+            f"{', '.join(sorted(choices))}"
+        )
+    )
+
+
+def select_mig_config(
+    configs: ConfigSet, labels: Mapping[str, str], default: str | None = None
+) -> MigConfig | None:
+    """The mig-parted config a node uses: its ``nvidia.com/mig.config`` label, else ``default``,
+    else the set's default (``migManager.config.default``). None: leave MIG as the hardware is."""
+    name = labels.get(MIG_CONFIG_LABEL) or default or configs.default_mig_config
+    if not name:
+        return None
+    available = configs.all_mig_configs()
+    if name in available:
+        return available[name]
+    source = (
+        f"node label {MIG_CONFIG_LABEL}={name}"
+        if labels.get(MIG_CONFIG_LABEL)
+        else f"mig config {name!r}"
+    )
+    raise FieldError(
+        FieldProblem(
+            f"{source} names no mig-parted config; choices: {', '.join(sorted(available))}"
+        )
+    )

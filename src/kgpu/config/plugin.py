@@ -1,0 +1,433 @@
+"""The NVIDIA device-plugin config file, ``version: v1``, loaded exactly as upstream accepts it.
+
+Field names, defaults and validation rules follow ``api/config/v1`` of NVIDIA/k8s-device-plugin:
+``replicas`` must be >= 2, ``devices`` is ``all``, a positive count or a list of GPU indices,
+MIG indices (``"<gpu>:<mig>"``) and UUIDs, resource names get the ``nvidia.com/`` prefix when it
+is missing and must fit in 63 characters, an absent ``version`` means ``v1``, and MPS cannot be
+combined with ``migStrategy: mixed`` or used on MIG resources. Checks that need the hardware (the
+MPS client limit per compute capability, which GPUs a selection names) live in the node view.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from kgpu.config.fields import StrictModel, problems_from, unknown_warnings
+from kgpu.errors import FieldError, FieldProblem, join_path
+
+VERSION = "v1"
+RESOURCE_PREFIX = "nvidia.com"
+SHARED_SUFFIX = ".shared"
+MAX_RESOURCE_NAME = 63
+DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+MIG_STRATEGIES = ("none", "single", "mixed")
+DEFAULT_MPS_ROOT = "/run/nvidia/mps"
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_GO_DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$|^0$")
+_MIG_RESOURCE = re.compile(r"^mig-(\d+c\.)?\d+g\.\d+gb(\.[a-z]+)*$")
+
+
+def normalize_resource_name(raw: str) -> str:
+    """Upstream's ``NewResourceName``: add the ``nvidia.com/`` prefix, then check the result."""
+    name = raw if raw.startswith(RESOURCE_PREFIX + "/") else f"{RESOURCE_PREFIX}/{raw}"
+    if len(name) > MAX_RESOURCE_NAME:
+        raise ValueError(
+            f"fully-qualified resource name must be {MAX_RESOURCE_NAME} characters or less: {name}"
+        )
+    short = name.split("/", 1)[1]
+    if not _DNS_SUBDOMAIN.match(short):
+        raise ValueError(
+            f"incorrect format for resource name {name!r}: the part after 'nvidia.com/' must be "
+            "a DNS subdomain (lowercase letters, digits, '-' and '.')"
+        )
+    return name
+
+
+def default_shared_rename(name: str) -> str:
+    return name + SHARED_SUFFIX
+
+
+def is_known_resource(name: str) -> bool:
+    """True for the names the device plugin can advertise: nvidia.com/gpu, nvidia.com/mig-*."""
+    short = name.split("/", 1)[1] if "/" in name else name
+    return short == "gpu" or bool(_MIG_RESOURCE.match(short))
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def is_gpu_uuid(ref: str) -> bool:
+    return ref.startswith("GPU-") and _is_uuid(ref[4:])
+
+
+def is_mig_uuid(ref: str) -> bool:
+    if not ref.startswith("MIG-"):
+        return False
+    rest = ref[4:]
+    if _is_uuid(rest):
+        return True
+    parts = rest.split("/")
+    return len(parts) == 3 and is_gpu_uuid(parts[0]) and all(p.isdigit() for p in parts[1:])
+
+
+def is_gpu_index(ref: str) -> bool:
+    return ref.isdigit()
+
+
+def is_mig_index(ref: str) -> bool:
+    parts = ref.split(":")
+    return len(parts) == 2 and all(p.isdigit() for p in parts)
+
+
+@dataclass(frozen=True)
+class DeviceSelection:
+    """``devices:`` of a shared resource: all of them, the first ``count``, or named ones."""
+
+    all: bool = True
+    count: int | None = None
+    refs: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if self.all:
+            return "all"
+        if self.count is not None:
+            return f"first {self.count}"
+        return "[" + ", ".join(self.refs) + "]"
+
+
+def parse_devices(value: Any) -> DeviceSelection:
+    if isinstance(value, DeviceSelection):
+        return value
+    if isinstance(value, str):
+        if value != "all":
+            raise ValueError(
+                f"devices set as {value!r} but the only valid string input is 'all' "
+                "(allowed: 'all', a count > 0, or a list of GPU indices, MIG indices "
+                "'<gpu>:<mig>' and GPU/MIG UUIDs)"
+            )
+        return DeviceSelection()
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value <= 0:
+            raise ValueError(f"devices set as {value} but a count of devices must be > 0")
+        return DeviceSelection(all=False, count=value)
+    if isinstance(value, list):
+        refs: list[str] = []
+        for i, item in enumerate(value):
+            if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+                refs.append(str(item))
+                continue
+            if isinstance(item, str) and (
+                is_gpu_index(item) or is_mig_index(item) or is_gpu_uuid(item) or is_mig_uuid(item)
+            ):
+                refs.append(item)
+                continue
+            raise ValueError(
+                f"devices[{i}]: unsupported device {item!r} (allowed: a GPU index, a MIG index "
+                "'<gpu>:<mig>', a GPU UUID 'GPU-...' or a MIG UUID 'MIG-...')"
+            )
+        return DeviceSelection(all=False, refs=tuple(refs))
+    raise ValueError(
+        f"unrecognized type for devices spec: {value!r} (allowed: 'all', a count > 0, or a list)"
+    )
+
+
+class ReplicatedResource(StrictModel):
+    """One entry of ``sharing.timeSlicing.resources`` / ``sharing.mps.resources``."""
+
+    name: str
+    rename: str | None = None
+    devices: DeviceSelection = Field(default_factory=DeviceSelection)
+    replicas: int
+
+    @field_validator("name", "rename", mode="after")
+    @classmethod
+    def _resource_name(cls, value: str | None) -> str | None:
+        return None if value is None else normalize_resource_name(value)
+
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _devices(cls, value: Any) -> DeviceSelection:
+        return parse_devices(value)
+
+    @field_validator("replicas", mode="after")
+    @classmethod
+    def _replicas(cls, value: int) -> int:
+        if value < 2:
+            raise ValueError("must be >= 2")
+        return value
+
+
+class ReplicatedResources(StrictModel):
+    """``sharing.timeSlicing`` or ``sharing.mps``."""
+
+    rename_by_default: bool = Field(False, alias="renameByDefault")
+    fail_requests_greater_than_one: bool | None = Field(None, alias="failRequestsGreaterThanOne")
+    resources: list[ReplicatedResource] | None = None
+
+    @field_validator("resources", mode="after")
+    @classmethod
+    def _non_empty(cls, value: list[ReplicatedResource] | None) -> list[ReplicatedResource]:
+        if not value:
+            raise ValueError("no resources specified (at least one entry with name and replicas)")
+        return value
+
+    @model_validator(mode="after")
+    def _required(self) -> ReplicatedResources:
+        if self.resources is None:
+            raise ValueError("no resources specified (resources: is required)")
+        return self
+
+    def entries(self) -> list[ReplicatedResource]:
+        return list(self.resources or [])
+
+    def advertised_name(self, entry: ReplicatedResource) -> str:
+        """The resource name shared devices appear under (``rename``, else ``.shared``)."""
+        if entry.rename:
+            return entry.rename
+        if self.rename_by_default:
+            return default_shared_rename(entry.name)
+        return entry.name
+
+
+class Sharing(StrictModel):
+    time_slicing: ReplicatedResources | None = Field(None, alias="timeSlicing")
+    mps: ReplicatedResources | None = None
+
+
+class PatternResource(StrictModel):
+    pattern: str
+    name: str
+
+    @field_validator("name", mode="after")
+    @classmethod
+    def _resource_name(cls, value: str) -> str:
+        return normalize_resource_name(value)
+
+
+class Resources(StrictModel):
+    gpus: list[PatternResource] | None = None
+    mig: list[PatternResource] | None = None
+
+
+class PluginFlags(StrictModel):
+    pass_device_specs: bool | None = Field(None, alias="passDeviceSpecs")
+    device_list_strategy: str | list[str] | None = Field(None, alias="deviceListStrategy")
+    device_id_strategy: Literal["uuid", "index"] | None = Field(None, alias="deviceIDStrategy")
+    cdi_annotation_prefix: str | None = Field(None, alias="cdiAnnotationPrefix")
+    nvidia_ctk_path: str | None = Field(None, alias="nvidiaCTKPath")
+    container_driver_root: str | None = Field(None, alias="containerDriverRoot")
+
+    @field_validator("device_list_strategy", mode="after")
+    @classmethod
+    def _strategies(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if value is None:
+            return None
+        items = [value] if isinstance(value, str) else value
+        for item in items:
+            if item not in DEVICE_LIST_STRATEGIES:
+                raise ValueError(
+                    f"invalid strategy {item!r}: allowed {', '.join(DEVICE_LIST_STRATEGIES)}"
+                )
+        return value
+
+
+class GfdFlags(StrictModel):
+    oneshot: bool | None = None
+    no_timestamp: bool | None = Field(None, alias="noTimestamp")
+    sleep_interval: str | None = Field(None, alias="sleepInterval")
+    output_file: str | None = Field(None, alias="outputFile")
+    machine_type_file: str | None = Field(None, alias="machineTypeFile")
+
+    @field_validator("sleep_interval", mode="after")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None and not _GO_DURATION.match(value):
+            raise ValueError(f"{value!r} is not a duration (for example 60s, 1m30s)")
+        return value
+
+
+class Flags(StrictModel):
+    mig_strategy: Literal["none", "single", "mixed"] | None = Field(None, alias="migStrategy")
+    fail_on_init_error: bool | None = Field(None, alias="failOnInitError")
+    nvidia_driver_root: str | None = Field(None, alias="nvidiaDriverRoot")
+    nvidia_dev_root: str | None = Field(None, alias="nvidiaDevRoot")
+    mps_root: str | None = Field(None, alias="mpsRoot")
+    gds_enabled: bool | None = Field(None, alias="gdsEnabled")
+    mofed_enabled: bool | None = Field(None, alias="mofedEnabled")
+    use_node_feature_api: bool | None = Field(None, alias="useNodeFeatureAPI")
+    device_discovery_strategy: Literal["auto", "nvml", "tegra"] | None = Field(
+        None, alias="deviceDiscoveryStrategy"
+    )
+    plugin: PluginFlags | None = None
+    gfd: GfdFlags | None = None
+
+
+class Imex(StrictModel):
+    channel_ids: list[int] | None = Field(None, alias="channelIDs")
+    required: bool | None = None
+
+
+class DevicePluginConfig(StrictModel):
+    """A whole device-plugin config (one file, or one entry of a ConfigMap)."""
+
+    version: str = VERSION
+    flags: Flags = Field(default_factory=Flags)
+    resources: Resources | None = None
+    sharing: Sharing = Field(default_factory=Sharing)
+    imex: Imex | None = None
+
+    @field_validator("version", mode="after")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if value == "":
+            return VERSION
+        if value != VERSION:
+            raise ValueError(f"unknown version: {value} (allowed: {VERSION})")
+        return value
+
+    # -- derived settings, with upstream's defaults ------------------------------------------
+
+    @property
+    def mig_strategy(self) -> str:
+        return self.flags.mig_strategy or "none"
+
+    @property
+    def device_list_strategy(self) -> tuple[str, ...]:
+        raw = self.flags.plugin.device_list_strategy if self.flags.plugin else None
+        if raw is None:
+            return ("envvar",)
+        return (raw,) if isinstance(raw, str) else tuple(raw)
+
+    @property
+    def device_id_strategy(self) -> str:
+        plugin = self.flags.plugin
+        return (plugin.device_id_strategy if plugin else None) or "uuid"
+
+    @property
+    def mps_root(self) -> str:
+        return self.flags.mps_root or DEFAULT_MPS_ROOT
+
+    @property
+    def uses_mps(self) -> bool:
+        return self.sharing.mps is not None and bool(self.sharing.mps.entries())
+
+    @property
+    def uses_time_slicing(self) -> bool:
+        ts = self.sharing.time_slicing
+        return ts is not None and bool(ts.entries())
+
+    def mps_fail_requests_greater_than_one(self) -> bool:
+        """Upstream forces this on for MPS unless the config explicitly turns it off."""
+        mps = self.sharing.mps
+        if mps is None or mps.fail_requests_greater_than_one is None:
+            return True
+        return mps.fail_requests_greater_than_one
+
+
+DEFAULT_PLUGIN_CONFIG = DevicePluginConfig()
+
+
+@dataclass(frozen=True)
+class ParsedPluginConfig:
+    config: DevicePluginConfig
+    warnings: tuple[str, ...]
+
+
+def parse_plugin_config(data: Any, *, file: str = "", entry: str = "") -> ParsedPluginConfig:
+    """Validate one device-plugin config document; FieldError on anything upstream rejects."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise FieldError(
+            FieldProblem(
+                f"a device-plugin config must be a mapping, not {type(data).__name__}",
+                file=file,
+                entry=entry,
+            )
+        )
+    try:
+        config = DevicePluginConfig.model_validate(data)
+    except ValidationError as exc:
+        raise problems_from(exc, file=file, entry=entry) from None
+    problems: list[FieldProblem] = []
+    warnings = unknown_warnings(config, file=file, entry=entry)
+    if config.uses_mps and config.flags.mig_strategy == "mixed":
+        problems.append(
+            FieldProblem(
+                "MPS sharing is not supported with migStrategy mixed "
+                "(upstream: using --mig-strategy=mixed is not supported with MPS); "
+                "use none or single, or time-slicing",
+                "flags.migStrategy",
+                file,
+                entry,
+            )
+        )
+    if config.sharing.mps is not None:
+        for i, res in enumerate(config.sharing.mps.entries()):
+            if res.name != "nvidia.com/gpu":
+                problems.append(
+                    FieldProblem(
+                        f"MPS can only share nvidia.com/gpu (full GPUs), not {res.name}: "
+                        "sharing using MPS is not supported for MIG devices",
+                        join_path("sharing", "mps", "resources", i, "name"),
+                        file,
+                        entry,
+                    )
+                )
+    for strategy, key in ((config.sharing.time_slicing, "timeSlicing"), (config.sharing.mps, "mps")):
+        if strategy is None:
+            continue
+        seen: dict[str, int] = {}
+        for i, res in enumerate(strategy.entries()):
+            path = join_path("sharing", key, "resources", i)
+            if not is_known_resource(res.name):
+                warnings.append(
+                    str(
+                        FieldProblem(
+                            f"{res.name} is not a resource the device plugin advertises "
+                            "(nvidia.com/gpu or nvidia.com/mig-<profile>); this entry never applies",
+                            join_path(path, "name"),
+                            file,
+                            entry,
+                        )
+                    )
+                )
+            if res.name in seen and res.devices.all:
+                warnings.append(
+                    str(
+                        FieldProblem(
+                            f"{res.name} is already shared by resources[{seen[res.name]}]; "
+                            "the first matching entry wins",
+                            join_path(path, "name"),
+                            file,
+                            entry,
+                        )
+                    )
+                )
+            seen.setdefault(res.name, i)
+    if config.resources is not None and (config.resources.gpus or config.resources.mig):
+        warnings.append(
+            str(
+                FieldProblem(
+                    "customizing resources is not supported (upstream ignores it too); "
+                    "use sharing.*.resources[].rename to change a resource name",
+                    "resources",
+                    file,
+                    entry,
+                )
+            )
+        )
+    if problems:
+        raise FieldError(problems)
+    return ParsedPluginConfig(config, tuple(warnings))
