@@ -133,6 +133,9 @@ class MemoryStore:
         self._uid = itertools.count(1)
         self._clock = clock or (lambda: "1970-01-01T00:00:00Z")
         self.revision = 0  # bumps on every write; lets callers notice change cheaply
+        # (group, kind) -> revision of the last write to an object of that kind, so a cache of
+        # one kind (ResourceSlices in the DRA scheduler) survives writes to other kinds.
+        self.kind_revisions: dict[tuple[str, str], int] = {}
 
     # -- reads -----------------------------------------------------------------------------
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Obj:
@@ -162,6 +165,11 @@ class MemoryStore:
                 and (namespace is None or ns == namespace)
                 and matches_labels(obj, labels)
             ]
+
+    def kind_revision(self, api_version: str, kind: str) -> int:
+        """The store revision of the last create/update/delete of an object of this kind (0
+        if none yet): equal values mean no object of the kind changed in between."""
+        return self.kind_revisions.get((group_of(api_version), kind), 0)
 
     def all(self) -> Iterable[Obj]:
         with self._lock:
@@ -225,6 +233,7 @@ class MemoryStore:
                 return
             del self._objects[key]
             self.revision += 1
+            self.kind_revisions[key[:2]] = self.revision
 
     # -- internals -------------------------------------------------------------------------
     def _replace(self, key: tuple[str, str, str, str], current: Obj, obj: Obj) -> Obj:
@@ -239,6 +248,7 @@ class MemoryStore:
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             del self._objects[key]
             self.revision += 1
+            self.kind_revisions[key[:2]] = self.revision
             return obj
         return self._write(key, obj)
 
@@ -246,4 +256,5 @@ class MemoryStore:
         obj["metadata"]["resourceVersion"] = str(next(self._rv))
         self._objects[key] = obj
         self.revision += 1
+        self.kind_revisions[key[:2]] = self.revision
         return copy.deepcopy(obj)
