@@ -147,7 +147,9 @@ class NvmlBackend:
         handles = []
         for index in range(count):
             handle = self._get(None, "nvmlDeviceGetHandleByIndex", index)
-            if handle is not None:  # a lost GPU is left out, as the simulated backend does
+            # A GPU that cannot even say its UUID (fallen off the bus) is left out, as the
+            # simulated backend does; the health watcher has already marked it through probe().
+            if handle is not None and self._get(None, "nvmlDeviceGetUUID", handle) is not None:
                 handles.append((index, handle))
         bus_ids = {index: self._bus_id(handle) for index, handle in handles}
         by_bus = {bus[-12:].upper(): index for index, bus in bus_ids.items() if bus}
