@@ -1,0 +1,131 @@
+"""The DRA part of ``kgpu agent``: every DRA driver the node serves, in one process.
+
+``gpu.nvidia.com`` is always there; other drivers (``compute-domain.nvidia.com``) join with
+:meth:`DraComponent.add_driver`. Per driver the component runs a :class:`DraPlugin` (checkpoint,
+CDI specs, restart reconciliation) behind a :class:`DriverServer` (DRAPlugin + registration
+sockets), and publishes the driver's ResourceSlices into the object store. A new hardware view
+republishes the GPU slices when they changed; a registration socket that vanished is re-created.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from kgpu.cluster.store import MemoryStore, ObjectStore
+from kgpu.hardware.backend import Backend
+from kgpu.kubelet.dra.gpu import GpuHandler
+from kgpu.kubelet.dra.handler import DriverHandler
+from kgpu.kubelet.dra.plugin import DraPlugin
+from kgpu.kubelet.dra.server import DriverServer, plugin_dir
+from kgpu.node.model import NodeView
+
+log = logging.getLogger(__name__)
+
+
+def publish(store: ObjectStore, handler: DriverHandler, node_name: str) -> int | None:
+    """Publish ``handler``'s slices for ``node_name``; the pool generation, or None when the
+    publishing module is not installed."""
+    try:
+        from kgpu.dra.publish import publish_slices
+    except ImportError:  # pragma: no cover - the dra package ships with kgpu
+        return None
+    return publish_slices(store, handler.driver, node_name, handler.resource_slices(node_name))
+
+
+class DraComponent:
+    """An agent component (``start``/``stop``/``on_view``)."""
+
+    name = "dra"
+
+    def __init__(
+        self,
+        kubelet_root: Path,
+        cdi_root: Path,
+        node_name: str,
+        backend: Backend,
+        store: ObjectStore | None = None,
+        *,
+        partitionable: bool = False,
+        watch_interval_s: float = 1.0,
+    ) -> None:
+        self.kubelet_root = Path(kubelet_root)
+        self.cdi_root = Path(cdi_root)
+        self.node_name = node_name
+        self.backend = backend
+        self.store: ObjectStore = store if store is not None else MemoryStore()
+        self.partitionable = partitionable
+        self.gpu: GpuHandler | None = None
+        self.plugins: dict[str, DraPlugin] = {}
+        self.servers: dict[str, DriverServer] = {}
+        self._extra: list[DriverHandler] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._watch_interval = watch_interval_s
+        self._watcher: threading.Thread | None = None
+
+    def add_driver(self, handler: DriverHandler) -> None:
+        """Serve another driver from this agent (now, if already started)."""
+        with self._lock:
+            if handler.driver in self.plugins or any(
+                h.driver == handler.driver for h in self._extra
+            ):
+                raise ValueError(f"driver {handler.driver} is already served")
+            self._extra.append(handler)
+            if self._watcher is not None:
+                self._start_driver(handler)
+
+    def _start_driver(self, handler: DriverHandler) -> None:
+        plugin = DraPlugin(
+            handler,
+            plugin_dir(self.kubelet_root, handler.driver),
+            self.cdi_root,
+            self.store,
+        )
+        server = DriverServer(plugin, self.kubelet_root)
+        server.start()
+        self.plugins[handler.driver] = plugin
+        self.servers[handler.driver] = server
+        publish(self.store, handler, self.node_name)
+
+    def start(self) -> None:
+        with self._lock:
+            self.gpu = GpuHandler(
+                self.backend.snapshot(),
+                self.node_name,
+                plugin_dir(self.kubelet_root, "gpu.nvidia.com"),
+                partitionable=self.partitionable,
+            )
+            for handler in [self.gpu, *self._extra]:
+                self._start_driver(handler)
+            self._stop.clear()
+            self._watcher = threading.Thread(
+                target=self._watch, name="dra-registration", daemon=True
+            )
+            self._watcher.start()
+
+    def on_view(self, view: NodeView) -> None:
+        if self.gpu is not None and self.gpu.update_machine(view.machine):
+            publish(self.store, self.gpu, self.node_name)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self._watch_interval):
+            for server in list(self.servers.values()):
+                try:
+                    if server.ensure_registered():
+                        log.warning(
+                            "%s: registration socket was removed; re-created", server.driver
+                        )
+                except OSError:
+                    log.exception("%s: cannot re-create the registration socket", server.driver)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=5)
+        with self._lock:
+            for server in self.servers.values():
+                server.stop()
+            self.servers.clear()
+            self._watcher = None

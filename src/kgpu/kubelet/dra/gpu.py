@@ -1,0 +1,341 @@
+"""The ``gpu.nvidia.com`` driver's node side: allocated devices -> CDI edits, opaque configs.
+
+What lands in the container follows upstream's DRA driver: one transient CDI spec per claim,
+kind ``k8s.gpu.nvidia.com/claim``, with one device ``<claimUID>-<device name>`` per allocated
+device. A full GPU gets its device node ``/dev/nvidia<minor>``; a MIG device gets its parent's
+node plus the GPU-instance and compute-instance capability nodes
+``/dev/nvidia-caps/nvidia-cap<N>`` (numbers from the driver's fixed ``mig-minors`` table). The
+spec-level edits add the control nodes (``/dev/nvidiactl``, ``/dev/nvidia-uvm``,
+``/dev/nvidia-uvm-tools``) and ``NVIDIA_VISIBLE_DEVICES=void``, which upstream sets so the
+NVIDIA runtime hook does not expose GPUs a second time beside CDI.
+
+Opaque ``GpuConfig``/``MigDeviceConfig`` (:mod:`kgpu.dra.opaque`) apply per request, claim
+configs over class configs, last one wins. MPS adds upstream's pipe and shm mounts under
+``<plugin dir>/mps/<claimUID>-<hash>/`` and the client-side limits
+(``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``); time-slicing
+records its interval in the claim's checkpoint state (the agent's backend is read-only: it never
+changes a GPU's compute policy).
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kgpu.dra import opaque
+from kgpu.errors import FieldError, FieldProblem
+from kgpu.hardware.model import Gpu, Machine, MigDevice
+from kgpu.kubelet.cdi import ContainerEdits, DeviceNode, Mount
+from kgpu.kubelet.dra.handler import ClaimError, ClaimInfo, OpaqueConfig, PreparedClaim
+from kgpu.kubelet.dra.handler import PreparedDevice as Prepared
+
+DRIVER = "gpu.nvidia.com"
+CDI_KIND = "k8s.gpu.nvidia.com/claim"
+
+Obj = dict[str, Any]
+
+
+def mig_cap_minors(gpu_minor: int, gi_id: int, ci_id: int) -> tuple[int, int]:
+    """Minor numbers of ``gpu<minor>/gi<gi>/access`` and ``.../ci<ci>/access`` in
+    ``/proc/driver/nvidia-caps/mig-minors``: after ``config`` (1) and ``monitor`` (2), each GPU
+    has 15 GPU instances of 1 access + 8 compute-instance minors each."""
+    gi = 3 + gpu_minor * 15 * 9 + gi_id * 9
+    return gi, gi + 1 + ci_id
+
+
+@dataclass(frozen=True)
+class ResolvedDevice:
+    """A published device name resolved to the hardware behind it."""
+
+    name: str
+    uuid: str
+    gpu: Gpu
+    mig: MigDevice | None = None
+    dynamic: bool = False  # a partitionable MIG placement materialised for this claim
+
+    @property
+    def kind(self) -> str:
+        return "mig" if self.mig is not None else "gpu"
+
+
+def _attr(device: Mapping[str, Any], name: str) -> Any:
+    value = (device.get("attributes") or {}).get(name) or {}
+    return next(iter(value.values()), None) if isinstance(value, Mapping) else None
+
+
+def resolve_devices(
+    machine: Machine, node_name: str, dynamic_mig: bool
+) -> dict[str, ResolvedDevice]:
+    """Device name -> hardware, for every device the node publishes (static and partitionable).
+
+    Uses the same slice builder the agent publishes with, so names always agree with the pool.
+    """
+    from kgpu.dra.slices import resource_slices
+
+    out: dict[str, ResolvedDevice] = {}
+    gpus = {g.uuid: g for g in machine.gpus}
+    for partitionable in (False, True):
+        for slice_ in resource_slices(machine, node_name, partitionable=partitionable):
+            for device in slice_["spec"].get("devices") or []:
+                name = device["name"]
+                if name in out:
+                    continue
+                uuid = _attr(device, "uuid")
+                if uuid is not None:
+                    found = machine.by_uuid(str(uuid))
+                    if isinstance(found, Gpu):
+                        out[name] = ResolvedDevice(name, found.uuid, found)
+                    else:
+                        out[name] = ResolvedDevice(name, found.uuid, gpus[found.parent_uuid], found)
+                    continue
+                parent = gpus.get(str(_attr(device, "parentUUID")))
+                if parent is None or not dynamic_mig:
+                    continue
+                resolved = _placement(device, parent)
+                if resolved is not None:
+                    out[name] = resolved
+    return out
+
+
+def _placement(device: Mapping[str, Any], parent: Gpu) -> ResolvedDevice | None:
+    """A partitionable MIG placement: the MIG device there now, or the one MIG would create."""
+    from kgpu.hardware.mig import geometry_for, gi_id_for
+    from kgpu.hardware.profiles import stable_uuid
+
+    profile = str(_attr(device, "profile"))
+    slices = sorted(
+        int(key[len("memorySlice") :])
+        for key in (device.get("capacity") or {})
+        if key.startswith("memorySlice")
+    )
+    geometry = geometry_for(parent)
+    if not slices or geometry is None or profile not in geometry.profiles:
+        return None
+    start, size = slices[0], len(slices)
+    for mig in parent.mig_devices:
+        if mig.profile == profile and mig.placement_start == start:
+            return ResolvedDevice(device["name"], mig.uuid, parent, mig)
+    spec = geometry.profiles[profile]
+    gi_id = gi_id_for(geometry, size, start)
+    mig = MigDevice(
+        parent_index=parent.index,
+        parent_uuid=parent.uuid,
+        index=len(parent.mig_devices),
+        uuid=stable_uuid("MIG", parent.uuid, gi_id),
+        profile=profile,
+        gi_id=gi_id,
+        ci_id=0,
+        placement_start=start,
+        placement_size=size,
+        memory_mib=spec.memory_mib,
+        compute_slices=spec.compute_slices,
+    )
+    return ResolvedDevice(device["name"], mig.uuid, parent, mig, dynamic=True)
+
+
+def device_edits(device: ResolvedDevice, dev_root: str = "/dev") -> ContainerEdits:
+    nodes = [DeviceNode(f"{dev_root}/nvidia{device.gpu.minor}")]
+    if device.mig is not None:
+        gi, ci = mig_cap_minors(device.gpu.minor, device.mig.gi_id, device.mig.ci_id)
+        nodes += [
+            DeviceNode(f"{dev_root}/nvidia-caps/nvidia-cap{gi}"),
+            DeviceNode(f"{dev_root}/nvidia-caps/nvidia-cap{ci}"),
+        ]
+    return ContainerEdits(device_nodes=tuple(nodes))
+
+
+def common_edits(dev_root: str = "/dev") -> ContainerEdits:
+    return ContainerEdits(
+        env=("NVIDIA_VISIBLE_DEVICES=void",),
+        device_nodes=tuple(
+            DeviceNode(f"{dev_root}/{name}")
+            for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
+        ),
+    )
+
+
+def _choose_config(
+    result: Mapping[str, Any],
+    device: ResolvedDevice,
+    configs: Sequence[tuple[OpaqueConfig, opaque.DeviceConfig]],
+) -> tuple[OpaqueConfig, opaque.DeviceConfig] | None:
+    """The config that governs one result: the last applicable one. A config that names the
+    request explicitly must fit the device type; a catch-all one of the other type is skipped."""
+    request = str(result.get("request", ""))
+    wanted = opaque.MIG_DEVICE_CONFIG if device.kind == "mig" else opaque.GPU_CONFIG
+    for raw, parsed in reversed(configs):
+        if not raw.applies_to(request):
+            continue
+        if parsed.kind == wanted:
+            return raw, parsed
+        if raw.requests:
+            raise FieldError(
+                FieldProblem(
+                    f"{parsed.kind} cannot configure {device.kind.upper()} device "
+                    f"{device.name} of request {request!r}; use {wanted}",
+                    f"{raw.path}.kind",
+                )
+            )
+    return None
+
+
+class GpuHandler:
+    """:class:`~kgpu.kubelet.dra.handler.DriverHandler` for ``gpu.nvidia.com``.
+
+    ``dynamic_mig`` lets a claim use a partitionable MIG placement that does not exist yet
+    (the simulator materialises it); on a real node only existing devices are prepared.
+    """
+
+    driver = DRIVER
+    cdi_kind = CDI_KIND
+
+    def __init__(
+        self,
+        machine: Machine,
+        node_name: str,
+        plugin_dir: Path,
+        *,
+        dev_root: str = "/dev",
+        dynamic_mig: bool = False,
+        partitionable: bool = False,
+    ) -> None:
+        self.node_name = node_name
+        self.plugin_dir = plugin_dir
+        self.mps_root = plugin_dir / "mps"
+        self.dev_root = dev_root
+        self.dynamic_mig = dynamic_mig
+        self.partitionable = partitionable
+        self._lock = threading.Lock()
+        self._machine = machine
+        self._devices: dict[str, ResolvedDevice] | None = None
+
+    def update_machine(self, machine: Machine) -> bool:
+        """Take a new hardware snapshot; True when it differs (slices must be republished)."""
+        with self._lock:
+            if machine == self._machine:
+                return False
+            self._machine = machine
+            self._devices = None
+            return True
+
+    @property
+    def machine(self) -> Machine:
+        return self._machine
+
+    def devices(self) -> dict[str, ResolvedDevice]:
+        with self._lock:
+            if self._devices is None:
+                self._devices = resolve_devices(self._machine, self.node_name, self.dynamic_mig)
+            return self._devices
+
+    # -- DriverHandler ---------------------------------------------------------------------
+    def resource_slices(self, node_name: str) -> list[Obj]:
+        from kgpu.dra.slices import resource_slices
+
+        return resource_slices(self._machine, node_name, partitionable=self.partitionable)
+
+    def restore(self, states: Mapping[str, Mapping[str, Any]]) -> None:
+        """Nothing to rebuild: everything a GPU claim holds is on disk and in its state."""
+
+    def prepare(self, claim: ClaimInfo) -> PreparedClaim:
+        configs = [(c, opaque.parse_config(c.parameters, c.path)) for c in claim.configs]
+        known = self.devices()
+        resolved: list[tuple[Mapping[str, Any], ResolvedDevice]] = []
+        for i, result in enumerate(claim.results):
+            name = str(result.get("device", ""))
+            pool = str(result.get("pool", ""))
+            if pool != self.node_name:
+                raise ClaimError(
+                    f"device {pool}/{name} (results[{i}]) is not in this node's pool "
+                    f"{self.node_name!r}"
+                )
+            if name not in known:
+                raise ClaimError(
+                    f"device {name} (status.allocation.devices.results[{i}]) does not exist on "
+                    f"node {self.node_name}"
+                )
+            resolved.append((result, known[name]))
+
+        groups: dict[int, list[tuple[Mapping[str, Any], ResolvedDevice]]] = {}
+        chosen: dict[int, tuple[OpaqueConfig, opaque.DeviceConfig] | None] = {}
+        for result, device in resolved:
+            choice = _choose_config(result, device, configs)
+            key = id(choice[0]) if choice else 0
+            groups.setdefault(key, []).append((result, device))
+            chosen[key] = choice
+
+        devices: list[Prepared] = []
+        sharing_state: list[Obj] = []
+        mps_ids: list[str] = []
+        for key, members in groups.items():
+            choice = chosen[key]
+            uuids = [device.uuid for _, device in members]
+            plan = opaque.SharingPlan()
+            if choice is not None:
+                raw, parsed = choice
+                plan = opaque.sharing_plan(parsed, claim.uid, uuids, raw.path)
+            extra = ContainerEdits(env=plan.env)
+            if plan.mps_id is not None:
+                mps_dir = self.mps_root / plan.mps_id
+                for sub in ("pipe", "shm", "log"):
+                    (mps_dir / sub).mkdir(parents=True, exist_ok=True)
+                mps_ids.append(plan.mps_id)
+                extra = extra.merged(
+                    ContainerEdits(
+                        mounts=tuple(
+                            Mount(
+                                str(self.mps_root / host),
+                                container,
+                                ("rw", "nosuid", "nodev", "bind"),
+                            )
+                            for host, container in plan.mounts
+                        )
+                    )
+                )
+            if plan.settings:
+                sharing_state.append({"devices": [d.name for _, d in members], **plan.settings})
+            for result, device in members:
+                devices.append(
+                    Prepared(
+                        requests=(str(result.get("request", "")),),
+                        pool=str(result.get("pool", "")),
+                        device=device.name,
+                        cdi_name=f"{claim.uid}-{device.name}",
+                        edits=device_edits(device, self.dev_root).merged(extra),
+                    )
+                )
+        state: Obj = {
+            "devices": {
+                d.name: {
+                    "uuid": d.uuid,
+                    "type": d.kind,
+                    "parentUUID": d.gpu.uuid,
+                    "dynamic": d.dynamic,
+                }
+                for _, d in resolved
+            }
+        }
+        if sharing_state:
+            state["sharing"] = sharing_state
+        if mps_ids:
+            state["mps"] = mps_ids
+        return PreparedClaim(tuple(devices), common_edits(self.dev_root), state)
+
+    def unprepare(self, claim_uid: str, state: Mapping[str, Any] | None) -> None:
+        """Remove the claim's MPS directories (by uid prefix, so an incomplete preparation
+        whose state was never recorded is cleaned up too)."""
+        if not claim_uid or not self.mps_root.is_dir():
+            return
+        for path in self.mps_root.iterdir():
+            if path.name.startswith(f"{claim_uid}-"):
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def visible_uuids(state: Mapping[str, Any], device_names: Sequence[str]) -> list[str]:
+    """UUIDs of the named devices of a prepared claim (from its checkpoint state)."""
+    known = state.get("devices") or {}
+    return [str(known[n]["uuid"]) for n in device_names if n in known]
