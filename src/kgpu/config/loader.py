@@ -48,7 +48,7 @@ _OPERATOR_KEYS = {
 _DRA_KEYS = {"kubeletPlugin", "controller", "gpuResourcesEnabledOverride", "nvidiaDriverRoot"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PluginConfigEntry:
     name: str
     config: DevicePluginConfig
@@ -207,7 +207,9 @@ def _add_operator_values(builder: _Builder, doc: dict[str, Any], *, file: str) -
             builder.add_mig(load_yaml_mapping(text, file=file, entry=path), file=file, entry=path)
     elif mig_data is not None:
         raise FieldError(
-            FieldProblem("must be a mapping of file names to strings", "migManager.config.data", file)
+            FieldProblem(
+                "must be a mapping of file names to strings", "migManager.config.data", file
+            )
         )
     mig_default = _get(doc, "migManager", "config", "default")
     if isinstance(mig_default, str) and mig_default:
@@ -217,7 +219,9 @@ def _add_operator_values(builder: _Builder, doc: dict[str, Any], *, file: str) -
         for key, text in dp_data.items():
             path = join_path("devicePlugin", "config", "data", str(key))
             if not isinstance(text, str):
-                raise FieldError(FieldProblem("must be a string (a device-plugin config)", path, file))
+                raise FieldError(
+                    FieldProblem("must be a string (a device-plugin config)", path, file)
+                )
             data = load_yaml_mapping(text, file=file, entry=path)
             builder.add_plugin(str(key), data, file=file, entry=path)
     dp_default = _get(doc, "devicePlugin", "config", "default")
@@ -225,7 +229,9 @@ def _add_operator_values(builder: _Builder, doc: dict[str, Any], *, file: str) -
         builder.default_plugin = dp_default
 
 
-def _add_document(builder: _Builder, doc: Any, *, file: str, name: str, index: int, count: int) -> str:
+def _add_document(
+    builder: _Builder, doc: Any, *, file: str, name: str, index: int, count: int
+) -> str:
     kind = classify(doc)
     where = f"document {index}" if count > 1 else ""
     if kind == "plugin-config":
@@ -238,13 +244,18 @@ def _add_document(builder: _Builder, doc: Any, *, file: str, name: str, index: i
         _add_operator_values(builder, doc, file=file)
     elif kind == "dra-values":
         builder.warnings.append(
-            str(FieldProblem("DRA driver Helm values: nothing here changes the node plan", file=file))
+            str(
+                FieldProblem(
+                    "DRA driver Helm values: nothing here changes the node plan", file=file
+                )
+            )
         )
     elif kind == "manifest":
         builder.warnings.append(
             str(
                 FieldProblem(
-                    f"{doc.get('kind')} manifest is not a config; ignored (kgpu validate checks it)",
+                    f"{doc.get('kind')} manifest is not a config; ignored "
+                    "(kgpu validate checks it)",
                     file=file,
                     entry=where,
                 )

@@ -91,7 +91,7 @@ class MigPartedSpec(StrictModel):
         return value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MigConfig:
     """One named mig config and where it came from (for error messages)."""
 
@@ -123,7 +123,9 @@ def parse_mig_parted(data: Any, *, file: str = "", entry: str = "") -> ParsedMig
     return ParsedMigParted(configs, tuple(warnings))
 
 
-def layout_for(config: MigConfig, gpus: tuple[Gpu, ...]) -> tuple[dict[int, dict[str, int] | None], list[str]]:
+def layout_for(
+    config: MigConfig, gpus: tuple[Gpu, ...]
+) -> tuple[dict[int, dict[str, int] | None], list[str]]:
     """What ``config`` asks of each GPU (absent: untouched), and warnings about the selection.
 
     As mig-parted walks entries in order, a GPU selected by several entries ends up with the last.
@@ -192,7 +194,9 @@ def pci_device_id(product_name: str) -> str | None:
 @functools.cache
 def builtin_mig_configs() -> dict[str, MigConfig]:
     """The GPU Operator's default mig-parted configs (``default-mig-parted-config``)."""
-    text = resources.files("kgpu.config").joinpath("data/default-mig-parted-config.yaml").read_text()
+    text = (
+        resources.files("kgpu.config").joinpath("data/default-mig-parted-config.yaml").read_text()
+    )
     data = load_yaml_mapping(text, file=BUILTIN_SOURCE)
     parsed = parse_mig_parted(data, file=BUILTIN_SOURCE)
     return parsed.configs

@@ -385,7 +385,10 @@ def parse_plugin_config(data: Any, *, file: str = "", entry: str = "") -> Parsed
                         entry,
                     )
                 )
-    for strategy, key in ((config.sharing.time_slicing, "timeSlicing"), (config.sharing.mps, "mps")):
+    for strategy, key in (
+        (config.sharing.time_slicing, "timeSlicing"),
+        (config.sharing.mps, "mps"),
+    ):
         if strategy is None:
             continue
         seen: dict[str, int] = {}
@@ -396,7 +399,8 @@ def parse_plugin_config(data: Any, *, file: str = "", entry: str = "") -> Parsed
                     str(
                         FieldProblem(
                             f"{res.name} is not a resource the device plugin advertises "
-                            "(nvidia.com/gpu or nvidia.com/mig-<profile>); this entry never applies",
+                            "(nvidia.com/gpu or nvidia.com/mig-<profile>); "
+                            "this entry never applies",
                             join_path(path, "name"),
                             file,
                             entry,
