@@ -1,0 +1,313 @@
+"""The node side of driver ``compute-domain.nvidia.com``: a :class:`DriverHandler` for the
+agent's DRA kubelet-plugin framework (the simulator's kubelets use the same class).
+
+Preparing a *channel* claim gives the claim's domain an IMEX channel on this node (one per
+domain, never shared between domains), labels the node for the domain so that the domain's
+DaemonSet starts an IMEX daemon here (as upstream's plugin does), and returns the CDI edits
+that create ``/dev/nvidia-caps-imex-channels/channel<N>`` in the container. Preparing a
+*daemon* claim writes that daemon's ``config.cfg`` and ``nodes_config.cfg`` under
+``<work_dir>/domains/<uid>/`` and mounts the directory at ``/etc/nvidia-imex``. The Kubernetes
+API is reached only through the object store; claim state lives in the framework's checkpoint
+(``PreparedClaim.state``), so a restarted agent keeps its channel numbers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kgpu.cluster.store import Conflict, NotFound, ObjectStore
+from kgpu.computedomain.api import (
+    API_VERSION,
+    CHANNEL_CONFIG_KIND,
+    CLIQUE_LABEL,
+    DAEMON_CONFIG_KIND,
+    DRIVER,
+    KIND,
+    ComputeDomain,
+    node_label,
+    parse_compute_domain,
+)
+from kgpu.computedomain.imex import (
+    CDI_KIND,
+    IMEX_CONFIG,
+    IMEX_CONFIG_DIR,
+    MAX_CHANNELS,
+    NODES_CONFIG,
+    ChannelsExhausted,
+    assign_channel,
+    cdi_device_name,
+    channel_path,
+    node_ip,
+    render_imex_config,
+    render_nodes_config,
+)
+from kgpu.computedomain.placement import node_ready
+from kgpu.computedomain.slices import DEFAULT_SLOTS, node_slice
+from kgpu.errors import FieldError, FieldProblem
+from kgpu.kubelet.cdi import ContainerEdits, DeviceNode, Mount, write_atomic
+from kgpu.kubelet.dra.handler import (
+    ClaimError,
+    ClaimInfo,
+    OpaqueConfig,
+    PreparedClaim,
+    PreparedDevice,
+)
+
+Obj = dict[str, Any]
+_KINDS = {"channel": CHANNEL_CONFIG_KIND, "daemon": DAEMON_CONFIG_KIND}
+
+
+def _device_type(device: str) -> str:
+    return device.split("-", 1)[0]
+
+
+def _parse_config(config: OpaqueConfig) -> tuple[str, str, str]:
+    """(kind, domainID, allocationMode) of one opaque config, or a FieldError naming the field."""
+    params = config.parameters
+    if not isinstance(params, Mapping):
+        raise FieldError(FieldProblem("must be an object", config.path))
+    problems = []
+    if params.get("apiVersion") != API_VERSION:
+        problems.append(
+            FieldProblem(
+                f"must be {API_VERSION!r}, got {params.get('apiVersion')!r}",
+                f"{config.path}.apiVersion",
+            )
+        )
+    kind = params.get("kind")
+    if kind not in _KINDS.values():
+        problems.append(
+            FieldProblem(
+                f"must be {CHANNEL_CONFIG_KIND} or {DAEMON_CONFIG_KIND}, got {kind!r}",
+                f"{config.path}.kind",
+            )
+        )
+    domain = params.get("domainID")
+    if not isinstance(domain, str) or not domain:
+        problems.append(FieldProblem("cannot be empty", f"{config.path}.domainID"))
+    mode = params.get("allocationMode", "Single") or "Single"
+    if mode not in ("Single", "All"):
+        problems.append(
+            FieldProblem(f"must be Single or All, got {mode!r}", f"{config.path}.allocationMode")
+        )
+    for key in params:
+        if key not in ("apiVersion", "kind", "domainID", "allocationMode"):
+            problems.append(FieldProblem("unknown field", f"{config.path}.{key}"))
+    if problems:
+        raise FieldError(problems)
+    return str(kind), str(domain), str(mode)
+
+
+class ComputeDomainHandler:
+    """Driver ``compute-domain.nvidia.com`` on one node (a ``DriverHandler``)."""
+
+    driver = DRIVER
+    cdi_kind = CDI_KIND
+
+    def __init__(
+        self,
+        node_name: str,
+        store: ObjectStore,
+        work_dir: Path,
+        *,
+        clique: str | None = None,
+        slots: int = DEFAULT_SLOTS,
+    ) -> None:
+        self.node_name = node_name
+        self.store = store
+        self.work_dir = Path(work_dir)
+        self.clique = clique
+        self.slots = slots
+        self._claims: dict[str, dict[str, Any]] = {}
+
+    # -- DriverHandler ------------------------------------------------------------------------
+    def resource_slices(self, node_name: str) -> list[Obj]:
+        if self._clique() is None:
+            return []
+        return [node_slice(node_name, slots=self.slots)]
+
+    def restore(self, states: Mapping[str, Mapping[str, Any]]) -> None:
+        self._claims = {uid: dict(state) for uid, state in states.items() if state}
+
+    def prepare(self, claim: ClaimInfo) -> PreparedClaim:
+        if claim.uid in self._claims:  # called again after a crash: same answer, no new channel
+            self.unprepare(claim.uid, self._claims[claim.uid])
+        devices: list[PreparedDevice] = []
+        state: dict[str, Any] = {}
+        for result in claim.results:
+            device = str(result.get("device", ""))
+            request = str(result.get("request", ""))
+            dtype = _device_type(device)
+            if dtype not in _KINDS:
+                raise ClaimError(f"unknown {DRIVER} device {device!r}")
+            configs = [c for c in claim.configs if c.applies_to(request)]
+            if not configs:
+                raise ClaimError(
+                    f"request {request!r}: no {_KINDS[dtype]} for driver {DRIVER}; claims for "
+                    "IMEX channels and daemons come from a ComputeDomain's claim templates"
+                )
+            kind, domain_uid, mode = _parse_config(configs[-1])
+            if kind != _KINDS[dtype]:
+                raise ClaimError(f"device {device} is a {dtype} but its config is a {kind}")
+            domain = self._domain(domain_uid)
+            if dtype == "channel":
+                if domain.namespace != claim.namespace:
+                    raise ClaimError(
+                        "the ResourceClaim's namespace is different than the "
+                        "ComputeDomain's namespace"
+                    )
+                edits, state = self._prepare_channel(domain, mode)
+            else:
+                edits, state = self._prepare_daemon(domain)
+            devices.append(
+                PreparedDevice(
+                    requests=(request,),
+                    pool=str(result.get("pool", self.node_name)),
+                    device=device,
+                    cdi_name=cdi_device_name(claim.uid, device),
+                    edits=edits,
+                )
+            )
+        self._claims[claim.uid] = state
+        return PreparedClaim(devices=tuple(devices), state=state)
+
+    def unprepare(self, claim_uid: str, state: Mapping[str, Any] | None) -> None:
+        known = self._claims.pop(claim_uid, None)
+        state = state or known
+        if not state:
+            return
+        domain = str(state.get("domain", ""))
+        same = [s for s in self._claims.values() if s.get("domain") == domain]
+        if state.get("type") == "channel" and not any(s["type"] == "channel" for s in same):
+            self._set_label(domain, present=False)
+        if state.get("type") == "daemon" and not any(s["type"] == "daemon" for s in same):
+            shutil.rmtree(self.domain_dir(domain), ignore_errors=True)
+
+    # -- queries --------------------------------------------------------------------------------
+    def channels(self) -> dict[str, int]:
+        """IMEX channel per domain uid on this node."""
+        return {
+            str(s["domain"]): int(s["channel"])
+            for s in self._claims.values()
+            if s.get("type") == "channel"
+        }
+
+    def daemon_domains(self) -> list[str]:
+        return sorted({str(s["domain"]) for s in self._claims.values() if s["type"] == "daemon"})
+
+    def domain_dir(self, domain_uid: str) -> Path:
+        return self.work_dir / "domains" / domain_uid
+
+    def sync_daemons(self) -> list[str]:
+        """Rewrite each local IMEX daemon's ``nodes_config.cfg`` from the domain's current
+        nodes, as upstream's daemon does when the domain's node list changes; returns the
+        domains whose file changed."""
+        changed = []
+        for uid in self.daemon_domains():
+            path = self.domain_dir(uid) / NODES_CONFIG
+            text = render_nodes_config(self._peer_ips(uid))
+            old = path.read_text(encoding="utf-8") if path.exists() else None
+            if old != text:
+                write_atomic(path, text)
+                changed.append(uid)
+        return changed
+
+    # -- internals --------------------------------------------------------------------------
+    def _clique(self) -> str | None:
+        if self.clique is not None:
+            return self.clique
+        try:
+            node = self.store.get("v1", "Node", self.node_name)
+        except NotFound:
+            return None
+        return ((node.get("metadata") or {}).get("labels") or {}).get(CLIQUE_LABEL) or None
+
+    def _domain(self, uid: str) -> ComputeDomain:
+        for obj in self.store.list(API_VERSION, KIND):
+            if (obj.get("metadata") or {}).get("uid") == uid:
+                return parse_compute_domain(obj)
+        raise ClaimError(f"ComputeDomain with uid {uid} not found")
+
+    def _prepare_channel(self, domain: ComputeDomain, mode: str) -> tuple[ContainerEdits, Obj]:
+        try:
+            channel = assign_channel(self.channels(), domain.uid, MAX_CHANNELS)
+        except ChannelsExhausted as exc:
+            raise ClaimError(str(exc)) from exc
+        self._set_label(domain.uid, present=True)
+        channels = range(MAX_CHANNELS) if mode == "All" else (channel,)
+        edits = ContainerEdits(device_nodes=tuple(DeviceNode(channel_path(c)) for c in channels))
+        state = {
+            "type": "channel",
+            "domain": domain.uid,
+            "channel": channel,
+            "mode": mode,
+            "ref": domain.ref,
+        }
+        return edits, state
+
+    def _prepare_daemon(self, domain: ComputeDomain) -> tuple[ContainerEdits, Obj]:
+        directory = self.domain_dir(domain.uid)
+        write_atomic(directory / IMEX_CONFIG, render_imex_config(self._own_ip()))
+        write_atomic(directory / NODES_CONFIG, render_nodes_config(self._peer_ips(domain.uid)))
+        edits = ContainerEdits(
+            env=(
+                f"CLIQUE_ID={self._clique() or ''}",
+                f"COMPUTE_DOMAIN_UUID={domain.uid}",
+                f"COMPUTE_DOMAIN_NAME={domain.name}",
+                f"COMPUTE_DOMAIN_NAMESPACE={domain.namespace}",
+            ),
+            mounts=(Mount(str(directory), IMEX_CONFIG_DIR, ("rw", "nosuid", "nodev", "bind")),),
+        )
+        return edits, {"type": "daemon", "domain": domain.uid, "ref": domain.ref}
+
+    def _own_ip(self) -> str:
+        try:
+            node: Obj | None = self.store.get("v1", "Node", self.node_name)
+        except NotFound:
+            node = None
+        return node_ip(node, self.node_name)
+
+    def _peer_ips(self, domain_uid: str) -> list[str]:
+        """IPs of the healthy nodes labelled for the domain in this node's clique (self
+        included): upstream's daemons likewise list only peers of their own clique."""
+        key = node_label(domain_uid)
+        clique = self._clique()
+        ips = {self._own_ip()}
+        for node in self.store.list("v1", "Node"):
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            if labels.get(key) != "true" or labels.get(CLIQUE_LABEL) != clique:
+                continue
+            if not _healthy(node):
+                continue
+            ips.add(node_ip(node, str(node["metadata"]["name"])))
+        return sorted(ips)
+
+    def _set_label(self, domain_uid: str, *, present: bool) -> None:
+        key = node_label(domain_uid)
+        for _ in range(5):
+            try:
+                node = self.store.get("v1", "Node", self.node_name)
+            except NotFound:
+                return
+            labels = node.setdefault("metadata", {}).setdefault("labels", {}) or {}
+            node["metadata"]["labels"] = labels
+            if present == (labels.get(key) == "true"):
+                return
+            if present:
+                labels[key] = "true"
+            else:
+                labels.pop(key, None)
+            with contextlib.suppress(Conflict):
+                self.store.update(node)
+                return
+
+
+def _healthy(node: Mapping[str, Any]) -> bool:
+    """Up, whether or not cordoned: a cordoned node still runs its IMEX daemon."""
+    spec = dict(node.get("spec") or {})
+    spec.pop("unschedulable", None)
+    return node_ready({**node, "spec": spec})

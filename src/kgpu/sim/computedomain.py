@@ -1,0 +1,344 @@
+"""ComputeDomains in the simulated cluster: the controller, the node side of driver
+``compute-domain.nvidia.com``, and clique-aware placement.
+
+* :class:`ComputeDomainController` runs :func:`kgpu.computedomain.reconcile.reconcile` in the
+  controller loop, then lets every node's simulated IMEX daemon re-read its domain's node list
+  (upstream's daemon rewrites ``nodes_config.cfg`` when the domain's nodes change).
+* :class:`ComputeDomainKubeletPlugin` is the kubelet's DRA plugin for that driver on every
+  simulated node: it runs the agent's own :class:`~kgpu.kubelet.dra.plugin.DraPlugin` with the
+  agent's :class:`~kgpu.computedomain.node.ComputeDomainHandler` (checkpoint, CDI files and IMEX
+  config files under ``work_dir/<node>/``), so the simulator exercises the agent's code.
+* :class:`CliqueSchedulerPlugin` keeps the pods holding one domain's channel claim inside one
+  NVLink clique and within ``numNodes`` nodes, and says why when no clique has room.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kgpu.cluster.store import NotFound, ObjectStore
+from kgpu.computedomain.api import (
+    API_VERSION,
+    CLIQUE_LABEL,
+    DOMAIN_LABEL,
+    DRIVER,
+    KIND,
+    TARGET_LABEL,
+    TARGET_WORKLOAD,
+    ComputeDomain,
+    parse_compute_domain,
+)
+from kgpu.computedomain.imex import CHANNEL_DIR
+from kgpu.computedomain.node import ComputeDomainHandler
+from kgpu.computedomain.objects import DRIVER_NAMESPACE
+from kgpu.computedomain.placement import place, room_view
+from kgpu.computedomain.reconcile import node_healthy, reconcile
+from kgpu.computedomain.slices import machine_clique
+from kgpu.dra.publish import publish_slices, unpublish_slices
+from kgpu.errors import FieldError
+from kgpu.hardware.model import Machine
+from kgpu.kubelet.dra.handler import ClaimRef
+from kgpu.kubelet.dra.plugin import DraPlugin
+from kgpu.sim.plugins import ContainerDevices, Event, NodeInfo
+
+Obj = dict[str, Any]
+RESOURCE_API = "resource.k8s.io/v1"
+
+#: Node agents per store, so the controller can wake the simulated IMEX daemons.
+_AGENTS: weakref.WeakKeyDictionary[Any, weakref.WeakSet[ComputeDomainKubeletPlugin]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _pod_key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+
+
+def claim_name_for(
+    pod: Mapping[str, Any], entry: Mapping[str, Any], store: ObjectStore
+) -> str | None:
+    """The ResourceClaim behind one ``spec.resourceClaims[]`` entry of a pod: the named claim,
+    the one recorded in ``status.resourceClaimStatuses``, or the claim generated for the pod
+    from the template (annotation ``resource.kubernetes.io/pod-claim-name``)."""
+    if entry.get("resourceClaimName"):
+        return str(entry["resourceClaimName"])
+    for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+        if status.get("name") == entry.get("name") and status.get("resourceClaimName"):
+            return str(status["resourceClaimName"])
+    meta = pod.get("metadata") or {}
+    ns = meta.get("namespace") or "default"
+    for claim in store.list(RESOURCE_API, "ResourceClaim", namespace=ns):
+        cmeta = claim.get("metadata") or {}
+        owners = {o.get("name") for o in cmeta.get("ownerReferences") or []}
+        pod_claim = (cmeta.get("annotations") or {}).get("resource.kubernetes.io/pod-claim-name")
+        if pod_claim == entry.get("name") and meta.get("name") in owners:
+            return str(cmeta.get("name"))
+    return None
+
+
+class ComputeDomainKubeletPlugin:
+    """The kubelet DRA plugin of ``compute-domain.nvidia.com`` on every simulated node."""
+
+    name = DRIVER
+
+    def __init__(self, work_dir: Path) -> None:
+        self.work_dir = Path(work_dir)
+        self._plugins: dict[str, DraPlugin] = {}
+        self._handlers: dict[str, ComputeDomainHandler] = {}
+        self._pods: dict[tuple[str, str], set[str]] = {}  # (node, claim uid) -> pod keys
+
+    def handler(self, node_name: str) -> ComputeDomainHandler | None:
+        return self._handlers.get(node_name)
+
+    def node_dir(self, node_name: str) -> Path:
+        return self.work_dir / node_name
+
+    def _plugin(self, node_name: str, store: ObjectStore, clique: str | None) -> DraPlugin:
+        plugin = self._plugins.get(node_name)
+        if plugin is None:
+            root = self.node_dir(node_name)
+            handler = ComputeDomainHandler(
+                node_name, store, root / "plugins" / DRIVER, clique=clique
+            )
+            plugin = DraPlugin(handler, root / "plugins" / DRIVER, root / "cdi", store)
+            self._plugins[node_name] = plugin
+            self._handlers[node_name] = handler
+        elif clique is not None:
+            self._handlers[node_name].clique = clique
+        return plugin
+
+    def register_node(self, node_name: str, machine: Machine | None, store: ObjectStore) -> None:
+        _AGENTS.setdefault(store, weakref.WeakSet()).add(self)
+        clique = machine_clique(machine)
+        plugin = self._plugin(node_name, store, clique)
+        slices = plugin.handler.resource_slices(node_name)
+        if slices:
+            publish_slices(store, DRIVER, node_name, slices)
+        else:
+            unpublish_slices(store, DRIVER, node_name)
+
+    def prepare(self, pod: Obj, node_name: str, store: ObjectStore) -> dict[str, ContainerDevices]:
+        """NodePrepareResources for the pod's claims of this driver; raises with the plugin's
+        error (the kubelet keeps the pod in ContainerCreating) when one fails."""
+        _AGENTS.setdefault(store, weakref.WeakSet()).add(self)
+        plugin = self._plugin(node_name, store, None)
+        spec = pod.get("spec") or {}
+        ns = (pod.get("metadata") or {}).get("namespace") or "default"
+        out: dict[str, ContainerDevices] = {}
+        for entry in spec.get("resourceClaims") or []:
+            name = claim_name_for(pod, entry, store)
+            if name is None:
+                continue
+            try:
+                claim = store.get(RESOURCE_API, "ResourceClaim", name, ns)
+            except NotFound:
+                continue
+            results = ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
+            mine = [
+                r
+                for r in results.get("results") or []
+                if r.get("driver") == DRIVER and r.get("pool") == node_name
+            ]
+            if not mine:
+                continue
+            meta = claim["metadata"]
+            ref = ClaimRef(ns, str(meta["uid"]), str(meta["name"]))
+            result = plugin.prepare([ref], {ref.uid: claim})[ref.uid]
+            if result.error:
+                raise RuntimeError(f"{DRIVER}: claim {ns}/{ref.name}: {result.error}")
+            self._pods.setdefault((node_name, ref.uid), set()).add(_pod_key(pod))
+            ids = [i for d in result.devices for i in d.cdi_device_ids]
+            paths = self._device_paths(plugin, ref.uid)
+            for container in spec.get("containers") or []:
+                wanted = {
+                    c.get("name") for c in (container.get("resources") or {}).get("claims") or []
+                }
+                if entry.get("name") in wanted:
+                    got = out.setdefault(str(container["name"]), ContainerDevices())
+                    got.devices.extend(ids + paths)
+        return out
+
+    def _device_paths(self, plugin: DraPlugin, claim_uid: str) -> list[str]:
+        """The IMEX channel device nodes the runtime creates for the claim (shown per pod);
+        for allocationMode All just the directory, not 2048 paths."""
+        record = plugin.prepared().get(claim_uid)
+        spec = (record.cdi_spec if record else None) or {}
+        paths = [
+            str(node["path"])
+            for device in spec.get("devices") or []
+            for node in (device.get("containerEdits") or {}).get("deviceNodes") or []
+        ]
+        return paths if len(paths) <= 8 else [f"{CHANNEL_DIR}/*"]
+
+    def unprepare(self, pod: Obj, node_name: str, store: ObjectStore) -> None:
+        plugin = self._plugins.get(node_name)
+        if plugin is None:
+            return
+        key = _pod_key(pod)
+        for (node, uid), users in list(self._pods.items()):
+            if node != node_name or key not in users:
+                continue
+            users.discard(key)
+            if users:
+                continue
+            del self._pods[(node, uid)]
+            record = plugin.checkpoint.get(uid)
+            if record is not None:
+                plugin.unprepare([ClaimRef(record.namespace, uid, record.name)])
+
+    def sync_daemons(self) -> list[tuple[str, str]]:
+        """Let each node's IMEX daemons re-read their domain's node list; (node, uid) changed."""
+        return [
+            (node, uid)
+            for node, handler in sorted(self._handlers.items())
+            for uid in handler.sync_daemons()
+        ]
+
+
+def _to_event(e: Any) -> Event:
+    return Event(type=e.type, reason=e.reason, object=e.object, message=e.message)
+
+
+class ComputeDomainController:
+    """The ComputeDomain controller in the simulator's controller loop."""
+
+    name = "computedomain"
+
+    def __init__(self, namespace: str = DRIVER_NAMESPACE) -> None:
+        self.namespace = namespace
+        self.scheduler_plugin = CliqueSchedulerPlugin()
+
+    def reconcile(self, store: ObjectStore, now: float) -> list[Event]:
+        events = [_to_event(e) for e in reconcile(store, namespace=self.namespace)]
+        domains = {
+            str((d.get("metadata") or {}).get("uid")): d for d in store.list(API_VERSION, KIND)
+        }
+        for agent in list(_AGENTS.get(store, ())):
+            for node, uid in agent.sync_daemons():
+                meta = (domains.get(uid) or {}).get("metadata") or {}
+                what = f"ComputeDomain {meta.get('namespace', 'default')}/{meta.get('name', uid)}"
+                events.append(
+                    Event(
+                        "Normal",
+                        "IMEXNodesConfigUpdated",
+                        f"Node/{node}",
+                        f"IMEX daemon of {what} rewrote nodes_config.cfg",
+                    )
+                )
+        return events
+
+
+class CliqueSchedulerPlugin:
+    """kube-scheduler plugin: a domain's pods stay in one NVLink clique, on at most
+    ``numNodes`` nodes. Gangs (MPIJob workers) are placed all-or-none by the simulator; this
+    plugin's reservations make each worker see where the earlier ones went."""
+
+    name = "ComputeDomainClique"
+
+    def __init__(self) -> None:
+        self._reserved: dict[str, tuple[str, str, Obj]] = {}  # pod key -> (uid, node, pod)
+        self._cycle: dict[str, tuple[ComputeDomain, frozenset[str] | None]] = {}
+
+    def _domain_of(self, pod: Mapping[str, Any], store: ObjectStore) -> ComputeDomain | None:
+        spec = pod.get("spec") or {}
+        claims = spec.get("resourceClaims") or []
+        if not claims:
+            return None
+        ns = (pod.get("metadata") or {}).get("namespace") or "default"
+        for entry in claims:
+            template = entry.get("resourceClaimTemplateName")
+            if not template:
+                continue
+            try:
+                rct = store.get(RESOURCE_API, "ResourceClaimTemplate", str(template), ns)
+            except NotFound:
+                continue
+            labels = (rct.get("metadata") or {}).get("labels") or {}
+            uid = labels.get(DOMAIN_LABEL)
+            if not uid or labels.get(TARGET_LABEL) != TARGET_WORKLOAD:
+                continue
+            for obj in store.list(API_VERSION, KIND, namespace=ns):
+                if (obj.get("metadata") or {}).get("uid") == uid:
+                    try:
+                        return parse_compute_domain(obj)
+                    except FieldError:
+                        return None
+        return None
+
+    def prefilter(self, pod: Obj, store: ObjectStore) -> str | None:
+        key = _pod_key(pod)
+        self._cycle.pop(key, None)
+        domain = self._domain_of(pod, store)
+        if domain is None:
+            return None
+        nodes = store.list("v1", "Node")
+        by_name = {str(n["metadata"]["name"]): n for n in nodes}
+        pods = store.list("v1", "Pod")
+        members: dict[str, str | None] = {}
+        by_node: dict[str, list[Obj]] = {}
+        seen: set[str] = set()
+        for other in pods:
+            okey = _pod_key(other)
+            node = (other.get("spec") or {}).get("nodeName")
+            if not node or (other.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            seen.add(okey)
+            by_node.setdefault(str(node), []).append(other)
+            if okey != key and self._holds(other, domain) and node_healthy(by_name.get(node)):
+                members[str(node)] = _clique(by_name.get(node))
+        for okey, (uid, node, other) in self._reserved.items():
+            if okey in seen or okey == key:
+                continue
+            by_node.setdefault(node, []).append(other)
+            if uid == domain.uid and node_healthy(by_name.get(node)):
+                members[node] = _clique(by_name.get(node))
+        decision = place(domain.ref, domain.spec.num_nodes, members, room_view(pod, nodes, by_node))
+        self._cycle[key] = (domain, decision.allowed)
+        return decision.reason
+
+    @staticmethod
+    def _holds(pod: Mapping[str, Any], domain: ComputeDomain) -> bool:
+        ns = (pod.get("metadata") or {}).get("namespace") or "default"
+        return ns == domain.namespace and any(
+            rc.get("resourceClaimTemplateName") == domain.spec.channel_template
+            for rc in (pod.get("spec") or {}).get("resourceClaims") or []
+        )
+
+    def filter(self, pod: Obj, node: NodeInfo, store: ObjectStore) -> str | None:
+        hit = self._cycle.get(_pod_key(pod))
+        if hit is None:
+            return None
+        domain, allowed = hit
+        if allowed is None or node.name in allowed:
+            return None
+        if not node.labels.get(CLIQUE_LABEL):
+            return "node(s) had no NVLink clique"
+        return f"node(s) not in the NVLink clique of ComputeDomain {domain.ref}"
+
+    def reserve(self, pod: Obj, node: NodeInfo, store: ObjectStore) -> None:
+        hit = self._cycle.get(_pod_key(pod))
+        if hit is not None:
+            self._reserved[_pod_key(pod)] = (hit[0].uid, node.name, pod)
+
+    def unreserve(self, pod: Obj, node: NodeInfo, store: ObjectStore) -> None:
+        self._reserved.pop(_pod_key(pod), None)
+
+    def release(self, pod: Obj, store: ObjectStore) -> None:
+        self._reserved.pop(_pod_key(pod), None)
+        self._cycle.pop(_pod_key(pod), None)
+
+
+def _clique(node: Mapping[str, Any] | None) -> str | None:
+    return ((node or {}).get("metadata") or {}).get("labels", {}).get(CLIQUE_LABEL) or None
+
+
+__all__ = [
+    "CliqueSchedulerPlugin",
+    "ComputeDomainController",
+    "ComputeDomainKubeletPlugin",
+    "claim_name_for",
+]
