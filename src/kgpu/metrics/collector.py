@@ -1,0 +1,266 @@
+"""From one scrape's readings to metric families, and the exporter that never fails a scrape.
+
+:func:`collect` is pure: (machine snapshot, telemetry, who owns which device and process,
+options) -> series appended to a :class:`FamilySet`. :class:`Exporter` is the thin shell around
+it: it reads the sources at scrape time (no background thread rewrites values), resolves process
+owners through ``/proc/<pid>/cgroup``, counts every failed read in
+``kgpu_exporter_errors_total`` and renders text. Any one failure drops only what it touched.
+
+Series layout, as dcgm-exporter's: labels ``gpu``, ``UUID``, ``pci_bus_id``, ``device``
+(``nvidia<gpu>``), ``modelName``, then ``GPU_I_PROFILE``/``GPU_I_ID`` on MIG devices, then
+``Hostname`` (or ``hostname``), ``DCGM_FI_DRIVER_VERSION``, and ``container``, ``namespace``,
+``pod`` when exactly one container holds the device. MIG series carry the parent GPU's index,
+UUID and PCI bus id, as dcgm-exporter's do.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kgpu.hardware.model import Gpu, Machine, MigDevice
+from kgpu.metrics import fields as F
+from kgpu.metrics.attribution import Attribution
+from kgpu.metrics.cgroups import ProcCgroups
+from kgpu.metrics.exposition import Family, escape_label_value, render
+from kgpu.metrics.sources import PodRef, ProcessSample, Telemetry, TelemetrySource
+
+log = logging.getLogger(__name__)
+
+HOSTNAME_LABELS = ("Hostname", "hostname")
+
+_PER_GPU = tuple(s for s in F.DCGM_METRICS if not s.per_mig)
+_PER_DEVICE = tuple(s for s in F.DCGM_METRICS if s.per_mig)
+
+
+class FamilySet:
+    """Families in exposition order; series of several nodes merge under one HELP/TYPE."""
+
+    def __init__(self) -> None:
+        self.families: dict[str, Family] = {
+            spec.name: Family(spec)
+            for spec in (*F.DCGM_METRICS, F.POD_MEMORY_USED, F.POD_SM_UTIL, F.EXPORTER_ERRORS)
+        }
+
+    def __getitem__(self, name: str) -> Family:
+        return self.families[name]
+
+    def render(self) -> str:
+        return render(list(self.families.values()), keep_empty=(F.EXPORTER_ERRORS.name,))
+
+
+def _pair(name: str, value: str) -> str:
+    return f'{name}="{escape_label_value(value)}"'
+
+
+def _pod_labels(ref: PodRef) -> str:
+    return (
+        f",{_pair('container', ref.container)},{_pair('namespace', ref.namespace)}"
+        f",{_pair('pod', ref.name)}"
+    )
+
+
+def device_labels(
+    machine: Machine,
+    gpu: Gpu,
+    mig: MigDevice | None,
+    hostname: str,
+    hostname_label: str = "Hostname",
+) -> str:
+    """The label text every series of one GPU (or MIG device) starts with."""
+    parts = [
+        _pair("gpu", str(gpu.index)),
+        _pair("UUID", gpu.uuid),
+        _pair("pci_bus_id", gpu.pci_bus_id),
+        _pair("device", f"nvidia{gpu.index}"),
+        _pair("modelName", gpu.product_name),
+    ]
+    if mig is not None:
+        parts.append(_pair("GPU_I_PROFILE", mig.profile))
+        parts.append(_pair("GPU_I_ID", str(mig.gi_id)))
+    if hostname:
+        parts.append(_pair(hostname_label, hostname))
+    parts.append(_pair(F.DRIVER_VERSION_LABEL, machine.driver_version))
+    return ",".join(parts)
+
+
+def collect(
+    families: FamilySet,
+    machine: Machine,
+    telemetry: Telemetry,
+    attribution: Attribution,
+    owners: Mapping[int, PodRef],
+    hostname: str = "",
+    hostname_label: str = "Hostname",
+) -> None:
+    """Append one node's series to ``families`` (pure apart from that)."""
+    values = telemetry.values
+    per_pod: dict[tuple[str, PodRef], list[ProcessSample]] = {}
+    for proc in telemetry.processes:
+        owner = proc.pod or owners.get(proc.pid)
+        if owner is not None:
+            per_pod.setdefault((proc.device_uuid, owner), []).append(proc)
+    for gpu in machine.gpus:
+        base = device_labels(machine, gpu, None, hostname, hostname_label)
+        gpu_values = values.get(gpu.uuid)
+        if gpu_values:
+            owner = attribution.owner(gpu.uuid)
+            labels = base + _pod_labels(owner) if owner else base
+            for spec in _PER_GPU:
+                value = gpu_values.get(spec.name)
+                if value is not None:
+                    families[spec.name].add(labels, value)
+            if not gpu.mig_enabled:
+                for spec in _PER_DEVICE:
+                    value = gpu_values.get(spec.name)
+                    if value is not None:
+                        families[spec.name].add(labels, value)
+        _per_pod(families, base, gpu.uuid, per_pod)
+        for mig in gpu.mig_devices if gpu.mig_enabled else ():
+            mig_base = device_labels(machine, gpu, mig, hostname, hostname_label)
+            mig_values = values.get(mig.uuid)
+            if mig_values:
+                owner = attribution.owner(mig.uuid)
+                labels = mig_base + _pod_labels(owner) if owner else mig_base
+                for spec in _PER_DEVICE:
+                    value = mig_values.get(spec.name)
+                    if value is not None:
+                        families[spec.name].add(labels, value)
+            _per_pod(families, mig_base, mig.uuid, per_pod)
+
+
+def _per_pod(
+    families: FamilySet,
+    base: str,
+    device_uuid: str,
+    per_pod: Mapping[tuple[str, PodRef], list[ProcessSample]],
+) -> None:
+    refs = sorted(ref for (uuid, ref) in per_pod if uuid == device_uuid)
+    for ref in refs:
+        procs = per_pod[(device_uuid, ref)]
+        labels = base + _pod_labels(ref)
+        mems = [p.used_memory_bytes for p in procs if p.used_memory_bytes is not None]
+        if mems:
+            families[F.POD_MEMORY_USED.name].add(labels, sum(mems))
+        sms = [p.sm_util for p in procs if p.sm_util is not None]
+        if sms:
+            families[F.POD_SM_UTIL.name].add(labels, sum(sms))
+
+
+@dataclass
+class NodeTarget:
+    """One node an exporter serves: how to get its snapshot, telemetry and attribution."""
+
+    machine: Callable[[], Machine]
+    source: TelemetrySource
+    attribution: Callable[[], Attribution] = Attribution
+    hostname: str = ""
+    proc: ProcCgroups | None = None  # None: processes are attributed only by their source
+
+
+@dataclass
+class ErrorCounts:
+    """``kgpu_exporter_errors_total`` by (source, field); thread-safe."""
+
+    counts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, source: str, name: str, n: int = 1) -> None:
+        with self.lock:
+            self.counts[(source, name)] += n
+
+    def snapshot(self) -> dict[tuple[str, str], int]:
+        with self.lock:
+            return dict(self.counts)
+
+
+class Exporter:
+    """Renders ``/metrics`` for one or more nodes, reading everything at scrape time."""
+
+    def __init__(
+        self,
+        targets: Sequence[NodeTarget] | Callable[[], Sequence[NodeTarget]],
+        hostname_label: str = "Hostname",
+        errors: ErrorCounts | None = None,
+    ) -> None:
+        if hostname_label not in HOSTNAME_LABELS:
+            raise ValueError(f"hostname label must be one of {', '.join(HOSTNAME_LABELS)}")
+        self._targets = targets
+        self.hostname_label = hostname_label
+        self.errors = errors or ErrorCounts()
+        self._scrape_lock = threading.Lock()
+
+    def _target_list(self) -> Sequence[NodeTarget]:
+        return self._targets() if callable(self._targets) else self._targets
+
+    def scrape(self) -> str:
+        """The exposition text; never raises."""
+        with self._scrape_lock:  # sources keep per-scrape state (NVML sample timestamps)
+            families = FamilySet()
+            try:
+                targets = list(self._target_list())
+            except Exception as exc:
+                log.warning("metrics: listing nodes failed: %s", exc)
+                self.errors.add("exporter", "targets")
+                targets = []
+            for target in targets:
+                try:
+                    self._scrape_target(families, target)
+                except Exception as exc:  # keep other nodes' series and the error count
+                    log.warning("metrics: scrape of %s failed: %s", target.hostname, exc)
+                    self.errors.add("exporter", "collect")
+            errors = families[F.EXPORTER_ERRORS.name]
+            for (source, name), count in sorted(self.errors.snapshot().items()):
+                errors.add(f"{_pair('source', source)},{_pair('field', name)}", count)
+            return families.render()
+
+    def _scrape_target(self, families: FamilySet, target: NodeTarget) -> None:
+        machine = target.machine()
+        try:
+            attribution = target.attribution()
+        except Exception:
+            self.errors.add("exporter", "attribution")
+            attribution = Attribution()
+        try:
+            telemetry = target.source.read(machine)
+        except Exception as exc:
+            log.warning("metrics: %s telemetry read failed: %s", target.source.name, exc)
+            self.errors.add(target.source.name, "read")
+            telemetry = Telemetry()
+        for failure in telemetry.failures:
+            self.errors.add(target.source.name, failure.field)
+        owners = self._owners(target, telemetry.processes, attribution)
+        collect(
+            families,
+            machine,
+            telemetry,
+            attribution,
+            owners,
+            target.hostname,
+            self.hostname_label,
+        )
+
+    def _owners(
+        self, target: NodeTarget, processes: Iterable[ProcessSample], attribution: Attribution
+    ) -> dict[int, PodRef]:
+        owners: dict[int, PodRef] = {}
+        proc = target.proc
+        pids: set[int] = set()
+        for sample in processes:
+            if sample.pod is not None or proc is None:
+                continue
+            pids.add(sample.pid)
+            try:
+                ident = proc.identity(sample.pid)
+            except OSError:
+                self.errors.add("proc", "cgroup")
+                ident = None
+            owner = attribution.resolve_process(ident, sample.device_uuid)
+            if owner is not None:
+                owners[sample.pid] = owner
+        if proc is not None:
+            proc.retain(pids)
+        return owners

@@ -1,0 +1,100 @@
+"""The metric families kgpu exports, with dcgm-exporter's names, types and HELP texts.
+
+Dashboards, alerts and KEDA queries written for dcgm-exporter select these names byte for byte,
+so the table below is the contract: names, Prometheus types and HELP strings follow
+dcgm-exporter's ``etc/default-counters.csv``. Its two counters carry no ``_total`` suffix, which
+is why kgpu renders the exposition itself (:mod:`kgpu.metrics.exposition`) instead of using
+``prometheus_client``'s counter families, which append one.
+
+``integer`` says how DCGM types the field: dcgm-exporter prints int64 fields with ``%d`` and
+double fields with ``%f`` (``312.500000``), and so does kgpu.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    type: str  # "gauge" | "counter"
+    help: str
+    integer: bool = True
+    per_mig: bool = False  # also reported per MIG device (GPU_I_PROFILE / GPU_I_ID labels)
+
+
+SM_CLOCK = MetricSpec("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).")
+MEM_CLOCK = MetricSpec("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).")
+GPU_TEMP = MetricSpec("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).")
+POWER_USAGE = MetricSpec("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", integer=False)
+TOTAL_ENERGY = MetricSpec(
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "counter",
+    "Total energy consumption since boot (in mJ).",
+)
+PCIE_REPLAY = MetricSpec(
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries."
+)
+GPU_UTIL = MetricSpec("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).")
+MEM_COPY_UTIL = MetricSpec("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).")
+ENC_UTIL = MetricSpec("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).")
+DEC_UTIL = MetricSpec("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).")
+XID_ERRORS = MetricSpec(
+    "DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."
+)
+FB_FREE = MetricSpec(
+    "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", per_mig=True
+)
+FB_USED = MetricSpec(
+    "DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", per_mig=True
+)
+NVLINK_BANDWIDTH_TOTAL = MetricSpec(
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "counter",
+    "Total number of NVLink bandwidth counters for all lanes",
+)
+
+#: dcgm-exporter's default set that NVML can give, in the order of its default-counters.csv.
+DCGM_METRICS: tuple[MetricSpec, ...] = (
+    SM_CLOCK,
+    MEM_CLOCK,
+    GPU_TEMP,
+    POWER_USAGE,
+    TOTAL_ENERGY,
+    PCIE_REPLAY,
+    GPU_UTIL,
+    MEM_COPY_UTIL,
+    ENC_UTIL,
+    DEC_UTIL,
+    XID_ERRORS,
+    FB_FREE,
+    FB_USED,
+    NVLINK_BANDWIDTH_TOTAL,
+)
+DCGM_BY_NAME = {spec.name: spec for spec in DCGM_METRICS}
+
+#: The label dcgm-exporter adds to every series from DCGM's driver-version field.
+DRIVER_VERSION_LABEL = "DCGM_FI_DRIVER_VERSION"
+
+POD_MEMORY_USED = MetricSpec(
+    "kgpu_pod_gpu_memory_used_bytes",
+    "gauge",
+    "GPU memory used by the container's processes on this GPU or MIG device (in bytes), "
+    "accounted from NVML's running compute processes. Accounted, not enforced: only an MPS "
+    "pinned-memory limit caps it.",
+)
+POD_SM_UTIL = MetricSpec(
+    "kgpu_pod_gpu_sm_utilization",
+    "gauge",
+    "SM utilization of the container's processes on this GPU or MIG device (in %), accounted "
+    "from NVML's process utilization samples. Accounted, not enforced: only an MPS active "
+    "thread percentage caps it; time-slicing shares the GPU without limits.",
+    integer=False,
+)
+EXPORTER_ERRORS = MetricSpec(
+    "kgpu_exporter_errors_total",
+    "counter",
+    "Telemetry reads that failed since the exporter started; the affected series were left out "
+    "of that scrape.",
+)
