@@ -1,0 +1,93 @@
+"""``kgpu metrics``: the DCGM-compatible exporter on its own."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("metrics")
+    def metrics(
+        machine: str = typer.Option(
+            "nvml", "--machine", help="nvml for the real GPUs, or a machine profile to simulate"
+        ),
+        address: str = typer.Option(
+            ":9400", "--address", help="HOST:PORT to serve /metrics on (dcgm-exporter's default)"
+        ),
+        kubelet_root: str = typer.Option(
+            "/var/lib/kubelet",
+            "--kubelet-root",
+            help="kubelet root for pod attribution (pod-resources/kubelet.sock); '' turns it off",
+        ),
+        hostname_label: str = typer.Option(
+            "Hostname",
+            "--hostname-label",
+            help="Hostname (released dcgm-exporter) or hostname (its main branch)",
+        ),
+        hostname: str = typer.Option(
+            "", "--hostname", help="value of the hostname label (default: $NODE_NAME or the host)"
+        ),
+        proc_root: str = typer.Option(
+            "/proc", "--proc-root", help="where the host's /proc is (process -> pod attribution)"
+        ),
+        once: bool = typer.Option(
+            False, "--once", help="print one scrape to stdout and exit instead of serving"
+        ),
+    ) -> None:
+        """Serve GPU metrics with dcgm-exporter's names, plus per-pod series on shared GPUs."""
+        import os
+        import socket
+        import sys
+        import threading
+
+        from kgpu.cli.output import fail
+        from kgpu.errors import FieldError, FieldProblem, KgpuError
+        from kgpu.hardware import open_backend
+        from kgpu.hardware.backend import BackendError
+        from kgpu.metrics.collector import HOSTNAME_LABELS
+        from kgpu.metrics.component import MetricsComponent
+        from kgpu.metrics.server import parse_address
+
+        if hostname_label not in HOSTNAME_LABELS:
+            fail(
+                FieldError(
+                    FieldProblem(
+                        f"{hostname_label!r} is not allowed; use one of "
+                        + ", ".join(HOSTNAME_LABELS),
+                        path="--hostname-label",
+                    )
+                )
+            )
+        node = hostname or os.environ.get("NODE_NAME", "") or socket.gethostname()
+        try:
+            parse_address(address)
+            backend = open_backend(machine, hostname=node)
+        except (KgpuError, BackendError) as exc:
+            fail(exc if isinstance(exc, KgpuError) else str(exc))
+        component = MetricsComponent(
+            address,
+            backend,
+            kubelet_root or None,
+            node,
+            hostname_label=hostname_label,
+            proc_root=proc_root,
+        )
+        if once:
+            if component.cache is not None:
+                component.cache.refresh()
+            sys.stdout.write(component.scrape())
+            component.stop()
+            backend.close()
+            return
+        try:
+            component.start()
+        except OSError as exc:
+            fail(f"cannot serve on {address}: {exc}")
+        typer.echo(f"serving /metrics on {address} ({machine})", err=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            component.stop()
+            backend.close()

@@ -1,0 +1,134 @@
+"""``kgpu sim --serve-metrics``: the simulated cluster's GPU metrics over HTTP.
+
+Every simulated node with GPUs becomes one exporter target (``Hostname`` = node name) whose
+values come from :class:`~kgpu.metrics.simulated.SimulatedTelemetry`, fed at each scrape with
+the pods the simulator bound to that node (``node.allocations``) and their
+``metrics.kgpu.dev/*`` annotations, on the simulator's clock. Attribution is exact: the
+simulator knows which container holds which device, so no kubelet or ``/proc`` is involved.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from kgpu.hardware.model import Machine
+from kgpu.kubelet.podresources import ContainerResources, PodResources
+from kgpu.metrics.attribution import Attribution, build_attribution
+from kgpu.metrics.collector import Exporter, NodeTarget
+from kgpu.metrics.server import MetricsServer
+from kgpu.metrics.simulated import SimulatedTelemetry, workloads_from_allocations
+
+T = TypeVar("T")
+
+
+def _const(value: T) -> Callable[[], T]:
+    return lambda: value
+
+
+def _nodes(sim: Any) -> Iterable[Any]:
+    nodes = sim.nodes
+    return list(nodes.values()) if isinstance(nodes, Mapping) else list(nodes)
+
+
+def _now(sim: Any) -> float:
+    now = sim.now
+    return float(now() if callable(now) else now)
+
+
+def _live_allocations(node: Any) -> dict[str, dict[str, list[str]]]:
+    pods = getattr(node, "pods", {}) or {}
+    out = {}
+    for key, containers in (node.allocations or {}).items():
+        record = pods.get(key)
+        if record is not None and getattr(record, "finished", False):
+            continue
+        out[key] = {c: list(ids) for c, ids in containers.items()}
+    return out
+
+
+class SimMetrics:
+    """Exporter targets for every GPU node of a running simulation."""
+
+    def __init__(self, sim: Any, hostname_label: str = "Hostname") -> None:
+        self.sim = sim
+        self._sources: dict[str, SimulatedTelemetry] = {}
+        self._lock = threading.Lock()
+        self.exporter = Exporter(self._targets, hostname_label=hostname_label)
+
+    def _targets(self) -> list[NodeTarget]:
+        targets = []
+        with self._lock:
+            for node in _nodes(self.sim):
+                machine: Machine | None = node.machine
+                view = node.view
+                if machine is None and view is not None:
+                    machine = view.machine
+                if machine is None or not machine.gpus:
+                    continue
+                if view is not None:
+                    machine = view.machine  # the MIG layout the node runs
+                source = self._sources.get(node.name)
+                if source is None:
+                    source = SimulatedTelemetry(clock=lambda: _now(self.sim))
+                    self._sources[node.name] = source
+                allocations = _live_allocations(node)
+                pods = getattr(node, "pods", {}) or {}
+                objs = {key: getattr(rec, "obj", {}) for key, rec in pods.items()}
+                if view is not None:
+                    source.set_workloads(workloads_from_allocations(view, allocations, objs))
+                attribution = _attribution(allocations, view, machine)
+                targets.append(
+                    NodeTarget(
+                        machine=_const(machine),
+                        source=source,
+                        attribution=_const(attribution),
+                        hostname=node.name,
+                    )
+                )
+        return targets
+
+    def scrape(self) -> str:
+        return self.exporter.scrape()
+
+
+def _attribution(
+    allocations: Mapping[str, Mapping[str, list[str]]], view: Any, machine: Machine
+) -> Attribution:
+    pods = []
+    for key, containers in allocations.items():
+        namespace, _, name = key.partition("/")
+        pods.append(
+            PodResources(
+                namespace,
+                name,
+                tuple(
+                    ContainerResources(container, (("", tuple(ids)),))
+                    for container, ids in containers.items()
+                ),
+            )
+        )
+    return build_attribution(pods, (), view, machine)
+
+
+def serve_sim_metrics(
+    sim: Any, address: str, hostname_label: str = "Hostname", block: bool = False
+) -> MetricsServer:
+    """Serve ``/metrics`` for every simulated GPU node on ``address`` (``HOST:PORT``).
+
+    Starts a background server thread and returns it (``.port``, ``.stop()``); with
+    ``block=True`` serves in the calling thread until interrupted.
+    """
+    metrics = SimMetrics(sim, hostname_label=hostname_label)
+    server = MetricsServer(address, metrics.scrape)
+    if block:
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.stop()
+        return server
+    server.start()
+    return server
