@@ -1,0 +1,259 @@
+"""``kgpu plan``: what one node would advertise, from a machine profile and the user's configs."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from kgpu.node.model import NodeView
+
+
+def parse_labels(pairs: list[str]) -> dict[str, str]:
+    """``k=v`` strings into a mapping; a FieldError names the bad one."""
+    from kgpu.errors import FieldError, FieldProblem
+
+    labels: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise FieldError(FieldProblem(f"{pair!r} is not key=value", path="--label"))
+        labels[key] = value
+    return labels
+
+
+def plan_json(view: NodeView, slices: list[Any] | None = None) -> dict[str, Any]:
+    """The ``-o json`` document (keys: resources, labels, devices, warnings, gpus)."""
+    devices = [
+        {
+            "id": d.id,
+            "resource": d.resource,
+            "gpu": d.gpu_index,
+            "gpuUUID": d.gpu_uuid,
+            "migUUID": d.mig_uuid,
+            "migProfile": d.mig_profile,
+            "replica": d.replica,
+            "sharing": str(d.sharing),
+            "healthy": d.healthy,
+        }
+        for r in view.resources
+        for d in r.devices
+    ]
+    mps: dict[int, dict[str, Any]] = {}
+    for r in view.resources:
+        for d in r.devices:
+            if d.mps is not None and d.gpu_index not in mps:
+                mps[d.gpu_index] = {
+                    "activeThreadPercentage": d.mps.active_thread_percentage,
+                    "pinnedMemoryLimitMiB": d.mps.pinned_memory_limit_mib,
+                    "pipeDirectory": d.mps.pipe_directory,
+                }
+    gpus = []
+    for g in view.gpus:
+        entry: dict[str, Any] = {
+            "index": g.index,
+            "uuid": g.uuid,
+            "product": g.product,
+            "migDevices": list(g.mig_devices),
+            "resources": list(g.resources),
+            "sharing": str(g.sharing),
+            "replicas": g.replicas,
+        }
+        if g.index in mps:
+            entry["mps"] = mps[g.index]
+        gpus.append(entry)
+    out: dict[str, Any] = {
+        "resources": view.counts(),
+        "labels": dict(sorted(view.labels.items())),
+        "devices": devices,
+        "warnings": list(view.warnings),
+        "gpus": gpus,
+    }
+    if slices is not None:
+        out["resourceSlices"] = slices
+    return out
+
+
+def describe_gpu(view: NodeView, index: int) -> str:
+    """One plain sentence: what GPU ``index`` gets on this node."""
+    plan = next(g for g in view.gpus if g.index == index)
+    if not plan.resources:
+        return "nothing advertised"
+    what = f"{plan.sharing} x{plan.replicas}" if plan.replicas > 1 else "whole, not shared"
+    if plan.mig_devices:
+        counts: dict[str, int] = {}
+        for profile in plan.mig_devices:
+            counts[profile] = counts.get(profile, 0) + 1
+        split = " + ".join(f"{n} x {p}" for p, n in sorted(counts.items()))
+        what = f"MIG {split}; " + (
+            f"{plan.sharing} x{plan.replicas}" if plan.replicas > 1 else "not shared"
+        )
+    return f"{what} -> {', '.join(plan.resources)}"
+
+
+def _print_tables(view: NodeView, slices: list[Any] | None) -> None:
+    from rich.table import Table
+
+    from kgpu.cli.output import console
+
+    m = view.machine
+    console.print(
+        f"[bold]{m.hostname or m.profile}[/bold] ({m.profile}): {len(m.gpus)} GPU(s), driver "
+        f"{m.driver_version}, CUDA {m.cuda_version}; device-plugin config "
+        f"{view.config_name or '(defaults)'}, mig config {view.mig_config_name or '(unchanged)'}, "
+        f"migStrategy {view.mig_strategy}",
+        highlight=False,
+    )
+    res = Table(title="Resources")
+    for col in ("resource", "count", "sharing", "replicas per device"):
+        res.add_column(col)
+    for r in view.resources:
+        res.add_row(r.name, str(r.count), str(r.sharing), str(r.replicas))
+    console.print(res)
+
+    gpus = Table(title="GPUs")
+    for col in ("gpu", "product", "gets"):
+        gpus.add_column(col)
+    for g in view.gpus:
+        gpus.add_row(str(g.index), g.product, describe_gpu(view, g.index))
+    console.print(gpus)
+
+    devs = Table(title="Devices")
+    for col in ("id", "resource", "backing", "replica", "sharing", "health"):
+        devs.add_column(col, overflow="fold")
+    for r in view.resources:
+        for d in r.devices:
+            backing = f"GPU {d.gpu_index}" + (f" MIG {d.mig_profile}" if d.mig_profile else "")
+            devs.add_row(
+                d.id,
+                d.resource,
+                backing,
+                "" if d.replica is None else str(d.replica),
+                str(d.sharing),
+                "Healthy" if d.healthy else "Unhealthy",
+            )
+    console.print(devs)
+
+    labels = Table(title="Labels")
+    labels.add_column("label")
+    labels.add_column("value")
+    for k, v in sorted(view.labels.items()):
+        labels.add_row(k, v)
+    console.print(labels)
+
+    if slices is not None:
+        st = Table(title="ResourceSlices")
+        for col in ("name", "pool", "devices"):
+            st.add_column(col)
+        for s in slices:
+            meta = s.get("metadata", {}) if isinstance(s, dict) else {}
+            spec = s.get("spec", {}) if isinstance(s, dict) else {}
+            st.add_row(
+                str(meta.get("name", "")),
+                str((spec.get("pool") or {}).get("name", "")),
+                str(len(spec.get("devices") or [])),
+            )
+        console.print(st)
+
+    for w in view.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False, soft_wrap=True)
+
+
+def _resource_slices(view: NodeView, node_name: str) -> list[Any]:
+    from kgpu.errors import KgpuError
+
+    try:
+        module = importlib.import_module("kgpu.dra.slices")
+    except ModuleNotFoundError as exc:
+        if exc.name in ("kgpu.dra.slices", "kgpu.dra"):
+            raise KgpuError("DRA slices are not available in this build") from None
+        raise
+    func = getattr(module, "resource_slices", None)
+    if func is None:
+        raise KgpuError("DRA slices are not available in this build")
+    return list(func(view.machine, node_name))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plan")
+    def plan(
+        machine: Annotated[
+            str, typer.Option("--machine", "-m", help="Machine profile (see `kgpu machines`).")
+        ] = "rtx-2080ti",
+        config: Annotated[
+            list[Path] | None,
+            typer.Option(
+                "--config",
+                "-c",
+                help="Device-plugin config, ConfigMap, mig-parted config or GPU Operator Helm "
+                "values (repeatable).",
+            ),
+        ] = None,
+        config_name: Annotated[
+            str | None,
+            typer.Option(
+                "--config-name",
+                help="Device-plugin config entry when the node has no "
+                "nvidia.com/device-plugin.config label.",
+            ),
+        ] = None,
+        mig_config: Annotated[
+            str | None,
+            typer.Option(
+                "--mig-config",
+                help="mig-parted config when the node has no nvidia.com/mig.config label "
+                "(the GPU Operator's defaults such as all-balanced are built in).",
+            ),
+        ] = None,
+        mig_strategy: Annotated[
+            str | None,
+            typer.Option(
+                "--mig-strategy",
+                help="none|single|mixed; overrides Helm values and the config file, as the "
+                "device plugin's MIG_STRATEGY does.",
+            ),
+        ] = None,
+        label: Annotated[
+            list[str] | None, typer.Option("--label", "-l", help="Node label k=v (repeatable).")
+        ] = None,
+        hostname: Annotated[str, typer.Option("--hostname", help="Node name.")] = "",
+        clique: Annotated[
+            str | None,
+            typer.Option("--clique", help="<clusterUUID>.<cliqueId> for fabric-attached GPUs."),
+        ] = None,
+        dra: Annotated[
+            bool, typer.Option("--dra", help="Also show the node's DRA ResourceSlices.")
+        ] = False,
+        output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+    ) -> None:
+        """What one node would advertise: resources, devices, per-GPU plan, labels, warnings."""
+        from kgpu.cli.output import fail, print_json
+        from kgpu.config.loader import load_config_files
+        from kgpu.errors import KgpuError
+        from kgpu.hardware.profiles import load_machine
+        from kgpu.node.view import build_node_view
+
+        if output not in ("table", "json"):
+            fail(f"--output must be table or json, not {output!r}")
+        try:
+            labels = parse_labels(label or [])
+            configs = load_config_files(config or [])
+            snapshot = load_machine(machine, hostname=hostname, clique=clique)
+            view = build_node_view(
+                snapshot,
+                configs,
+                labels,
+                config_name=config_name,
+                mig_config_name=mig_config,
+                mig_strategy=mig_strategy,
+            )
+            slices = _resource_slices(view, hostname or machine) if dra else None
+        except KgpuError as exc:
+            fail(exc)
+        if output == "json":
+            print_json(plan_json(view, slices))
+        else:
+            _print_tables(view, slices)

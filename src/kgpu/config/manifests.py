@@ -1,0 +1,427 @@
+"""Checking Kubernetes manifests and GPU configs before they reach a cluster.
+
+Core Kubernetes kinds are checked against the official OpenAPI schemas through the
+``kubernetes-validate`` package when it is installed (strict: unknown fields are errors, as
+``kubectl apply --validate=strict`` makes them). The kinds kgpu works with beyond core — the
+DRA driver's ComputeDomain, Kubeflow's MPIJob, KEDA's ScaledObject — get structural checks from
+their CRDs' required fields and types here, and the pod templates inside them are checked as
+Pods. ConfigMaps are also opened: entries holding device-plugin or mig-parted configs are
+validated with the same rules the node view applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kgpu.config.fields import load_yaml_documents
+from kgpu.config.loader import ConfigSet, _add_configmap, _add_operator_values, _Builder, classify
+from kgpu.config.migparted import parse_mig_parted
+from kgpu.config.plugin import parse_plugin_config
+from kgpu.errors import FieldError, FieldProblem, join_path
+
+Checker = Callable[[dict[str, Any], str], list[tuple[str, str]]]  # -> [(path, message)]
+
+
+@dataclass
+class FileReport:
+    """What ``kgpu validate`` says about one file."""
+
+    file: str
+    ok: list[str] = field(default_factory=list)  # one line per good document
+    problems: list[FieldProblem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "mapping", list: "list", str: "string", int: "integer", bool: "boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _expect(
+    out: list[tuple[str, str]], value: Any, path: str, kind: type | tuple[type, ...], what: str
+) -> bool:
+    if isinstance(value, bool) and kind is int:
+        out.append((path, f"must be {what}, not boolean"))
+        return False
+    if not isinstance(value, kind):
+        out.append((path, f"must be {what}, not {_type_name(value)}"))
+        return False
+    return True
+
+
+def _known_keys(out: list[tuple[str, str]], obj: dict[str, Any], path: str, keys: set[str]) -> None:
+    for key in obj:
+        if key not in keys:
+            out.append(
+                (join_path(path, str(key)), f"unknown field (allowed: {', '.join(sorted(keys))})")
+            )
+
+
+def _pod_spec_problems(spec: Any, path: str) -> list[tuple[str, str]]:
+    """A pod template's spec, checked as a Pod's spec by the official schema when available."""
+    if not isinstance(spec, dict):
+        return [(path, f"must be a mapping, not {_type_name(spec)}")]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "template"}, "spec": spec}
+    problems = _schema_problems(pod)
+    if problems is None:
+        if not isinstance(spec.get("containers"), list) or not spec["containers"]:
+            return [(join_path(path, "containers"), "is required (a non-empty list)")]
+        return []
+    out = []
+    for p, msg in problems:
+        rel = p[len("spec") :].lstrip(".") if p.startswith("spec") else p
+        out.append((join_path(path, rel) if rel else path, msg))
+    return out
+
+
+def _check_compute_domain(doc: dict[str, Any], _: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    spec = doc.get("spec")
+    if spec is None:
+        return [("spec", "is required")]
+    if not _expect(out, spec, "spec", dict, "a mapping"):
+        return out
+    _known_keys(out, spec, "spec", {"numNodes", "channel"})
+    if "numNodes" not in spec:
+        out.append(("spec.numNodes", "is required"))
+    elif (
+        _expect(out, spec["numNodes"], "spec.numNodes", int, "an integer") and spec["numNodes"] < 0
+    ):
+        out.append(("spec.numNodes", "must be >= 0"))
+    channel = spec.get("channel")
+    if channel is not None and _expect(out, channel, "spec.channel", dict, "a mapping"):
+        _known_keys(out, channel, "spec.channel", {"resourceClaimTemplate", "allocationMode"})
+        mode = channel.get("allocationMode")
+        if mode is not None and mode not in ("Single", "All"):
+            out.append(("spec.channel.allocationMode", "must be Single or All"))
+        rct = channel.get("resourceClaimTemplate")
+        if rct is None:
+            out.append(("spec.channel.resourceClaimTemplate", "is required"))
+        elif _expect(out, rct, "spec.channel.resourceClaimTemplate", dict, "a mapping"):
+            _known_keys(out, rct, "spec.channel.resourceClaimTemplate", {"name"})
+            name = rct.get("name")
+            if not isinstance(name, str) or not name:
+                out.append(("spec.channel.resourceClaimTemplate.name", "is required (a string)"))
+    return out
+
+
+def _check_mpijob(doc: dict[str, Any], _: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    spec = doc.get("spec")
+    if not isinstance(spec, dict):
+        return [("spec", "is required (a mapping)")]
+    _known_keys(
+        out,
+        spec,
+        "spec",
+        {
+            "slotsPerWorker",
+            "runLauncherAsWorker",
+            "runPolicy",
+            "mpiReplicaSpecs",
+            "sshAuthMountPath",
+            "launcherCreationPolicy",
+            "mpiImplementation",
+        },
+    )
+    if "slotsPerWorker" in spec:
+        _expect(out, spec["slotsPerWorker"], "spec.slotsPerWorker", int, "an integer")
+    policy = spec.get("launcherCreationPolicy")
+    if policy is not None and policy not in ("AtStartup", "WaitForWorkersReady"):
+        out.append(("spec.launcherCreationPolicy", "must be AtStartup or WaitForWorkersReady"))
+    impl = spec.get("mpiImplementation")
+    if impl is not None and impl not in ("OpenMPI", "Intel", "MPICH"):
+        out.append(("spec.mpiImplementation", "must be OpenMPI, Intel or MPICH"))
+    replicas = spec.get("mpiReplicaSpecs")
+    if replicas is None:
+        out.append(("spec.mpiReplicaSpecs", "is required"))
+        return out
+    if not _expect(out, replicas, "spec.mpiReplicaSpecs", dict, "a mapping"):
+        return out
+    for role, rspec in replicas.items():
+        path = join_path("spec", "mpiReplicaSpecs", str(role))
+        if role not in ("Launcher", "Worker"):
+            out.append((path, "unknown replica type (allowed: Launcher, Worker)"))
+        if not _expect(out, rspec, path, dict, "a mapping"):
+            continue
+        _known_keys(out, rspec, path, {"replicas", "template", "restartPolicy"})
+        if "replicas" in rspec:
+            _expect(out, rspec["replicas"], join_path(path, "replicas"), int, "an integer")
+        template = rspec.get("template")
+        if not isinstance(template, dict):
+            out.append((join_path(path, "template"), "is required (a pod template)"))
+            continue
+        out.extend(_pod_spec_problems(template.get("spec"), join_path(path, "template", "spec")))
+    return out
+
+
+def _check_scaled_object(doc: dict[str, Any], _: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    spec = doc.get("spec")
+    if not isinstance(spec, dict):
+        return [("spec", "is required (a mapping)")]
+    _known_keys(
+        out,
+        spec,
+        "spec",
+        {
+            "scaleTargetRef",
+            "pollingInterval",
+            "cooldownPeriod",
+            "initialCooldownPeriod",
+            "idleReplicaCount",
+            "minReplicaCount",
+            "maxReplicaCount",
+            "advanced",
+            "triggers",
+            "fallback",
+        },
+    )
+    target = spec.get("scaleTargetRef")
+    if not isinstance(target, dict) or not isinstance(target.get("name"), str):
+        out.append(("spec.scaleTargetRef.name", "is required (a string)"))
+    for key in (
+        "pollingInterval",
+        "cooldownPeriod",
+        "initialCooldownPeriod",
+        "idleReplicaCount",
+        "minReplicaCount",
+        "maxReplicaCount",
+    ):
+        if key in spec:
+            _expect(out, spec[key], f"spec.{key}", int, "an integer")
+    triggers = spec.get("triggers")
+    if triggers is None:
+        out.append(("spec.triggers", "is required"))
+    elif _expect(out, triggers, "spec.triggers", list, "a list"):
+        for i, trig in enumerate(triggers):
+            path = join_path("spec", "triggers", i)
+            if not _expect(out, trig, path, dict, "a mapping"):
+                continue
+            if not isinstance(trig.get("type"), str):
+                out.append((join_path(path, "type"), "is required (a string)"))
+            meta = trig.get("metadata")
+            if not isinstance(meta, dict):
+                out.append((join_path(path, "metadata"), "is required (a mapping)"))
+            else:
+                for k, v in meta.items():
+                    if not isinstance(v, str):
+                        out.append(
+                            (join_path(path, "metadata", str(k)), "must be a string (quote it)")
+                        )
+    return out
+
+
+CUSTOM_KINDS: dict[tuple[str, str], Checker] = {
+    ("resource.nvidia.com/v1beta1", "ComputeDomain"): _check_compute_domain,
+    ("kubeflow.org/v2beta1", "MPIJob"): _check_mpijob,
+    ("keda.sh/v1alpha1", "ScaledObject"): _check_scaled_object,
+}
+
+# Core kinds checked structurally when kubernetes-validate is not installed.
+_FALLBACK_CORE = {
+    ("v1", "Pod"),
+    ("v1", "ConfigMap"),
+    ("v1", "Service"),
+    ("v1", "Namespace"),
+    ("v1", "ServiceAccount"),
+    ("v1", "Secret"),
+    ("apps/v1", "Deployment"),
+    ("apps/v1", "DaemonSet"),
+    ("apps/v1", "StatefulSet"),
+    ("apps/v1", "ReplicaSet"),
+    ("batch/v1", "Job"),
+    ("batch/v1", "CronJob"),
+    ("resource.k8s.io/v1", "DeviceClass"),
+    ("resource.k8s.io/v1", "ResourceClaim"),
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"),
+    ("resource.k8s.io/v1", "ResourceSlice"),
+    ("resource.k8s.io/v1beta1", "DeviceClass"),
+    ("resource.k8s.io/v1beta1", "ResourceClaim"),
+    ("resource.k8s.io/v1beta1", "ResourceClaimTemplate"),
+    ("resource.k8s.io/v1beta2", "DeviceClass"),
+    ("resource.k8s.io/v1beta2", "ResourceClaim"),
+    ("resource.k8s.io/v1beta2", "ResourceClaimTemplate"),
+}
+
+
+class _NoSchema(Exception):
+    pass
+
+
+def _schema_problems(doc: dict[str, Any]) -> list[tuple[str, str]] | None:
+    """Problems the official schema finds; None when kubernetes-validate is unavailable.
+    Raises _NoSchema when it has no schema for this kind."""
+    try:
+        import kubernetes_validate
+    except ImportError:
+        return None
+    try:
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+    except kubernetes_validate.SchemaNotFoundError:
+        raise _NoSchema() from None
+    except kubernetes_validate.ValidationError as exc:
+        path = [p for p in exc.path if isinstance(p, str | int)]
+        return [(join_path(*path), str(exc.message))]
+    except (KeyError, TypeError) as exc:  # malformed documents the schema loader trips on
+        return [("", f"cannot be checked against the Kubernetes schema: {exc}")]
+    return []
+
+
+def validate_manifest(doc: dict[str, Any], *, file: str, entry: str) -> list[FieldProblem]:
+    """Field-level problems in one Kubernetes object (empty when it is valid)."""
+    out: list[tuple[str, str]] = []
+    api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    if not isinstance(api_version, str) or not api_version:
+        out.append(("apiVersion", "is required (a string such as v1 or apps/v1)"))
+    if not isinstance(kind, str) or not kind:
+        out.append(("kind", "is required (a string such as Pod)"))
+    meta = doc.get("metadata")
+    if not isinstance(meta, dict):
+        out.append(("metadata", "is required (a mapping with a name)"))
+    elif not (isinstance(meta.get("name"), str) and meta.get("name")) and not meta.get(
+        "generateName"
+    ):
+        out.append(("metadata.name", "is required"))
+    if out:
+        return [FieldProblem(msg, path, file, entry) for path, msg in out]
+    assert isinstance(api_version, str) and isinstance(kind, str)
+    checker = CUSTOM_KINDS.get((api_version, kind))
+    if checker is not None:
+        out.extend(checker(doc, file))
+    else:
+        try:
+            schema = _schema_problems(doc)
+        except _NoSchema:
+            schema = [("kind", _unknown_kind(api_version, kind))]
+        if schema is None:
+            if (api_version, kind) not in _FALLBACK_CORE:
+                out.append(("kind", _unknown_kind(api_version, kind)))
+            elif kind == "Pod":
+                out.extend(_pod_spec_problems(doc.get("spec"), "spec"))
+        else:
+            out.extend(schema)
+    return [FieldProblem(msg, path, file, entry) for path, msg in out]
+
+
+def _unknown_kind(api_version: str, kind: str) -> str:
+    known = ", ".join(f"{k} {a}" for a, k in CUSTOM_KINDS)
+    return f"unknown kind {kind} in {api_version}: kgpu checks Kubernetes' own kinds and {known}"
+
+
+def _validate_config_doc(
+    doc: Any, kind: str, *, file: str, entry: str, report: FileReport, label: str
+) -> None:
+    try:
+        if kind == "plugin-config":
+            parsed = parse_plugin_config(doc, file=file, entry=entry)
+            report.warnings.extend(parsed.warnings)
+        elif kind == "mig-parted":
+            mig = parse_mig_parted(doc, file=file, entry=entry)
+            report.warnings.extend(mig.warnings)
+        elif kind == "operator-values":
+            builder = _Builder()
+            _add_operator_values(builder, doc, file=file)
+            report.warnings.extend(builder.warnings)
+        elif kind == "configmap":
+            builder = _Builder()
+            _add_configmap(builder, doc, file=file, where=entry)
+            report.warnings.extend(builder.warnings)
+    except FieldError as exc:
+        report.problems.extend(exc.located(file, entry).problems)
+        return
+    report.ok.append(label)
+
+
+_KIND_LABELS = {
+    "plugin-config": "device-plugin config",
+    "mig-parted": "mig-parted config",
+    "operator-values": "GPU Operator Helm values",
+    "dra-values": "NVIDIA DRA driver Helm values",
+}
+
+
+def validate_text(text: str, *, file: str) -> FileReport:
+    report = FileReport(file)
+    try:
+        docs = load_yaml_documents(text, file=file)
+    except FieldError as exc:
+        report.problems.extend(exc.problems)
+        return report
+    if not docs:
+        report.problems.append(FieldProblem("no YAML documents", file=file))
+        return report
+    for i, doc in enumerate(docs):
+        entry = f"document {i}"
+        kind = classify(doc)
+        if kind in ("manifest", "configmap"):
+            problems = validate_manifest(doc, file=file, entry=entry)
+            label = f"{entry}: {doc.get('kind')} {_name(doc)}"
+            if problems:
+                report.problems.extend(problems)
+                continue
+            if kind == "configmap":
+                _validate_config_doc(doc, kind, file=file, entry=entry, report=report, label=label)
+            else:
+                report.ok.append(label)
+        elif kind == "dra-values":
+            report.ok.append(f"{entry}: {_KIND_LABELS[kind]}")
+        elif kind == "unknown":
+            report.problems.append(
+                FieldProblem(
+                    "not a Kubernetes manifest (apiVersion/kind), device-plugin config, "
+                    "mig-parted config or GPU Operator Helm values",
+                    file=file,
+                    entry=entry,
+                )
+            )
+        else:
+            _validate_config_doc(
+                doc,
+                kind,
+                file=file,
+                entry=entry,
+                report=report,
+                label=f"{entry}: {_KIND_LABELS[kind]}",
+            )
+    return report
+
+
+def _name(doc: dict[str, Any]) -> str:
+    meta = doc.get("metadata") or {}
+    ns = meta.get("namespace")
+    name = meta.get("name") or meta.get("generateName") or "?"
+    return f"{ns}/{name}" if ns else str(name)
+
+
+def validate_file(path: str | Path) -> FileReport:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        report = FileReport(str(path))
+        report.problems.append(FieldProblem(f"cannot read: {exc.strerror}", file=str(path)))
+        return report
+    return validate_text(text, file=str(path))
+
+
+def schema_validation_available() -> bool:
+    try:
+        import kubernetes_validate  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+__all__ = [
+    "CUSTOM_KINDS",
+    "ConfigSet",
+    "FileReport",
+    "schema_validation_available",
+    "validate_file",
+    "validate_manifest",
+    "validate_text",
+]
