@@ -8,6 +8,7 @@ read from a real H100.
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import threading
 import time
@@ -29,13 +30,17 @@ class NVMLError(Exception):
         self.value = value
 
 
-class FabricStruct:
-    def __init__(self) -> None:
-        self.version = 0
-        self.clusterUuid = [0] * 16
-        self.status = 0
-        self.cliqueId = 0
-        self.state = 0
+class FabricStruct(ctypes.Structure):
+    """nvidia-ml-py's c_nvmlGpuFabricInfoV_t layout: the backend must pass it by reference."""
+
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("clusterUuid", ctypes.c_ubyte * 16),
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint),
+        ("state", ctypes.c_uint),
+        ("healthMask", ctypes.c_uint),
+    ]
 
 
 class FakeNvml:
@@ -190,10 +195,11 @@ class FakeNvml:
                 )
         raise NVMLError(NOT_FOUND)
 
-    def nvmlDeviceGetGpuFabricInfoV(self, h: int, info: FabricStruct) -> int:
+    def nvmlDeviceGetGpuFabricInfoV(self, h: int, ref: Any) -> int:
         fabric = self._field(h, "fabric")
-        assert info.version == 2
-        info.clusterUuid = list(CLUSTER)
+        info = ref._obj  # a ctypes.byref() of the struct, as C needs; a bare struct would crash
+        assert isinstance(info, FabricStruct) and info.version == 2
+        info.clusterUuid = (ctypes.c_ubyte * 16)(*CLUSTER)
         info.cliqueId, info.state, info.status = fabric
         return 0
 

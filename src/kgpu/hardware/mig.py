@@ -30,6 +30,7 @@ class MigProfile:
     memory_mib: int
     placements: tuple[int, ...]  # valid start memory slices
     max_count: int
+    multiprocessor_count: int = 0  # when NVML's count is known; else slices x per-slice SMs
 
     @property
     def media_extensions(self) -> bool:
@@ -72,6 +73,7 @@ def _geometries() -> dict[str, MigGeometry]:
                 memory_mib=int(p["memory_mib"]),
                 placements=tuple(int(s) for s in p["starts"]),
                 max_count=int(p["max"]),
+                multiprocessor_count=int(p.get("sms", 0)),
             )
             for name, p in raw["profiles"].items()
         }
@@ -223,7 +225,8 @@ def mig_devices_for(
                 placement_size=profile.memory_slices,
                 memory_mib=profile.memory_mib,
                 compute_slices=profile.compute_slices,
-                multiprocessor_count=profile.compute_slices * geometry.multiprocessors_per_slice,
+                multiprocessor_count=profile.multiprocessor_count
+                or profile.compute_slices * geometry.multiprocessors_per_slice,
             )
         )
     return tuple(devices)

@@ -9,6 +9,7 @@ clocks and power limits are only read.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import math
 import socket
@@ -313,11 +314,14 @@ class NvmlBackend:
         if struct is not None and hasattr(nvml, "nvmlDeviceGetGpuFabricInfoV"):
             candidate = struct()
             candidate.version = getattr(nvml, "nvmlGpuFabricInfo_v2", 0)
-            if self._get(None, "nvmlDeviceGetGpuFabricInfoV", handle, candidate) is not None:
+            # nvidia-ml-py hands these structs straight to C: they must go by reference.
+            ref = ctypes.byref(candidate)
+            if self._get(None, "nvmlDeviceGetGpuFabricInfoV", handle, ref) is not None:
                 info = candidate
         if info is None and hasattr(nvml, "c_nvmlGpuFabricInfo_t"):
             candidate = nvml.c_nvmlGpuFabricInfo_t()
-            if self._get(None, "nvmlDeviceGetGpuFabricInfo", handle, candidate) is not None:
+            ref = ctypes.byref(candidate)
+            if self._get(None, "nvmlDeviceGetGpuFabricInfo", handle, ref) is not None:
                 info = candidate
         if info is None:
             return None
