@@ -215,8 +215,22 @@ def _edit_problems(edits: Any, where: str) -> list[str]:
     return problems
 
 
+_SPEC_ORDER = ("cdiVersion", "kind", "annotations", "devices", "containerEdits")
+_DEVICE_ORDER = ("name", "annotations", "containerEdits")
+
+
+def _ordered(obj: Mapping[str, Any], order: tuple[str, ...]) -> dict[str, Any]:
+    out = {key: obj[key] for key in order if key in obj}
+    out.update((key, value) for key, value in obj.items() if key not in out)
+    return out
+
+
 def dump_spec(spec: Mapping[str, Any]) -> str:
-    return yaml.safe_dump(dict(spec), sort_keys=False, default_flow_style=False)
+    """YAML in the spec's conventional key order, so the same spec always gives the same bytes
+    (a spec restored from the checkpoint is identical to the one first written)."""
+    body = _ordered(spec, _SPEC_ORDER)
+    body["devices"] = [_ordered(d, _DEVICE_ORDER) for d in body.get("devices") or []]
+    return yaml.safe_dump(body, sort_keys=False, default_flow_style=False)
 
 
 def write_atomic(path: Path, text: str) -> None:

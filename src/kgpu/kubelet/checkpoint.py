@@ -127,7 +127,7 @@ class Checkpoint:
     def _save(self) -> None:
         claims = {uid: rec.to_dict() for uid, rec in sorted(self._records.items())}
         body = {"version": CHECKPOINT_VERSION, "checksum": _checksum(claims), "claims": claims}
-        write_atomic(self.path, json.dumps(body, indent=1, sort_keys=True) + "\n")
+        write_atomic(self.path, json.dumps(body, indent=1) + "\n")
 
     def get(self, uid: str) -> ClaimRecord | None:
         return self._records.get(uid)

@@ -68,7 +68,7 @@ def _attr(device: Mapping[str, Any], name: str) -> Any:
 
 
 def resolve_devices(
-    machine: Machine, node_name: str, dynamic_mig: bool
+    machine: Machine, node_name: str, dynamic_mig: bool, partitionable: bool = False
 ) -> dict[str, ResolvedDevice]:
     """Device name -> hardware, for every device the node publishes (static and partitionable).
 
@@ -78,8 +78,8 @@ def resolve_devices(
 
     out: dict[str, ResolvedDevice] = {}
     gpus = {g.uuid: g for g in machine.gpus}
-    for partitionable in (False, True):
-        for slice_ in resource_slices(machine, node_name, partitionable=partitionable):
+    for mode in (False, True) if (partitionable or dynamic_mig) else (False,):
+        for slice_ in resource_slices(machine, node_name, partitionable=mode):
             for device in slice_["spec"].get("devices") or []:
                 name = device["name"]
                 if name in out:
@@ -229,7 +229,9 @@ class GpuHandler:
     def devices(self) -> dict[str, ResolvedDevice]:
         with self._lock:
             if self._devices is None:
-                self._devices = resolve_devices(self._machine, self.node_name, self.dynamic_mig)
+                self._devices = resolve_devices(
+                    self._machine, self.node_name, self.dynamic_mig, self.partitionable
+                )
             return self._devices
 
     # -- DriverHandler ---------------------------------------------------------------------

@@ -14,12 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from kgpu.errors import KgpuError
 from kgpu.kubelet.cdi import ContainerEdits
 
 Obj = dict[str, Any]
 
 
-class ClaimError(Exception):
+class ClaimError(KgpuError):
     """Preparing one claim failed for a reason the user can act on; the message goes back to
     the kubelet in that claim's ``error`` field (other claims of the call are unaffected)."""
 

@@ -1,0 +1,227 @@
+"""The simulated kubelet's DRA side for driver ``gpu.nvidia.com``: the agent's own code, in
+process.
+
+Each simulated node gets the same :class:`~kgpu.kubelet.dra.plugin.DraPlugin` and
+:class:`~kgpu.kubelet.dra.gpu.GpuHandler` that ``kgpu agent`` runs (checkpoint, CDI spec files
+under ``work_dir/<node>/cdi``, opaque configs), minus the gRPC sockets. The kubelet's part is
+played here as the real one does it: find the pod's claims (``spec.resourceClaims`` by
+``resourceClaimName``, or through ``status.resourceClaimStatuses`` for claims made from
+templates), prepare those with devices of this driver, give each container the CDI devices of
+the claims (and requests) it lists in ``resources.claims``, and unprepare a claim only when the
+last pod on the node using it is gone.
+
+Beyond the agent, a partitionable MIG placement that does not exist yet is materialised (the
+simulated GPU "creates" the MIG device), so the simulator can demonstrate on-demand MIG shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kgpu.cluster.store import NotFound, ObjectStore
+from kgpu.hardware.model import Machine
+from kgpu.kubelet.dra.component import publish
+from kgpu.kubelet.dra.gpu import DRIVER, GpuHandler, visible_uuids
+from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
+from kgpu.kubelet.dra.plugin import RESOURCE_API, DraPlugin
+from kgpu.sim.plugins import ContainerDevices
+
+Obj = dict[str, Any]
+PodKey = tuple[str, str, str]  # node, namespace, pod name
+
+
+def pod_claim_names(pod: Mapping[str, Any]) -> dict[str, str]:
+    """Pod-level claim name -> ResourceClaim name, the way the kubelet resolves them."""
+    spec = pod.get("spec") or {}
+    statuses = {
+        s.get("name"): s.get("resourceClaimName")
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    out: dict[str, str] = {}
+    for entry in spec.get("resourceClaims") or []:
+        name = entry.get("name")
+        claim = entry.get("resourceClaimName") or statuses.get(name)
+        if name and claim:
+            out[str(name)] = str(claim)
+    return out
+
+
+def _find_template_claim(pod: Mapping[str, Any], name: str, store: ObjectStore) -> Obj | None:
+    """A claim generated for the pod from a template, when the pod status does not say which:
+    the ResourceClaim controller annotates it with the pod-level claim name and owns it by
+    the pod."""
+    meta = pod.get("metadata") or {}
+    for claim in store.list(RESOURCE_API, "ResourceClaim", meta.get("namespace") or "default"):
+        cmeta = claim.get("metadata") or {}
+        annotations = cmeta.get("annotations") or {}
+        owners = cmeta.get("ownerReferences") or []
+        if annotations.get("resource.kubernetes.io/pod-claim-name") == name and any(
+            o.get("kind") == "Pod"
+            and (o.get("uid") == meta.get("uid") or o.get("name") == meta.get("name"))
+            for o in owners
+        ):
+            return claim
+    return None
+
+
+class DraKubeletPlugin:
+    """:class:`kgpu.sim.plugins.KubeletPlugin` for ``gpu.nvidia.com``."""
+
+    name = DRIVER
+
+    def __init__(self, work_dir: Path, *, partitionable: bool = False) -> None:
+        self.work_dir = Path(work_dir)
+        self.partitionable = partitionable
+        self.plugins: dict[str, DraPlugin] = {}
+        self.handlers: dict[str, GpuHandler] = {}
+        self._pods: dict[PodKey, list[ClaimRef]] = {}
+
+    def cdi_root(self, node_name: str) -> Path:
+        return self.work_dir / node_name / "cdi"
+
+    def register_node(self, node_name: str, machine: Machine | None, store: ObjectStore) -> None:
+        if machine is None:
+            return
+        handler = self.handlers.get(node_name)
+        if handler is None:
+            plugin_dir = self.work_dir / node_name / "plugins" / DRIVER
+            handler = GpuHandler(
+                machine,
+                node_name,
+                plugin_dir,
+                dynamic_mig=True,
+                partitionable=self.partitionable,
+            )
+            self.handlers[node_name] = handler
+            self.plugins[node_name] = DraPlugin(
+                handler, plugin_dir, self.cdi_root(node_name), store
+            )
+        else:
+            handler.update_machine(machine)
+        publish(store, handler, node_name)
+
+    def _claims(self, pod: Mapping[str, Any], store: ObjectStore) -> dict[str, Obj]:
+        """Pod-level claim name -> ResourceClaim, for claims with devices of this driver."""
+        namespace = (pod.get("metadata") or {}).get("namespace") or "default"
+        names = pod_claim_names(pod)
+        out: dict[str, Obj] = {}
+        for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+            pod_name = str(entry.get("name"))
+            claim: Obj | None = None
+            if pod_name in names:
+                try:
+                    claim = store.get(RESOURCE_API, "ResourceClaim", names[pod_name], namespace)
+                except NotFound:
+                    claim = None
+            else:
+                claim = _find_template_claim(pod, pod_name, store)
+            if claim is None:
+                raise ClaimError(f"pod claim {pod_name!r}: its ResourceClaim does not exist")
+            results = (
+                ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
+            ).get("results") or []
+            if any(r.get("driver") == DRIVER for r in results):
+                out[pod_name] = claim
+        return out
+
+    def prepare(self, pod: Obj, node_name: str, store: ObjectStore) -> dict[str, ContainerDevices]:
+        """Prepare the pod's claims; :class:`ClaimError` carries the first claim's failure."""
+        plugin = self.plugins.get(node_name)
+        claims = self._claims(pod, store)
+        if not claims:
+            return {}
+        if plugin is None:
+            raise ClaimError(f"DRA driver {DRIVER} is not registered on node {node_name}")
+        plugin.store = store
+        refs = {
+            pod_name: ClaimRef(
+                str(c["metadata"].get("namespace", "default")),
+                str(c["metadata"]["uid"]),
+                str(c["metadata"]["name"]),
+            )
+            for pod_name, c in claims.items()
+        }
+        results = plugin.prepare(list(refs.values()))
+        for ref in refs.values():
+            if results[ref.uid].error:
+                raise ClaimError(
+                    f"prepare claim {ref.namespace}/{ref.name}: {results[ref.uid].error}"
+                )
+        meta = pod.get("metadata") or {}
+        self._pods[(node_name, str(meta.get("namespace", "default")), str(meta.get("name")))] = (
+            list(refs.values())
+        )
+
+        out: dict[str, ContainerDevices] = {}
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            got = ContainerDevices()
+            uuids: list[str] = []
+            for use in (container.get("resources") or {}).get("claims") or []:
+                used = refs.get(str(use.get("name")))
+                if used is None:
+                    continue
+                record = plugin.checkpoint.get(used.uid)
+                if record is None:
+                    continue
+                request = use.get("request")
+                chosen = [
+                    d
+                    for d in record.devices
+                    if not request
+                    or not d.request_names
+                    or any(r == request or r.split("/", 1)[0] == request for r in d.request_names)
+                ]
+                for dev in chosen:
+                    got.devices.extend(i for i in dev.cdi_device_ids if i not in got.devices)
+                got.env.update(_env(record.cdi_spec, chosen_names(record.cdi_spec, chosen)))
+                uuids += visible_uuids(record.handler_state, [d.device_name for d in chosen])
+            if got.devices:
+                if uuids:
+                    got.env["NVIDIA_VISIBLE_DEVICES"] = ",".join(dict.fromkeys(uuids))
+                out[str(container.get("name"))] = got
+        return out
+
+    def unprepare(self, pod: Obj, node_name: str, store: ObjectStore) -> None:
+        meta = pod.get("metadata") or {}
+        key = (node_name, str(meta.get("namespace", "default")), str(meta.get("name")))
+        refs = self._pods.pop(key, [])
+        plugin = self.plugins.get(node_name)
+        if plugin is None or not refs:
+            return
+        still_used = {
+            r.uid
+            for (node, _, _), others in self._pods.items()
+            if node == node_name
+            for r in others
+        }
+        done = [r for r in refs if r.uid not in still_used]
+        errors = [e for e in plugin.unprepare(done).values() if e]
+        if errors:
+            raise ClaimError(errors[0])
+
+
+def chosen_names(spec: Mapping[str, Any] | None, chosen: list[Any]) -> list[str]:
+    """CDI device names (inside the spec) of the chosen prepared devices."""
+    names = []
+    for dev in chosen:
+        for cdi_id in dev.cdi_device_ids:
+            names.append(cdi_id.split("=", 1)[1])
+    return names
+
+
+def _env(spec: Mapping[str, Any] | None, device_names: list[str]) -> dict[str, str]:
+    """The environment a runtime would set from a CDI spec for the named devices: spec-level
+    edits, then each device's, later entries overriding earlier ones."""
+    if not spec or not device_names:
+        return {}
+    entries = list((spec.get("containerEdits") or {}).get("env") or [])
+    for device in spec.get("devices") or []:
+        if device.get("name") in device_names:
+            entries += (device.get("containerEdits") or {}).get("env") or []
+    env: dict[str, str] = {}
+    for entry in entries:
+        key, _, value = str(entry).partition("=")
+        env[key] = value
+    return env
