@@ -1,0 +1,1 @@
+"""The kubelet device-plugin API (v1beta1): servicer, per-resource server and registration."""

@@ -1,0 +1,187 @@
+"""The ``v1beta1.DevicePlugin`` service for one extended resource.
+
+Every answer is computed from the node view returned by the ``view`` callable at call time, so
+a health change or config reload is visible to the next Allocate without restarting anything;
+``notify()`` wakes the ListAndWatch streams to resend the list.
+
+The methods also work in-process: pass a protobuf request and ``context=None``.
+``GetPreferredAllocation`` and ``Allocate`` then return the response or raise
+:class:`kgpu.node.allocate.AllocationError` (over gRPC the same error aborts the call with
+``INVALID_ARGUMENT`` and upstream's message). The simulator's kubelets call them this way so
+they run the very code a real kubelet reaches through the socket.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+
+from kgpu.kubelet.proto.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from kgpu.node.allocate import AllocationError, container_allocation, preferred_allocation
+from kgpu.node.model import NodeView, ResourceView
+
+log = logging.getLogger(__name__)
+
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+_STREAM_POLL_S = 0.5  # how often an idle stream checks that the kubelet is still there
+
+
+def device_list(res: ResourceView | None) -> list[api_pb2.Device]:
+    """The ListAndWatch payload for a resource (empty when the resource is gone)."""
+    if res is None:
+        return []
+    out = []
+    for dev in res.devices:
+        topology = (
+            api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=dev.numa_node)])
+            if dev.numa_node is not None
+            else None
+        )
+        out.append(
+            api_pb2.Device(
+                ID=dev.id, health=HEALTHY if dev.healthy else UNHEALTHY, topology=topology
+            )
+        )
+    return out
+
+
+class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
+    """Serves one resource of the node view returned by ``view``."""
+
+    def __init__(
+        self,
+        resource: str,
+        view: Callable[[], NodeView],
+        *,
+        kubelet_root: str = "/var/lib/kubelet",
+    ) -> None:
+        self.resource = resource
+        self._view = view
+        self._kubelet_root = kubelet_root
+        self._cond = threading.Condition()
+        self._version = 0
+        self._stopped = False
+        self.streams = 0  # open ListAndWatch streams, for status and tests
+
+    # -- change notification -------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def notify(self) -> None:
+        """The view may have changed: wake every stream to compare and resend."""
+        with self._cond:
+            self._version += 1
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        """End every stream (the server is going away)."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def current(self) -> ResourceView | None:
+        try:
+            return self._view().resource(self.resource)
+        except KeyError:
+            return None
+
+    # -- v1beta1.DevicePlugin ------------------------------------------------------------
+
+    def GetDevicePluginOptions(
+        self, request: api_pb2.Empty, context: Any
+    ) -> api_pb2.DevicePluginOptions:
+        return api_pb2.DevicePluginOptions(
+            pre_start_required=False, get_preferred_allocation_available=True
+        )
+
+    def ListAndWatch(
+        self, request: api_pb2.Empty, context: Any
+    ) -> Iterator[api_pb2.ListAndWatchResponse]:
+        with self._cond:
+            self.streams += 1
+        try:
+            last: list[api_pb2.Device] | None = None
+            seen = -1
+            while True:
+                with self._cond:
+                    while not self._stopped and self._version == seen:
+                        self._cond.wait(_STREAM_POLL_S)
+                        if context is not None and not context.is_active():
+                            return
+                    if self._stopped:
+                        return
+                    seen = self._version
+                devices = device_list(self.current())
+                if devices != last:
+                    last = devices
+                    yield api_pb2.ListAndWatchResponse(devices=devices)
+        finally:
+            with self._cond:
+                self.streams -= 1
+
+    def GetPreferredAllocation(
+        self, request: api_pb2.PreferredAllocationRequest, context: Any
+    ) -> api_pb2.PreferredAllocationResponse:
+        view = self._view()
+        response = api_pb2.PreferredAllocationResponse()
+        try:
+            for creq in request.container_requests:
+                ids = preferred_allocation(
+                    view,
+                    self.resource,
+                    list(creq.available_deviceIDs),
+                    list(creq.must_include_deviceIDs),
+                    creq.allocation_size,
+                )
+                response.container_responses.add(deviceIDs=ids)
+        except AllocationError as exc:
+            _refuse(context, exc)
+        return response
+
+    def Allocate(self, request: api_pb2.AllocateRequest, context: Any) -> api_pb2.AllocateResponse:
+        view = self._view()
+        response = api_pb2.AllocateResponse()
+        try:
+            for creq in request.container_requests:
+                alloc = container_allocation(
+                    view, self.resource, list(creq.devices_ids), kubelet_root=self._kubelet_root
+                )
+                out = response.container_responses.add()
+                out.envs.update(alloc.envs)
+                out.annotations.update(alloc.annotations)
+                for m in alloc.mounts:
+                    out.mounts.add(
+                        container_path=m.container_path,
+                        host_path=m.host_path,
+                        read_only=m.read_only,
+                    )
+                for d in alloc.devices:
+                    out.devices.add(
+                        container_path=d.container_path,
+                        host_path=d.host_path,
+                        permissions=d.permissions,
+                    )
+                for name in alloc.cdi_devices:
+                    out.cdi_devices.add(name=name)
+        except AllocationError as exc:
+            log.warning("refused Allocate for %s: %s", self.resource, exc)
+            _refuse(context, exc)
+        return response
+
+    def PreStartContainer(
+        self, request: api_pb2.PreStartContainerRequest, context: Any
+    ) -> api_pb2.PreStartContainerResponse:
+        return api_pb2.PreStartContainerResponse()
+
+
+def _refuse(context: Any, exc: AllocationError) -> None:
+    if context is None:
+        raise exc
+    context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
