@@ -1,0 +1,162 @@
+"""``kgpu machines [MACHINE]``: the built-in simulated machines, or one machine's GPUs.
+
+Without an argument it lists the profiles ``--machine`` accepts everywhere; with one (a profile,
+a recorded ``.json`` snapshot, or ``nvml`` for this node's real GPUs) it shows that machine's
+GPUs and the MIG profiles they offer, which is what a user checks before writing a mig-parted
+layout.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+
+def machine_report(spec: str, hostname: str = "") -> dict[str, Any]:
+    """One machine's snapshot plus the MIG geometry of each distinct product on it."""
+    from kgpu.hardware import open_backend
+    from kgpu.hardware.mig import geometry_for
+    from kgpu.hardware.serialize import machine_to_dict
+
+    backend = open_backend(spec, hostname=hostname)
+    try:
+        machine = backend.snapshot()
+    finally:
+        backend.close()
+    geometries: dict[str, Any] = {}
+    for gpu in machine.gpus:
+        geometry = geometry_for(gpu)
+        if geometry is None or gpu.product_name in geometries:
+            continue
+        geometries[gpu.product_name] = {
+            "computeSlices": geometry.compute_slices,
+            "memorySlices": geometry.memory_slices,
+            "profiles": [
+                {
+                    "name": p.name,
+                    "computeSlices": p.compute_slices,
+                    "memorySlices": p.memory_slices,
+                    "memoryMiB": p.memory_mib,
+                    "maxCount": p.max_count,
+                    "placements": list(p.placements),
+                }
+                for p in geometry.profiles.values()
+            ],
+        }
+    data = machine_to_dict(machine)
+    data["migGeometry"] = geometries
+    return data
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("machines")
+    def machines_cmd(
+        machine: Annotated[
+            str | None,
+            typer.Argument(help="show one machine: a profile name, a snapshot .json, or nvml"),
+        ] = None,
+        hostname: Annotated[
+            str, typer.Option("--hostname", help="node name (simulated UUIDs derive from it)")
+        ] = "",
+        output: Annotated[str, typer.Option("-o", "--output", help="table or json")] = "table",
+    ) -> None:
+        """List the built-in simulated machines (or show one machine's GPUs and MIG profiles)."""
+        from kgpu.cli.output import console, fail, print_json
+        from kgpu.errors import KgpuError
+        from kgpu.hardware.backend import BackendError
+        from kgpu.hardware.profiles import describe_profiles
+
+        if output not in ("table", "json"):
+            fail(f"--output {output!r}: allowed: table, json")
+        if machine is None:
+            rows = describe_profiles()
+            if output == "json":
+                print_json(rows)
+            else:
+                _profiles_table(console, rows)
+            return
+        try:
+            report = machine_report(machine, hostname)
+        except KgpuError as exc:
+            fail(exc)
+        except BackendError as exc:
+            fail(str(exc))
+        if output == "json":
+            print_json(report)
+        else:
+            _machine_tables(console, report)
+
+
+def _profiles_table(console: Any, rows: list[dict[str, object]]) -> None:
+    from rich.table import Table
+
+    table = Table(title="Simulated machines (use with --machine NAME)")
+    for column in ("NAME", "GPUS", "PRODUCT", "MEMORY", "CC", "MIG", "INTERCONNECT", "DRIVER"):
+        table.add_column(column, justify="right" if column in ("GPUS", "MEMORY") else "left")
+    for row in rows:
+        table.add_row(
+            str(row["name"]),
+            str(row["gpus"]),
+            str(row["product"]),
+            f"{row['memoryMiB']} MiB",
+            str(row["computeCapability"]),
+            "yes" if row["migCapable"] else "no",
+            str(row["interconnect"]),
+            f"{row['driverVersion']} / CUDA {row['cudaVersion']}",
+        )
+    console.print(table)
+
+
+def _machine_tables(console: Any, report: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    title = f"{report['profile']}" + (f" ({report['hostname']})" if report["hostname"] else "")
+    cuda = ".".join(str(v) for v in report["cuda_driver_version"])
+    table = Table(title=f"{title}: driver {report['driver_version']}, CUDA {cuda}")
+    for column in ("GPU", "UUID", "PRODUCT", "MEMORY", "CC", "PCI", "NUMA", "NVLINK", "MIG"):
+        table.add_column(column)
+    for gpu in report["gpus"]:
+        links = gpu["nvlinks"]
+        nvlink = ", ".join(
+            f"{'NVSwitch' if link['peer_index'] < 0 else 'GPU ' + str(link['peer_index'])}"
+            f" x{link['links']}"
+            for link in links
+        )
+        if gpu["fabric"]:
+            fabric = gpu["fabric"]
+            nvlink += f" (clique {fabric['cluster_uuid']}.{fabric['clique_id']})"
+        mig = "no"
+        if gpu["mig_capable"]:
+            mig = "enabled" if gpu["mig_enabled"] else "capable"
+            if gpu["mig_devices"]:
+                mig += ": " + ", ".join(d["profile"] for d in gpu["mig_devices"])
+        table.add_row(
+            str(gpu["index"]),
+            gpu["uuid"],
+            gpu["product_name"],
+            f"{gpu['memory_mib']} MiB",
+            ".".join(str(v) for v in gpu["compute_capability"]),
+            gpu["pci_bus_id"],
+            "-" if gpu["numa_node"] is None else str(gpu["numa_node"]),
+            nvlink or "-",
+            mig,
+        )
+    console.print(table)
+    for product, geometry in report["migGeometry"].items():
+        mig_table = Table(
+            title=f"MIG profiles on {product} ({geometry['computeSlices']} compute / "
+            f"{geometry['memorySlices']} memory slices)"
+        )
+        for column in ("PROFILE", "COMPUTE", "MEMORY SLICES", "MEMORY", "MAX", "STARTS"):
+            mig_table.add_column(column)
+        for p in geometry["profiles"]:
+            mig_table.add_row(
+                p["name"],
+                str(p["computeSlices"]),
+                str(p["memorySlices"]),
+                f"{p['memoryMiB']} MiB",
+                str(p["maxCount"]),
+                ", ".join(str(s) for s in p["placements"]),
+            )
+        console.print(mig_table)
