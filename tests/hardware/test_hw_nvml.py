@@ -12,11 +12,13 @@ import ctypes
 import sys
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from kgpu.hardware import nvml as nvml_module
 from kgpu.hardware.backend import BackendError
 from kgpu.hardware.nvml import NOT_FOUND_MESSAGE, NvmlBackend
 
@@ -297,7 +299,8 @@ def test_full_discovery() -> None:
     assert g1.fabric.cluster_uuid == "00010203-0405-0607-0809-0a0b0c0d0e0f"
 
 
-def test_unsupported_calls_leave_defaults() -> None:
+def test_unsupported_calls_leave_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nvml_module, "SYSFS_PCI_DEVICES", tmp_path)
     bare = {
         "name": "NVIDIA GeForce RTX 2080 Ti",
         "uuid": "GPU-x",
@@ -311,7 +314,21 @@ def test_unsupported_calls_leave_defaults() -> None:
     assert gpu.architecture == "turing"  # from compute capability when NVML cannot say
     assert gpu.brand == "" and gpu.nvlinks == () and not gpu.mig_capable and gpu.fabric is None
     assert gpu.minor == 0 and gpu.power_limit_w == 0.0
-    assert gpu.numa_node is None or gpu.numa_node >= 0  # sysfs fallback finds no such device here
+    assert gpu.numa_node is None  # not from NVML, and sysfs (patched empty here) has no entry
+
+
+def test_numa_falls_back_to_sysfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    device = tmp_path / "0000:3b:00.0"
+    device.mkdir()
+    (device / "numa_node").write_text("1\n")
+    (tmp_path / "0000:3c:00.0").mkdir()
+    (tmp_path / "0000:3c:00.0" / "numa_node").write_text("-1\n")  # no NUMA affinity
+    monkeypatch.setattr(nvml_module, "SYSFS_PCI_DEVICES", tmp_path)
+    gpus = [h100(0, bus="00000000:3B:00.0"), h100(1, bus="00000000:3C:00.0")]
+    for gpu in gpus:
+        del gpu["numa"]
+    machine = NvmlBackend(FakeNvml(gpus)).snapshot()
+    assert [g.numa_node for g in machine.gpus] == [1, None]
 
 
 def test_linked_gpus_resolve_peers_by_pci_bus() -> None:

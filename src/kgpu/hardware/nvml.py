@@ -62,6 +62,7 @@ _FABRIC_STATES = {
     "COMPLETED": "completed",
 }
 _NO_ID = 0xFFFFFFFF  # NVML's "not attributed to a MIG device"
+SYSFS_PCI_DEVICES = Path("/sys/bus/pci/devices")
 
 
 def architecture_from_cc(major: int, minor: int) -> str:
@@ -220,7 +221,7 @@ class NvmlBackend:
         node = self._get(None, "nvmlDeviceGetNumaNodeId", handle)
         if node is None and bus_id:
             try:
-                text = Path(f"/sys/bus/pci/devices/{_sysfs_bdf(bus_id)}/numa_node").read_text()
+                text = (SYSFS_PCI_DEVICES / _sysfs_bdf(bus_id) / "numa_node").read_text()
                 node = int(text.strip())
             except (OSError, ValueError):
                 node = None
