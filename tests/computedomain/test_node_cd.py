@@ -1,0 +1,192 @@
+"""The compute-domain.nvidia.com node handler: channels per domain, IMEX daemon configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kgpu.cluster.store import MemoryStore
+from kgpu.computedomain.api import API_VERSION, node_label
+from kgpu.computedomain.imex import assign_channel, render_nodes_config
+from kgpu.computedomain.node import ComputeDomainHandler
+from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
+from kgpu.kubelet.dra.plugin import DraPlugin, claim_info
+
+CLIQUE = "7bd2ae60-8d26-4a5a-b5a0-2b1d4ec1f0c5.0"
+
+
+def _node(store: MemoryStore, name: str, ip: str) -> None:
+    store.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"nvidia.com/gpu.clique": CLIQUE}},
+            "status": {"addresses": [{"type": "InternalIP", "address": ip}]},
+        }
+    )
+
+
+def _domain(store: MemoryStore, name: str) -> str:
+    obj = store.create(
+        {
+            "apiVersion": API_VERSION,
+            "kind": "ComputeDomain",
+            "metadata": {"name": name},
+            "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": f"{name}-ch"}}},
+        }
+    )
+    return str(obj["metadata"]["uid"])
+
+
+def _claim(name: str, uid: str, device: str, domain: str, kind: str) -> dict[str, Any]:
+    request = device.split("-")[0]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default", "uid": uid},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": request,
+                            "driver": "compute-domain.nvidia.com",
+                            "pool": "n0",
+                            "device": device,
+                        }
+                    ],
+                    "config": [
+                        {
+                            "source": "FromClaim",
+                            "requests": [request],
+                            "opaque": {
+                                "driver": "compute-domain.nvidia.com",
+                                "parameters": {
+                                    "apiVersion": API_VERSION,
+                                    "kind": kind,
+                                    "domainID": domain,
+                                },
+                            },
+                        }
+                    ],
+                }
+            }
+        },
+    }
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[MemoryStore, DraPlugin, ComputeDomainHandler]:
+    store = MemoryStore()
+    _node(store, "n0", "10.0.0.1")
+    _node(store, "n1", "10.0.0.2")
+    handler = ComputeDomainHandler("n0", store, tmp_path / "plugin", clique=CLIQUE)
+    plugin = DraPlugin(handler, tmp_path / "plugin", tmp_path / "cdi", store)
+    return store, plugin, handler
+
+
+def _prepare(plugin: DraPlugin, claim: dict[str, Any]) -> Any:
+    ref = ClaimRef("default", claim["metadata"]["uid"], claim["metadata"]["name"])
+    return plugin.prepare([ref], {ref.uid: claim})[ref.uid]
+
+
+def _channel_paths(tmp_path: Path, claim_uid: str) -> list[str]:
+    (spec,) = (tmp_path / "cdi").glob(f"*{claim_uid}*")
+    data = yaml.safe_load(spec.read_text())
+    return [n["path"] for d in data["devices"] for n in d["containerEdits"]["deviceNodes"]]
+
+
+def test_two_domains_on_one_node_get_distinct_channels_and_daemon_configs(
+    setup: Any, tmp_path: Path
+) -> None:
+    store, plugin, handler = setup
+    a, b = _domain(store, "a"), _domain(store, "b")
+    ra = _prepare(plugin, _claim("a-ch", "u1", "channel-0", a, "ComputeDomainChannelConfig"))
+    rb = _prepare(plugin, _claim("b-ch", "u2", "channel-1", b, "ComputeDomainChannelConfig"))
+    assert not ra.error and not rb.error
+    assert handler.channels() == {a: 0, b: 1}
+    assert _channel_paths(tmp_path, "u1") == ["/dev/nvidia-caps-imex-channels/channel0"]
+    assert _channel_paths(tmp_path, "u2") == ["/dev/nvidia-caps-imex-channels/channel1"]
+    assert ra.devices[0].cdi_device_ids == ("k8s.compute-domain.nvidia.com/claim=u1-channel-0",)
+    labels = store.get("v1", "Node", "n0")["metadata"]["labels"]
+    assert labels[node_label(a)] == "true" and labels[node_label(b)] == "true"
+
+    # A second pod of domain a on the node shares a's channel.
+    _prepare(plugin, _claim("a-ch2", "u3", "channel-2", a, "ComputeDomainChannelConfig"))
+    assert _channel_paths(tmp_path, "u3") == ["/dev/nvidia-caps-imex-channels/channel0"]
+
+    # Domain b also runs on n1: b's daemon lists both nodes, a's only n0.
+    n1 = store.get("v1", "Node", "n1")
+    n1["metadata"]["labels"][node_label(b)] = "true"
+    store.update(n1)
+    _prepare(plugin, _claim("a-d", "u4", "daemon-0", a, "ComputeDomainDaemonConfig"))
+    _prepare(plugin, _claim("b-d", "u5", "daemon-1", b, "ComputeDomainDaemonConfig"))
+    da, db = handler.domain_dir(a), handler.domain_dir(b)
+    assert da != db
+    assert (da / "nodes_config.cfg").read_text() == "10.0.0.1\n"
+    assert (db / "nodes_config.cfg").read_text() == "10.0.0.1\n10.0.0.2\n"
+    assert "IMEX_CMD_BIND_INTERFACE_IP=10.0.0.1" in (da / "config.cfg").read_text()
+
+    # Channels survive an agent restart (state comes back from the checkpoint).
+    again = ComputeDomainHandler("n0", store, tmp_path / "plugin", clique=CLIQUE)
+    DraPlugin(again, tmp_path / "plugin", tmp_path / "cdi", store)
+    assert again.channels() == {a: 0, b: 1}
+
+    # Unpreparing a's last channel claim drops the node label; b keeps its channel.
+    plugin.unprepare([ClaimRef("default", "u1", "a-ch"), ClaimRef("default", "u3", "a-ch2")])
+    labels = store.get("v1", "Node", "n0")["metadata"]["labels"]
+    assert node_label(a) not in labels and node_label(b) in labels
+    assert handler.channels() == {b: 1}
+
+
+def test_daemon_config_follows_the_domain_nodes(setup: Any) -> None:
+    store, plugin, handler = setup
+    a = _domain(store, "a")
+    _prepare(plugin, _claim("a-ch", "u1", "channel-0", a, "ComputeDomainChannelConfig"))
+    _prepare(plugin, _claim("a-d", "u2", "daemon-0", a, "ComputeDomainDaemonConfig"))
+    assert handler.sync_daemons() == []
+    n1 = store.get("v1", "Node", "n1")
+    n1["metadata"]["labels"][node_label(a)] = "true"
+    store.update(n1)
+    assert handler.sync_daemons() == [a]
+    assert (handler.domain_dir(a) / "nodes_config.cfg").read_text() == "10.0.0.1\n10.0.0.2\n"
+
+
+def test_bad_opaque_config_fails_only_that_claim(setup: Any) -> None:
+    store, plugin, _ = setup
+    a = _domain(store, "a")
+    bad = _claim("x", "u9", "channel-0", "", "ComputeDomainChannelConfig")
+    result = _prepare(plugin, bad)
+    assert "status.allocation.devices.config[0].opaque.parameters.domainID" in result.error
+    unknown = _claim("y", "u8", "channel-0", a, "GpuConfig")
+    assert "must be ComputeDomainChannelConfig or ComputeDomainDaemonConfig" in (
+        _prepare(plugin, unknown).error
+    )
+    missing = _claim("z", "u7", "channel-0", "no-such-uid", "ComputeDomainChannelConfig")
+    assert "ComputeDomain with uid no-such-uid not found" in _prepare(plugin, missing).error
+    good = _prepare(plugin, _claim("a-ch", "u1", "channel-0", a, "ComputeDomainChannelConfig"))
+    assert not good.error
+
+
+def test_channel_claim_from_another_namespace_is_refused(setup: Any, tmp_path: Path) -> None:
+    store, _, handler = setup
+    a = _domain(store, "a")
+    claim = _claim("a-ch", "u1", "channel-0", a, "ComputeDomainChannelConfig")
+    claim["metadata"]["namespace"] = "other"
+    with pytest.raises(ClaimError, match="namespace is different"):
+        handler.prepare(claim_info(claim, "compute-domain.nvidia.com"))
+
+
+def test_assign_channel() -> None:
+    assert assign_channel({}, "a") == 0
+    assert assign_channel({"a": 0}, "a") == 0
+    assert assign_channel({"a": 0, "b": 2}, "c") == 1
+    with pytest.raises(Exception, match="all 2 IMEX channels"):
+        assign_channel({"a": 0, "b": 1}, "c", limit=2)
+
+
+def test_nodes_config_is_sorted_numerically_and_deduplicated() -> None:
+    assert render_nodes_config(["10.0.0.10", "10.0.0.9", "10.0.0.9"]) == "10.0.0.9\n10.0.0.10\n"
