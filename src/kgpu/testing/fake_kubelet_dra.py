@@ -53,6 +53,7 @@ class RegisteredPlugin:
     socket: Path
     channel: grpc.Channel
     stub: Any
+    serial: int = 0  # how many registrations this kubelet had accepted when it took this one
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class FakeDraKubelet:
         self.call_timeout_s = call_timeout_s
         self.plugins: dict[str, RegisteredPlugin] = {}
         self.refusals: list[Refusal] = []
+        self.registrations = 0
         self._seen: dict[Path, tuple[int, int]] = {}
         self._lock = threading.Condition()
         self._stop = threading.Event()
@@ -155,8 +157,15 @@ class FakeDraKubelet:
             old = self.plugins.pop(info.name, None)
             if old is not None:
                 old.channel.close()
+            self.registrations += 1
             self.plugins[info.name] = RegisteredPlugin(
-                info.name, info.endpoint, service, socket, channel, pb2_grpc.DRAPluginStub(channel)
+                info.name,
+                info.endpoint,
+                service,
+                socket,
+                channel,
+                pb2_grpc.DRAPluginStub(channel),
+                self.registrations,
             )
             self._lock.notify_all()
 
@@ -184,10 +193,14 @@ class FakeDraKubelet:
                     del self.plugins[driver]
             self._lock.notify_all()
 
-    def wait_registered(self, driver: str, timeout_s: float = 10.0) -> RegisteredPlugin:
+    def wait_registered(
+        self, driver: str, timeout_s: float = 10.0, after: int = 0
+    ) -> RegisteredPlugin:
+        """The driver's registration, once there is one newer than registration number
+        ``after`` (pass :attr:`registrations` read before restarting a plugin)."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
-            while driver not in self.plugins:
+            while driver not in self.plugins or self.plugins[driver].serial <= after:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"{driver} did not register; refusals: {self.refusals}")

@@ -1,0 +1,289 @@
+"""End to end over real unix sockets: the agent's DRA component against a fake kubelet that
+registers it through plugins_registry/ and calls NodePrepareResources / NodeUnprepareResources
+(v1 and v1beta1), and an agent process killed with SIGKILL at every step."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from conftest import NODE, gpu_config, make_claim, ref_of
+
+from kgpu.cluster.store import MemoryStore
+from kgpu.hardware.model import Machine
+from kgpu.hardware.simulated import SimulatedBackend
+from kgpu.kubelet import cdi
+from kgpu.kubelet.dra.component import DraComponent
+from kgpu.kubelet.dra.handler import ClaimInfo, PreparedClaim, PreparedDevice
+from kgpu.kubelet.dra.plugin import CRASH_POINTS
+from kgpu.testing.fake_kubelet_dra import FakeDraKubelet
+
+pytestmark = pytest.mark.slow
+
+KIND = "k8s.gpu.nvidia.com/claim"
+DRIVER = "gpu.nvidia.com"
+
+
+@pytest.fixture
+def agent(short_tmp: Path, machine: Machine, store: MemoryStore) -> Iterator[DraComponent]:
+    component = DraComponent(
+        short_tmp / "kubelet", short_tmp / "cdi", NODE, SimulatedBackend(machine), store
+    )
+    component.start()
+    yield component
+    component.stop()
+
+
+@pytest.mark.parametrize(
+    "services", [("v1.DRAPlugin", "v1beta1.DRAPlugin"), ("v1beta1.DRAPlugin",)]
+)
+def test_kubelet_registers_and_prepares_over_sockets(
+    short_tmp: Path, agent: DraComponent, store: MemoryStore, services: tuple[str, ...]
+) -> None:
+    with FakeDraKubelet(short_tmp / "kubelet", services=services) as kubelet:
+        plugin = kubelet.wait_registered(DRIVER)
+        assert plugin.service == services[0]
+        assert plugin.endpoint == str(short_tmp / "kubelet" / "plugins" / DRIVER / "dra.sock")
+        assert agent.servers[DRIVER].registration.registered.wait(5)
+
+        # The agent published its pool into the API server.
+        slices = store.list("resource.k8s.io/v1", "ResourceSlice")
+        assert {s["spec"]["pool"]["name"] for s in slices} == {NODE}
+        published = {d["name"] for s in slices for d in s["spec"]["devices"]}
+        assert {"gpu-1", "gpu-7", "gpu-0-mig-1g10gb-19-6"} <= published
+
+        good = make_claim(
+            store,
+            "train",
+            [("gpus", "gpu-1"), ("gpus", "gpu-2")],
+            [
+                (
+                    ["gpus"],
+                    gpu_config(strategy="MPS", mpsConfig={"defaultActiveThreadPercentage": 30}),
+                )
+            ],
+        )
+        bad = make_claim(
+            store,
+            "typo",
+            [("gpu", "gpu-3")],
+            [([], gpu_config(strategy="TimeSlicing", timeSlicingConfig={"intervall": "Long"}))],
+        )
+        out = kubelet.prepare(DRIVER, [ref_of(good), ref_of(bad)])
+        uid = good["metadata"]["uid"]
+        assert out[uid]["error"] == ""
+        assert [d["cdiDeviceIDs"] for d in out[uid]["devices"]] == [
+            [f"{KIND}={uid}-gpu-1"],
+            [f"{KIND}={uid}-gpu-2"],
+        ]
+        assert out[uid]["devices"][0]["requestNames"] == ["gpus"]
+        assert out[uid]["devices"][0]["poolName"] == NODE
+        bad_error = out[bad["metadata"]["uid"]]["error"]
+        assert (
+            "status.allocation.devices.config[0].opaque.parameters.sharing.timeSlicingConfig.intervall"
+            in bad_error
+        )
+
+        spec_files = cdi.transient_specs(short_tmp / "cdi", KIND)
+        assert set(spec_files) == {uid}
+        spec = cdi.read_spec(spec_files[uid])
+        assert cdi.validate_spec(spec) == []
+        assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30" in spec["devices"][0]["containerEdits"]["env"]
+
+        assert kubelet.unprepare(DRIVER, [ref_of(good), ref_of(bad)]) == {
+            uid: "",
+            bad["metadata"]["uid"]: "",
+        }
+        assert cdi.transient_specs(short_tmp / "cdi", KIND) == {}
+
+
+def test_kubelet_refuses_a_plugin_it_cannot_speak_to(short_tmp: Path, agent: DraComponent) -> None:
+    kubelet = FakeDraKubelet(short_tmp / "kubelet", services=("v2.DRAPlugin",))
+    kubelet.scan()
+    assert DRIVER not in kubelet.plugins
+    assert "none of services supported by the plugin" in kubelet.refusals[0].error
+    assert not agent.servers[DRIVER].registration.registered.is_set()
+    assert "v1.DRAPlugin" in agent.servers[DRIVER].registration.error
+
+
+def test_registration_follows_the_agent_lifecycle(short_tmp: Path, agent: DraComponent) -> None:
+    with FakeDraKubelet(short_tmp / "kubelet") as kubelet:
+        kubelet.wait_registered(DRIVER)
+        reg = agent.servers[DRIVER].registration_socket
+        reg.unlink()  # someone wiped plugins_registry/: the agent must register again
+        kubelet.wait_deregistered(DRIVER)
+        kubelet.wait_registered(DRIVER)
+        assert reg.exists()
+        agent.stop()
+        kubelet.wait_deregistered(DRIVER)
+        assert not reg.exists()
+
+
+class ChannelHandler:
+    """A minimal second driver, as the ComputeDomain helper plugs one in."""
+
+    driver = "compute-domain.nvidia.com"
+    cdi_kind = "k8s.compute-domain.nvidia.com/claim"
+
+    def __init__(self) -> None:
+        self.restored: dict[str, Any] = {}
+
+    def prepare(self, claim: ClaimInfo) -> PreparedClaim:
+        devices = tuple(
+            PreparedDevice(
+                (str(r["request"]),), str(r["pool"]), str(r["device"]), f"{claim.uid}-{r['device']}"
+            )
+            for r in claim.results
+        )
+        return PreparedClaim(devices, state={"channel": 0})
+
+    def unprepare(self, claim_uid: str, state: Any) -> None:
+        pass
+
+    def restore(self, states: Any) -> None:
+        self.restored = dict(states)
+
+    def resource_slices(self, node_name: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "metadata": {"name": f"{node_name}-{self.driver}-0"},
+                "spec": {
+                    "devices": [
+                        {"name": "channel-0", "attributes": {"type": {"string": "channel"}}}
+                    ]
+                },
+            }
+        ]
+
+
+def test_a_second_driver_is_served_by_the_same_agent(
+    short_tmp: Path, agent: DraComponent, store: MemoryStore
+) -> None:
+    extra = ChannelHandler()
+    agent.add_driver(extra)
+    with FakeDraKubelet(short_tmp / "kubelet") as kubelet:
+        kubelet.wait_registered(DRIVER)
+        kubelet.wait_registered(extra.driver)
+        claim = make_claim(store, "ch", [("channel", "channel-0")], driver=extra.driver)
+        gpu = make_claim(store, "g", [("gpu", "gpu-4")])
+        uid = claim["metadata"]["uid"]
+        out = kubelet.prepare(extra.driver, [ref_of(claim)])
+        assert out[uid]["devices"][0]["cdiDeviceIDs"] == [
+            f"k8s.compute-domain.nvidia.com/claim={uid}-channel-0"
+        ]
+        assert kubelet.prepare(DRIVER, [ref_of(gpu)])[gpu["metadata"]["uid"]]["error"] == ""
+        drivers = {s["spec"]["driver"] for s in store.list("resource.k8s.io/v1", "ResourceSlice")}
+        assert drivers == {DRIVER, extra.driver}
+        # Each driver owns its own spec kind and checkpoint.
+        assert set(cdi.transient_specs(short_tmp / "cdi", extra.cdi_kind)) == {uid}
+        assert set(cdi.transient_specs(short_tmp / "cdi", KIND)) == {gpu["metadata"]["uid"]}
+        assert agent.plugins[extra.driver].checkpoint.path != agent.plugins[DRIVER].checkpoint.path
+
+
+# -- SIGKILL -------------------------------------------------------------------------------
+
+SCRIPT = Path(__file__).with_name("dra_crash_agent.py")
+
+
+class AgentProcess:
+    """The plugin in its own process; returns once the kubelet has registered this instance."""
+
+    def __init__(
+        self, root: Path, claims: Path, kubelet: FakeDraKubelet, crash_at: str = ""
+    ) -> None:
+        seen = kubelet.registrations
+        args = [sys.executable, str(SCRIPT), str(root), str(claims)] + (
+            [crash_at] if crash_at else []
+        )
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.strip() == "ready", line
+        kubelet.wait_registered(DRIVER, after=seen)
+
+    def killed(self) -> bool:
+        return self.proc.wait(timeout=10) == -signal.SIGKILL
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+
+
+def test_agent_killed_at_every_step_loses_and_duplicates_nothing(
+    short_tmp: Path, store: MemoryStore
+) -> None:
+    claims_file = short_tmp / "claims.json"
+    claims: list[dict[str, Any]] = []
+    live: set[str] = set()  # claims the kubelet was told are prepared and has not unprepared
+    answers: dict[str, Any] = {}
+
+    def add_claim(name: str, device: str) -> dict[str, Any]:
+        claim = make_claim(store, name, [("gpu", device)], [((), gpu_config(strategy="MPS"))])
+        claims.append(claim)
+        claims_file.write_text(json.dumps(claims))
+        return claim
+
+    def check(root: Path) -> None:
+        specs = cdi.transient_specs(root / "cdi", KIND)
+        assert set(specs) == live
+        for path in specs.values():
+            assert cdi.validate_spec(cdi.read_spec(path)) == []
+        mps = root / "kubelet" / "plugins" / DRIVER / "mps"
+        owners = sorted(p.name[:36] for p in mps.glob("*"))
+        assert owners == sorted(live)  # one MPS directory per live claim, none left over
+
+    claims_file.write_text("[]")
+    prepare_points = CRASH_POINTS[:4]
+    unprepare_points = CRASH_POINTS[4:]
+    with FakeDraKubelet(short_tmp / "kubelet") as kubelet:
+        steady = add_claim("steady", "gpu-7")
+        proc = AgentProcess(short_tmp, claims_file, kubelet)
+        answers["steady"] = kubelet.prepare_until_done(DRIVER, [ref_of(steady)])
+        live.add(steady["metadata"]["uid"])
+        proc.close()
+
+        for i, point in enumerate(prepare_points):
+            claim = add_claim(f"c{i}", f"gpu-{i + 1}")
+            proc = AgentProcess(short_tmp, claims_file, kubelet, crash_at=point)
+            with pytest.raises(grpc.RpcError):
+                kubelet.prepare(DRIVER, [ref_of(claim)])
+            assert proc.killed()
+            proc = AgentProcess(short_tmp, claims_file, kubelet)  # restart: reconcile runs first
+            live_before = set(live)
+            check_live = cdi.transient_specs(short_tmp / "cdi", KIND)
+            assert set(check_live) in (live_before, live_before | {claim["metadata"]["uid"]})
+            out = kubelet.prepare_until_done(DRIVER, [ref_of(claim)])
+            uid = claim["metadata"]["uid"]
+            assert out[uid]["devices"][0]["cdiDeviceIDs"] == [f"{KIND}={uid}-gpu-{i + 1}"]
+            live.add(uid)
+            check(short_tmp)
+            # The steady claim, prepared before any crash, still answers the same.
+            assert kubelet.prepare(DRIVER, [ref_of(steady)]) == answers["steady"]
+            proc.close()
+
+        for i, point in enumerate(unprepare_points):
+            claim = claims[1 + i]
+            proc = AgentProcess(short_tmp, claims_file, kubelet, crash_at=point)
+            with pytest.raises(grpc.RpcError):
+                kubelet.unprepare(DRIVER, [ref_of(claim)])
+            assert proc.killed()
+            proc = AgentProcess(short_tmp, claims_file, kubelet)
+            kubelet.unprepare_until_done(DRIVER, [ref_of(claim)])
+            live.discard(claim["metadata"]["uid"])
+            check(short_tmp)
+            proc.close()
+
+        proc = AgentProcess(short_tmp, claims_file, kubelet)
+        kubelet.unprepare_until_done(DRIVER, [ref_of(c) for c in claims])
+        live.clear()
+        check(short_tmp)
+        proc.close()
