@@ -82,14 +82,28 @@ def describe_gpu(view: NodeView, index: int) -> str:
     plan = next(g for g in view.gpus if g.index == index)
     if not plan.resources:
         return "nothing advertised"
-    what = f"{plan.sharing} x{plan.replicas}" if plan.replicas > 1 else "whole, not shared"
-    if plan.mig_devices:
-        counts: dict[str, int] = {}
-        for profile in plan.mig_devices:
-            counts[profile] = counts.get(profile, 0) + 1
-        split = " + ".join(f"{n} x {p}" for p, n in sorted(counts.items()))
-        what = f"MIG {split}; " + (
-            f"{plan.sharing} x{plan.replicas}" if plan.replicas > 1 else "not shared"
+    # replicas and sharing per backing device (the GPU itself, or each MIG device)
+    backing: dict[str, tuple[str | None, str, int]] = {}
+    for res in view.resources:
+        for d in res.devices:
+            if d.gpu_index != index:
+                continue
+            profile, sharing, n = backing.get(d.backing_uuid, (d.mig_profile, str(d.sharing), 0))
+            backing[d.backing_uuid] = (profile, sharing, n + 1)
+
+    def how(sharing: str, replicas: int) -> str:
+        return f"{sharing} x{replicas}" if replicas > 1 else "not shared"
+
+    if not plan.mig_devices:
+        _, sharing, replicas = next(iter(backing.values()))
+        what = f"{sharing} x{replicas}" if replicas > 1 else "whole, not shared"
+    else:
+        groups: dict[tuple[str, str], int] = {}
+        for profile, sharing, replicas in backing.values():
+            key = (profile or "?", how(sharing, replicas))
+            groups[key] = groups.get(key, 0) + 1
+        what = "MIG " + ", ".join(
+            f"{n} x {profile} ({mode})" for (profile, mode), n in sorted(groups.items())
         )
     return f"{what} -> {', '.join(plan.resources)}"
 
