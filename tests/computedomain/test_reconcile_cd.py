@@ -161,7 +161,7 @@ def test_emitted_objects_validate_against_official_schemas() -> None:
         _cd("other", channel={"resourceClaimTemplate": {"name": "o"}, "allocationMode": "All"})
     )
     reconcile(store)
-    objects = _owned(store) + [node_slice("gb200-0")]
+    objects = [*_owned(store), node_slice("gb200-0")]
     assert len(objects) == 7
     for obj in objects:
         kubernetes_validate.validate(obj, K8S, strict=True)
@@ -183,7 +183,7 @@ def test_seed_guide_domains_validate_against_the_crd(acceptance: Path) -> None:
         assert parse_compute_domain(cd).spec.allocation_mode == "Single"
     broken = _cd()
     broken["status"] = {"status": "Sleeping"}
-    with pytest.raises(FieldError, match="status.status"):
+    with pytest.raises(FieldError, match=r"status\.status"):
         validate_object(broken)
 
 

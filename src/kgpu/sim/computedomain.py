@@ -332,6 +332,10 @@ class CliqueSchedulerPlugin:
         self._cycle.pop(_pod_key(pod), None)
 
 
+#: The name the simulator's plugin loader looks for.
+ComputeDomainSchedulerPlugin = CliqueSchedulerPlugin
+
+
 def _clique(node: Mapping[str, Any] | None) -> str | None:
     return ((node or {}).get("metadata") or {}).get("labels", {}).get(CLIQUE_LABEL) or None
 
@@ -340,5 +344,6 @@ __all__ = [
     "CliqueSchedulerPlugin",
     "ComputeDomainController",
     "ComputeDomainKubeletPlugin",
+    "ComputeDomainSchedulerPlugin",
     "claim_name_for",
 ]
