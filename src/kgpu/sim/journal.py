@@ -1,0 +1,68 @@
+"""The simulator's object store: a MemoryStore that remembers what others wrote.
+
+Plugins and controllers write to the store (a ComputeDomain controller labels nodes and creates
+DaemonSets, a DRA plugin writes claims); the simulator must notice those writes without listing
+(and deep-copying) ten thousand pods after every controller pass. Every write made outside
+:meth:`SimStore.muted` is journaled by kind, and the simulator drains the journal each round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from kgpu.cluster.store import MemoryStore, Obj, namespace_of
+
+
+class SimStore(MemoryStore):
+    def __init__(self, clock: Callable[[], str] | None = None) -> None:
+        super().__init__(clock)
+        self._mute = 0
+        self._journal: dict[str, set[tuple[str, str]]] = {}
+
+    @contextmanager
+    def muted(self) -> Iterator[None]:
+        """Writes inside are the simulator's own: not journaled."""
+        self._mute += 1
+        try:
+            yield
+        finally:
+            self._mute -= 1
+
+    def _note(self, kind: str, namespace: str, name: str) -> None:
+        if not self._mute:
+            self._journal.setdefault(kind, set()).add((namespace, name))
+
+    def _note_obj(self, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        self._note(str(obj.get("kind", "")), namespace_of(obj), str(meta.get("name", "")))
+
+    def create(self, obj: Obj) -> Obj:
+        out = super().create(obj)
+        self._note_obj(out)
+        return out
+
+    def update(self, obj: Obj) -> Obj:
+        out = super().update(obj)
+        self._note_obj(obj)
+        return out
+
+    def apply(self, obj: Obj) -> Obj:
+        out = super().apply(obj)
+        self._note_obj(obj)
+        return out
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+        super().delete(api_version, kind, name, namespace)
+        probe: Obj = {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}}
+        if namespace is not None:
+            probe["metadata"]["namespace"] = namespace
+        self._note_obj(probe)
+
+    def drain(self) -> dict[str, set[tuple[str, str]]]:
+        """What others wrote since the last drain, by kind -> {(namespace, name)}."""
+        out, self._journal = self._journal, {}
+        return out
+
+    def pending(self) -> bool:
+        return bool(self._journal)

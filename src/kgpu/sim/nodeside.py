@@ -1,0 +1,180 @@
+"""Where the simulator meets kgpu's node code: machines, node views, the device plugin.
+
+Everything the simulated kubelets run on a node comes through here, and each call is the real
+one the agent makes on a real node: :func:`kgpu.hardware.profiles.load_machine` for the
+hardware snapshot, :func:`kgpu.node.view.build_node_view` for what the device plugin advertises
+and GPU feature discovery labels, :mod:`kgpu.node.health` for XID events, and
+:class:`~kgpu.kubelet.deviceplugin.servicer.DevicePluginServicer` for GetPreferredAllocation and
+Allocate (called in process with protobuf messages; no socket is needed for what the kubelet's
+device manager does with the answers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from kgpu.config.loader import EMPTY, ConfigSet, load_config_files, load_config_strings
+from kgpu.hardware.backend import XidEvent
+from kgpu.hardware.model import Machine
+from kgpu.hardware.profiles import load_machine
+from kgpu.kubelet.deviceplugin.servicer import DevicePluginServicer
+from kgpu.kubelet.proto.deviceplugin.v1beta1 import api_pb2
+from kgpu.node.health import HealthState, on_event
+from kgpu.node.model import NodeView, Sharing
+from kgpu.node.view import build_node_view
+from kgpu.sim.state import MpsDaemon, SimNode
+
+
+def machine_for(profile: str, hostname: str, clique: str | None) -> Machine:
+    return load_machine(profile, hostname=hostname, clique=clique)
+
+
+def load_configs(paths: Sequence[Path], inline: Mapping[str, str]) -> ConfigSet:
+    """Config files from the scenario plus ConfigMaps applied to the cluster (as YAML texts)."""
+    if not paths and not inline:
+        return EMPTY
+    base = load_config_files(paths) if paths else EMPTY
+    if not inline:
+        return base
+    extra = load_config_strings(inline)
+    plugin = {**base.plugin_configs, **extra.plugin_configs}
+    mig = {**base.mig_configs, **extra.mig_configs}
+    return replace(
+        base,
+        plugin_configs=plugin,
+        mig_configs=mig,
+        default_plugin_config=extra.default_plugin_config or base.default_plugin_config,
+        default_mig_config=extra.default_mig_config or base.default_mig_config,
+        mig_strategy=extra.mig_strategy or base.mig_strategy,
+        warnings=base.warnings + extra.warnings,
+    )
+
+
+def is_config_map(obj: Mapping[str, Any]) -> bool:
+    """Whether an applied ConfigMap holds device-plugin or mig-parted configs."""
+    import yaml
+
+    if obj.get("kind") != "ConfigMap" or not isinstance(obj.get("data"), dict):
+        return False
+    try:
+        parsed = load_config_strings({"probe": yaml.safe_dump(obj)})
+    except Exception:
+        return False
+    return bool(parsed.plugin_configs or parsed.mig_configs)
+
+
+def view_for(
+    machine: Machine,
+    configs: ConfigSet,
+    labels: Mapping[str, str],
+    *,
+    default_config: str | None,
+    mig_strategy: str | None,
+    unhealthy: frozenset[str],
+) -> NodeView:
+    view = build_node_view(
+        machine, configs, labels, config_name=default_config, mig_strategy=mig_strategy
+    )
+    return view.with_health(unhealthy) if unhealthy else view
+
+
+def xid_health(
+    state: HealthState,
+    machine: Machine,
+    gpu: int | str,
+    xid: int,
+    gi: int | None,
+    ci: int | None,
+    now: float,
+) -> HealthState:
+    """The health state after an XID on a GPU (index or UUID), as the agent's health loop
+    would compute it."""
+    uuid = gpu if isinstance(gpu, str) else machine.gpu(int(gpu)).uuid
+    return on_event(state, machine, XidEvent(uuid, xid, gi, ci, now), now)
+
+
+def servicers_for(node: SimNode) -> dict[str, DevicePluginServicer]:
+    """One device-plugin servicer per advertised resource, reading the node's current view."""
+    if node.view is None:
+        return {}
+
+    def current() -> NodeView:
+        assert node.view is not None
+        return node.view
+
+    return {res.name: DevicePluginServicer(res.name, current) for res in node.view.resources}
+
+
+def mps_daemons(view: NodeView | None) -> list[MpsDaemon]:
+    """The MPS control daemons the plugin starts: one per MPS-shared resource."""
+    if view is None:
+        return []
+    out = []
+    for res in view.resources:
+        if res.sharing is not Sharing.MPS or not res.devices:
+            continue
+        limits = next((d.mps for d in res.devices if d.mps is not None), None)
+        out.append(
+            MpsDaemon(
+                resource=res.name,
+                gpus=sorted({d.backing_uuid for d in res.devices}),
+                replicas=res.replicas,
+                active_thread_percentage=limits.active_thread_percentage if limits else 100,
+                pinned_memory_limit_mib=limits.pinned_memory_limit_mib if limits else 0,
+                pipe_directory=limits.pipe_directory if limits else "",
+            )
+        )
+    return out
+
+
+@dataclass
+class DeviceGrant:
+    """What one container got for one resource."""
+
+    ids: list[str]
+    envs: dict[str, str]
+    cdi_devices: list[str]
+
+
+class AdmissionError(Exception):
+    """The kubelet's device manager could not satisfy a container (kubelet's
+    ``UnexpectedAdmissionError``)."""
+
+
+def allocate_devices(node: SimNode, resource: str, size: int) -> DeviceGrant:
+    """The kubelet device manager's steps for one container: free healthy devices ->
+    GetPreferredAllocation -> Allocate."""
+    servicer = node.servicers.get(resource)
+    if servicer is None or node.view is None:
+        raise AdmissionError(f"Resource {resource} is not served by any device plugin on this node")
+    res = node.view.resource(resource)
+    available = [d.id for d in res.devices if d.healthy and d.id not in node.device_owner]
+    if len(available) < size:
+        raise AdmissionError(
+            f"Requested number of devices unavailable for {resource}. "
+            f"Requested: {size}, Available: {len(available)}"
+        )
+    pref = servicer.GetPreferredAllocation(
+        api_pb2.PreferredAllocationRequest(
+            container_requests=[
+                api_pb2.ContainerPreferredAllocationRequest(
+                    available_deviceIDs=available, allocation_size=size
+                )
+            ]
+        ),
+        None,
+    )
+    ids = list(pref.container_responses[0].deviceIDs) if pref.container_responses else []
+    if len(ids) != size or not set(ids) <= set(available):
+        ids = available[:size]  # the kubelet ignores a preference it cannot use
+    resp = servicer.Allocate(
+        api_pb2.AllocateRequest(
+            container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=ids)]
+        ),
+        None,
+    )
+    c = resp.container_responses[0]
+    return DeviceGrant(ids, dict(c.envs), [d.name for d in c.cdi_devices])

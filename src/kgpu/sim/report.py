@@ -1,0 +1,278 @@
+"""What ``kgpu sim`` prints: the cluster as JSON (the keys other tools read) and as tables.
+
+JSON keys are fixed by the design: top level ``nodes``, ``pods``, ``events`` (plus
+``resourceClaims``, ``resourceSlices``, ``computeDomains`` from the store when present); a node
+has ``name``, ``labels``, ``capacity``, ``allocatable``, ``allocated`` (and ``mps`` daemons); a
+pod ``namespace``, ``name``, ``phase``, ``nodeName``, ``devices`` and ``env`` per container; an
+event ``type``, ``reason``, ``object``, ``message``. Quantities are strings, as in the
+Kubernetes API.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from kgpu.sim.quantity import format_units
+from kgpu.sim.state import PodRecord, SimNode
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from kgpu.sim.simulation import Simulation
+
+HOST_RESOURCES = ("cpu", "memory", "pods", "ephemeral-storage")
+
+
+def _q(values: dict[str, int]) -> dict[str, str]:
+    return {k: format_units(k, v) for k, v in sorted(values.items())}
+
+
+def node_json(node: SimNode) -> dict[str, Any]:
+    allocated = {k: v for k, v in node.requested.items() if v}
+    out: dict[str, Any] = {
+        "name": node.name,
+        "machine": node.machine.profile if node.machine else None,
+        "ready": node.ready,
+        "unschedulable": node.unschedulable,
+        "labels": dict(sorted(node.labels.items())),
+        "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints],
+        "capacity": _q(node.capacity),
+        "allocatable": _q(node.allocatable),
+        "allocated": _q(allocated),
+        "pods": sorted(node.pods),
+    }
+    if node.view is not None:
+        out["deviceConfig"] = node.view.config_name
+        out["migConfig"] = node.view.mig_config_name
+    if node.unhealthy:
+        out["unhealthy"] = sorted(node.unhealthy)
+    out["mps"] = [
+        {
+            "resource": d.resource,
+            "gpus": d.gpus,
+            "replicas": d.replicas,
+            "activeThreadPercentage": d.active_thread_percentage,
+            "pinnedMemoryLimitMiB": d.pinned_memory_limit_mib,
+            "pipeDirectory": d.pipe_directory,
+            "clients": list(d.clients),
+        }
+        for d in node.mps
+    ]
+    return out
+
+
+def pod_json(rec: PodRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "namespace": rec.namespace,
+        "name": rec.name,
+        "phase": rec.phase,
+        "nodeName": rec.node or None,
+        "devices": rec.devices,
+        "env": {c: e for c, e in rec.env.items() if e},
+    }
+    owner = next(
+        (o for o in rec.obj["metadata"].get("ownerReferences") or () if o.get("controller")), None
+    )
+    if owner:
+        out["owner"] = f"{owner['kind']}/{owner['name']}"
+    if rec.phase == "Pending" and rec.last_message:
+        out["message"] = rec.last_message
+    return out
+
+
+def build_report(sim: Simulation) -> dict[str, Any]:
+    pods = sorted(sim.pods.values(), key=lambda r: r.seq)
+    out: dict[str, Any] = {
+        "scenario": sim.scenario.name,
+        "time": sim.now,
+        "nodes": [node_json(n) for n in sim.nodes],
+        "pods": [pod_json(p) for p in pods],
+        "events": [
+            {"type": e.type, "reason": e.reason, "object": e.object, "message": e.message}
+            for e in sim.events
+        ],
+    }
+    for key, api, kind in (
+        ("resourceClaims", "resource.k8s.io/v1", "ResourceClaim"),
+        ("resourceSlices", "resource.k8s.io/v1", "ResourceSlice"),
+        ("computeDomains", "resource.nvidia.com/v1beta1", "ComputeDomain"),
+    ):
+        objs = sim.store.list(api, kind)
+        if objs:
+            out[key] = objs
+    if sim.unsupported:
+        out["unsupported"] = list(sim.unsupported)
+    if sim.warnings:
+        out["warnings"] = list(sim.warnings)
+    return out
+
+
+# -- tables -----------------------------------------------------------------------------------
+
+
+def _extended(node: SimNode) -> list[str]:
+    names = set(node.capacity) | {k for k, v in node.requested.items() if v}
+    return sorted(n for n in names if n not in HOST_RESOURCES)
+
+
+def gpu_summary(node: SimNode) -> str:
+    """``nvidia.com/gpu 4/6`` per extended resource: allocated / allocatable (capacity)."""
+    parts = []
+    for r in _extended(node):
+        alloc, cap = node.allocatable.get(r, 0), node.capacity.get(r, 0)
+        used = node.requested.get(r, 0)
+        cap_note = f" (cap {cap})" if cap != alloc else ""
+        parts.append(f"{r} {used}/{alloc}{cap_note}")
+    return "\n".join(parts) or "-"
+
+
+def step_snapshot(sim: Simulation, title: str) -> dict[str, Any]:
+    """A compact picture of the cluster after one step, for ``--watch``."""
+    phases = Counter(r.phase for r in sim.pods.values())
+    return {
+        "title": title,
+        "time": sim.now,
+        "nodes": [
+            {
+                "name": n.name,
+                "gpus": gpu_summary(n),
+                "pods": len(n.pods),
+                "ready": n.ready,
+                "labels": {
+                    k: v
+                    for k, v in n.labels.items()
+                    if k
+                    in (
+                        "nvidia.com/gpu.product",
+                        "nvidia.com/device-plugin.config",
+                        "nvidia.com/mig.config",
+                        "nvidia.com/gpu.sharing-strategy",
+                    )
+                },
+            }
+            for n in sim.nodes
+        ],
+        "phases": dict(phases),
+        "pods": [
+            {
+                "name": r.key,
+                "phase": r.phase,
+                "node": r.node or "-",
+                "devices": sum(len(v) for v in r.devices.values()),
+            }
+            for r in sorted(sim.pods.values(), key=lambda r: r.seq)
+        ][:50],
+        "events": len(sim.events),
+    }
+
+
+def render(sim: Simulation, console: Console, *, max_pods: int = 40, max_events: int = 25) -> None:
+    """The human summary: nodes like ``kubectl describe node``, pods, then events."""
+    from rich.table import Table
+
+    title = sim.scenario.name + (
+        f" — {sim.scenario.description}" if sim.scenario.description else ""
+    )
+    console.print(f"[bold]{title}[/bold]  (t={sim.now:g}s)")
+    nodes = Table(title="Nodes", show_lines=False)
+    for col in (
+        "NODE",
+        "MACHINE",
+        "CONFIG",
+        "PRODUCT",
+        "GPU RESOURCES used/allocatable",
+        "CPU",
+        "MEMORY",
+        "PODS",
+    ):
+        nodes.add_column(col)
+    for n in sim.nodes[:100]:
+        status = "" if n.ready else " [red](NotReady)[/red]"
+        config = "-"
+        if n.view is not None:
+            config = n.view.config_name or "-"
+            if n.view.mig_config_name:
+                config += f"\nmig: {n.view.mig_config_name}"
+        mps = "".join(
+            f"\nMPS daemon {d.resource}: {len(d.clients)}/{d.replicas} clients, "
+            f"{d.active_thread_percentage}% threads"
+            for d in n.mps
+        )
+        nodes.add_row(
+            n.name + status,
+            n.machine.profile if n.machine else "-",
+            config,
+            n.labels.get("nvidia.com/gpu.product", "-"),
+            gpu_summary(n) + mps,
+            _used(n, "cpu"),
+            _used(n, "memory"),
+            f"{len(n.pods)}/{n.allocatable.get('pods', 0)}",
+        )
+    console.print(nodes)
+    if len(sim.nodes) > 100:
+        console.print(f"... and {len(sim.nodes) - 100} more nodes")
+    pods = Table(title="Pods")
+    for col in ("POD", "PHASE", "NODE", "DEVICES"):
+        pods.add_column(col)
+    records = sorted(sim.pods.values(), key=lambda r: r.seq)
+    for r in records[:max_pods]:
+        devices = "\n".join(
+            f"{c}: {', '.join(_short(i) for i in ids)}" for c, ids in r.devices.items() if ids
+        )
+        color = {"Running": "green", "Pending": "yellow", "Failed": "red"}.get(r.phase, "white")
+        pods.add_row(r.key, f"[{color}]{r.phase}[/{color}]", r.node or "-", devices or "-")
+    console.print(pods)
+    if len(records) > max_pods:
+        phases = Counter(r.phase for r in records)
+        console.print(
+            f"... {len(records) - max_pods} more pods; totals: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(phases.items()))
+        )
+    events = Table(title="Events")
+    for col in ("TYPE", "REASON", "OBJECT", "MESSAGE"):
+        events.add_column(col)
+    interesting = [e for e in sim.events if e.reason not in ("Scheduled", "NodeReady")]
+    for e in interesting[-max_events:]:
+        color = "red" if e.type == "Warning" else "white"
+        events.add_row(f"[{color}]{e.type}[/{color}]", e.reason, e.object, e.message)
+    console.print(events)
+    hidden = len(sim.events) - len(interesting)
+    if hidden or len(interesting) > max_events:
+        console.print(f"({len(sim.events)} events in all; -o json lists every one)")
+    for w in sim.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+
+
+def _used(node: SimNode, resource: str) -> str:
+    used = format_units(resource, node.requested.get(resource, 0))
+    return f"{used}/{format_units(resource, node.allocatable.get(resource, 0))}"
+
+
+def _short(device_id: str) -> str:
+    """``GPU-1b2c...::3`` -> ``GPU-1b2c3d4e::3``: enough to tell devices apart in a table."""
+    head, sep, replica = device_id.partition("::")
+    if head.startswith(("GPU-", "MIG-")) and len(head) > 12:
+        head = head[:12]
+    return head + (sep + replica if sep else "")
+
+
+def render_steps(sim: Simulation, console: Console) -> None:
+    """One table per step: what each node has allocated and how the pods stand."""
+    from rich.table import Table
+
+    for i, snap in enumerate(sim.snapshots):
+        table = Table(title=f"[{i}] t={snap['time']:g}s  {snap['title']}")
+        for col in ("NODE", "GPU RESOURCES used/allocatable", "PODS", "LABELS"):
+            table.add_column(col)
+        for n in snap["nodes"][:50]:
+            table.add_row(
+                n["name"] + ("" if n["ready"] else " (NotReady)"),
+                n["gpus"],
+                str(n["pods"]),
+                "\n".join(f"{k}={v}" for k, v in n["labels"].items()),
+            )
+        console.print(table)
+        console.print(
+            "pods: " + (", ".join(f"{k} {v}" for k, v in sorted(snap["phases"].items())) or "none")
+        )

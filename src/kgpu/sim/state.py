@@ -1,0 +1,100 @@
+"""The simulator's own records of pods and nodes, kept beside the object store.
+
+The store holds every object in wire form and is what plugins read; these records hold what
+the scheduler and the kubelets consult per decision (parsed requests, free resources, which
+device belongs to which pod), so a decision never re-reads or re-parses the world.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kgpu.hardware.model import Machine
+from kgpu.node.model import NodeView
+from kgpu.sim.plugins import NodeInfo
+from kgpu.sim.podspec import PodRequirements, Taint
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class PodRecord:
+    """One pod the simulator knows. ``obj`` is the simulator's copy of the store object."""
+
+    key: str  # "namespace/name"
+    obj: Obj
+    req: PodRequirements
+    seq: int  # creation order: the scheduling queue is FIFO
+    owner_uid: str = ""
+    owner_kind: str = ""
+    gang: str = ""  # "namespace/mpijob" for MPIJob workers: placed all or none
+    gang_size: int = 0
+    node: str = ""
+    phase: str = "Pending"
+    admitted: bool = False  # the kubelet gave it its devices and started it
+    started_at: float | None = None
+    run_seconds: float | None = None
+    devices: dict[str, list[str]] = field(default_factory=dict)
+    env: dict[str, dict[str, str]] = field(default_factory=dict)
+    failed_epoch: int = -1  # epoch of its last failed scheduling attempt
+    last_message: str = ""
+
+    @property
+    def namespace(self) -> str:
+        return self.key.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.key.split("/", 1)[1]
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+@dataclass
+class MpsDaemon:
+    """The MPS control daemon the device plugin starts for one MPS-shared resource on a node
+    (upstream runs one per resource, over all of that resource's GPUs)."""
+
+    resource: str
+    gpus: list[str]  # UUIDs it serves
+    replicas: int
+    active_thread_percentage: int
+    pinned_memory_limit_mib: int
+    pipe_directory: str
+    clients: list[str] = field(default_factory=list)  # pods "ns/name" connected to it
+
+
+@dataclass
+class SimNode:
+    """A simulated node: its hardware, what its device plugin advertises, what is bound."""
+
+    name: str
+    machine: Machine | None
+    view: NodeView | None
+    labels: dict[str, str]
+    scenario_labels: dict[str, str]
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    ready: bool = True
+    device_plugin: bool = True
+    clique: str | None = None
+    capacity: dict[str, int] = field(default_factory=dict)
+    allocatable: dict[str, int] = field(default_factory=dict)
+    requested: dict[str, int] = field(default_factory=dict)
+    pods: dict[str, PodRecord] = field(default_factory=dict)  # bound pods by key
+    pod_objs: list[Obj] = field(default_factory=list)  # the same, for NodeInfo.pods
+    allocations: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    device_owner: dict[str, str] = field(default_factory=dict)  # device id -> pod key
+    unhealthy: set[str] = field(default_factory=set)  # GPU/MIG UUIDs marked unhealthy
+    mps: list[MpsDaemon] = field(default_factory=list)
+    servicers: dict[str, Any] = field(default_factory=dict)  # resource -> device-plugin servicer
+    obj: Obj = field(default_factory=dict)  # the Node object as last written
+    info: NodeInfo | None = None
+    class_id: int = -1  # static-filter class (labels, taints, unschedulable)
+    bucket: tuple[object, ...] | None = None  # scheduler bucket key
+
+    def free(self, resource: str) -> int:
+        return self.allocatable.get(resource, 0) - self.requested.get(resource, 0)
