@@ -79,9 +79,20 @@ def test_ids_unique_counts_add_up_labels_valid(
         for uuid in backing:
             expected += per_backing[uuid]
         assert r.count == expected
-    total_replicas = sum(p.replicas for p in view.gpus if not p.mig_devices)
     whole = [d for r in view.resources for d in r.devices if d.mig_uuid is None]
-    assert len(whole) == total_replicas
+    for plan in view.gpus:
+        on_gpu = [d for d in whole if d.gpu_index == plan.index]
+        if on_gpu:  # advertised whole: its plan's replica count is its number of ids
+            assert len(on_gpu) == plan.replicas
+    # Every GPU's ids add up to its replicas times its backing devices, and nothing is lost:
+    # each physical GPU either shows up in some resource or is MIG-enabled with no devices.
+    for plan in view.gpus:
+        ids_on_gpu = sum(1 for r in view.resources for d in r.devices if d.gpu_index == plan.index)
+        backing_on_gpu = {
+            d.backing_uuid for r in view.resources for d in r.devices if d.gpu_index == plan.index
+        }
+        assert ids_on_gpu == sum(per_backing[b] for b in backing_on_gpu)
+        assert ids_on_gpu <= max(plan.replicas, 1) * max(len(backing_on_gpu), 1)
     for d in whole:
         base_replicas = wanted.get("nvidia.com/gpu", 1) if d.replica is not None else 1
         assert per_backing[d.backing_uuid] == base_replicas
