@@ -1,0 +1,206 @@
+"""The DynamicResources scheduler plugin on the in-memory store, as the simulator drives it."""
+
+from __future__ import annotations
+
+import kubernetes_validate
+import pytest
+
+from kgpu.cluster.store import MemoryStore
+from kgpu.dra.classes import device_classes
+from kgpu.dra.publish import publish_slices
+from kgpu.dra.slices import resource_slices
+from kgpu.hardware.profiles import load_machine
+from kgpu.sim.dra_scheduler import DraSchedulerPlugin, ensure_classes
+from kgpu.sim.plugins import NodeInfo
+
+API = "resource.k8s.io/v1"
+
+
+@pytest.fixture
+def store() -> MemoryStore:
+    st = MemoryStore()
+    ensure_classes(st, device_classes())
+    for n in ("n1", "n2"):
+        publish_slices(
+            st, "gpu.nvidia.com", n, resource_slices(load_machine("gb200", hostname=n), n)
+        )
+    st.create(template("four", 4))
+    st.create(template("one", 1))
+    return st
+
+
+def template(name: str, count: int, selector: str | None = None) -> dict:
+    exactly: dict = {"deviceClassName": "gpu.nvidia.com", "count": count}
+    if selector:
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
+    return {
+        "apiVersion": API,
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+    }
+
+
+def pod(store: MemoryStore, name: str, *claims: dict) -> dict:
+    return store.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "c"}], "resourceClaims": list(claims)},
+        }
+    )
+
+
+def node(name: str) -> NodeInfo:
+    return NodeInfo(name, {}, {"metadata": {"name": name}})
+
+
+def schedule(plugin: DraSchedulerPlugin, store: MemoryStore, p: dict) -> str | list[str]:
+    """What the simulator does: prefilter, filter nodes in order, reserve the first that fits."""
+    reason = plugin.prefilter(p, store)
+    if reason:
+        return reason
+    reasons = []
+    for n in ("n1", "n2"):
+        why = plugin.filter(p, node(n), store)
+        if why is None:
+            plugin.reserve(p, node(n), store)
+            return n
+        reasons.append(why)
+    return reasons
+
+
+def claims_of(store: MemoryStore) -> dict[str, dict]:
+    return {c["metadata"]["name"]: c for c in store.list(API, "ResourceClaim")}
+
+
+def test_template_claims_are_created_allocated_reserved_and_released(store: MemoryStore) -> None:
+    plugin = DraSchedulerPlugin()
+    p = pod(store, "train-0", {"name": "gpus", "resourceClaimTemplateName": "four"})
+    assert schedule(plugin, store, p) == "n1"
+    (status,) = p["status"]["resourceClaimStatuses"]
+    assert status["name"] == "gpus"
+    claim_name = status["resourceClaimName"]
+    assert claim_name.startswith("train-0-gpus-") and len(claim_name) == len("train-0-gpus-") + 5
+    stored_pod = store.get("v1", "Pod", "train-0", "default")
+    assert stored_pod["status"]["resourceClaimStatuses"] == p["status"]["resourceClaimStatuses"]
+    claim = claims_of(store)[claim_name]
+    kubernetes_validate.validate(claim, "1.34.0", strict=True)
+    assert claim["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"] == "gpus"
+    assert claim["metadata"]["ownerReferences"][0]["name"] == "train-0"
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert [r["device"] for r in results] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+    assert {r["pool"] for r in results} == {"n1"}
+    assert claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0][
+        "values"
+    ] == ["n1"]
+    assert claim["status"]["reservedFor"] == [
+        {"resource": "pods", "name": "train-0", "uid": p["metadata"]["uid"]}
+    ]
+    # the next 4-GPU pod goes to n2, the third does not fit anywhere
+    assert (
+        schedule(
+            plugin,
+            store,
+            pod(store, "train-1", {"name": "gpus", "resourceClaimTemplateName": "four"}),
+        )
+        == "n2"
+    )
+    p3 = pod(store, "train-2", {"name": "gpus", "resourceClaimTemplateName": "four"})
+    assert schedule(plugin, store, p3) == ["cannot allocate all claims"] * 2
+    # the first pod goes away: its claim is deleted with it and its GPUs are free again
+    plugin.release(p, store)
+    assert claim_name not in claims_of(store)
+    assert schedule(plugin, store, p3) == "n1"
+
+
+def test_shared_claim_deallocated_when_last_consumer_goes(store: MemoryStore) -> None:
+    store.create(
+        {
+            "apiVersion": API,
+            "kind": "ResourceClaim",
+            "metadata": {"name": "shared", "namespace": "default"},
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+                }
+            },
+        }
+    )
+    plugin = DraSchedulerPlugin()
+    a = pod(store, "a", {"name": "g", "resourceClaimName": "shared"})
+    b = pod(store, "b", {"name": "g", "resourceClaimName": "shared"})
+    assert schedule(plugin, store, a) == "n1"
+    # the claim is allocated on n1: the second consumer can only go there
+    assert plugin.prefilter(b, store) is None
+    assert plugin.filter(b, node("n2"), store) == "resourceclaim not available on the node"
+    assert schedule(plugin, store, b) == "n1"
+    shared = claims_of(store)["shared"]
+    assert len(shared["status"]["reservedFor"]) == 2
+    plugin.release(a, store)
+    shared = claims_of(store)["shared"]
+    assert [r["name"] for r in shared["status"]["reservedFor"]] == ["b"]
+    assert shared["status"]["allocation"]
+    plugin.release(b, store)
+    shared = claims_of(store)["shared"]
+    assert "status" not in shared  # deallocated, but a user's claim is kept
+
+
+def test_unreserve_undoes_reserve(store: MemoryStore) -> None:
+    plugin = DraSchedulerPlugin()
+    p = pod(store, "p", {"name": "gpus", "resourceClaimTemplateName": "four"})
+    assert schedule(plugin, store, p) == "n1"
+    plugin.unreserve(p, node("n1"), store)
+    (claim,) = claims_of(store).values()
+    assert "allocation" not in claim.get("status", {})
+    q = pod(store, "q", {"name": "gpus", "resourceClaimTemplateName": "four"})
+    assert schedule(plugin, store, q) == "n1"  # the GPUs were given back
+
+
+def test_pod_stays_pending_with_the_scheduler_message(store: MemoryStore) -> None:
+    store.create(template("bad", 1, "device.attributes['gpu.nvidia.com'].nvlinkVersion >= 5"))
+    plugin = DraSchedulerPlugin()
+    p = pod(store, "p", {"name": "gpus", "resourceClaimTemplateName": "bad"})
+    reasons = schedule(plugin, store, p)
+    assert isinstance(reasons, list)
+    assert reasons[0].startswith("claim default/p-gpus-")
+    assert (
+        "selector #0 on device gpu.nvidia.com/n1/gpu-0: CEL runtime error: no such key: "
+        "nvlinkVersion" in reasons[0]
+    )
+    missing = pod(store, "m", {"name": "gpus", "resourceClaimTemplateName": "nope"})
+    assert plugin.prefilter(missing, store) == 'resourceclaimtemplate "nope" not found'
+    direct = pod(store, "d", {"name": "gpus", "resourceClaimName": "nope"})
+    assert plugin.prefilter(direct, store) == 'resourceclaim "nope" not found'
+
+
+def test_pods_without_claims_pass(store: MemoryStore) -> None:
+    plugin = DraSchedulerPlugin()
+    p = store.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "plain"},
+            "spec": {"containers": [{"name": "c"}]},
+        }
+    )
+    assert plugin.prefilter(p, store) is None
+    assert plugin.filter(p, node("n1"), store) is None
+    plugin.reserve(p, node("n1"), store)
+    plugin.release(p, store)
+
+
+def test_new_slices_are_seen(store: MemoryStore) -> None:
+    plugin = DraSchedulerPlugin()
+    for i in range(2):
+        assert schedule(
+            plugin, store, pod(store, f"p{i}", {"name": "g", "resourceClaimTemplateName": "four"})
+        ) in ("n1", "n2")
+    p = pod(store, "late", {"name": "g", "resourceClaimTemplateName": "one"})
+    assert isinstance(schedule(plugin, store, p), list)
+    publish_slices(
+        store, "gpu.nvidia.com", "n3", resource_slices(load_machine("gb200", hostname="n3"), "n3")
+    )
+    assert plugin.prefilter(p, store) is None
+    assert plugin.filter(p, node("n3"), store) is None
