@@ -8,7 +8,11 @@ from typing import Any
 from cd_cluster import RACK_A, RACK_B, load_docs  # type: ignore[import-not-found]
 
 EXAMPLE = (
-    Path(__file__).resolve().parents[2] / "examples" / "computedomain" / "four-node-domain.yaml"
+    Path(__file__).resolve().parents[2]
+    / "examples"
+    / "computedomain"
+    / "manifests"
+    / "four-node-domain.yaml"
 )
 
 
