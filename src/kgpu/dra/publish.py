@@ -8,21 +8,30 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 from typing import Any
 
 from kgpu.cluster.store import NotFound, ObjectStore
+from kgpu.dra.slices import slice_name
 
 API_VERSION = "resource.k8s.io/v1"
 Obj = dict[str, Any]
 
 
 def _pool_slices(store: ObjectStore, driver: str, pool: str) -> list[Obj]:
-    return [
-        s
-        for s in store.list(API_VERSION, "ResourceSlice")
-        if (s.get("spec") or {}).get("driver") == driver
-        and ((s.get("spec") or {}).get("pool") or {}).get("name") == pool
-    ]
+    """The pool's slices as published by :func:`publish_slices` (named
+    ``<node>-<driver>-<i>``, i = 0, 1, ...), found by name so that publishing on a cluster of
+    thousands of nodes does not read every slice."""
+    found: list[Obj] = []
+    for i in itertools.count():
+        try:
+            s = store.get(API_VERSION, "ResourceSlice", slice_name(pool, driver, i))
+        except NotFound:
+            return found
+        spec = s.get("spec") or {}
+        if spec.get("driver") == driver and (spec.get("pool") or {}).get("name") == pool:
+            found.append(s)
+    return found  # pragma: no cover - itertools.count() never ends
 
 
 def _content(slice_: Obj) -> Any:

@@ -235,13 +235,18 @@ def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
         yield items[i : i + size]
 
 
+def slice_name(node_name: str, driver: str, index: int) -> str:
+    """``<node>-<driver>-<i>``: publishing finds a pool's slices by these names."""
+    return f"{node_name}-{driver}-{index}"
+
+
 def _slice(
     node_name: str, driver: str, generation: int, index: int, count: int, devices: list[Obj]
 ) -> Obj:
     return {
         "apiVersion": API_VERSION,
         "kind": "ResourceSlice",
-        "metadata": {"name": f"{node_name}-{driver}-{index}"},
+        "metadata": {"name": slice_name(node_name, driver, index)},
         "spec": {
             "driver": driver,
             "pool": {"name": node_name, "generation": generation, "resourceSliceCount": count},
