@@ -150,3 +150,77 @@ def test_partitionable_mig_placement_is_materialised(tmp_path: Path, store: Memo
     paths = [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]]
     assert paths[0] == f"/dev/nvidia{machine.gpu(3).minor}"
     assert len(paths) == 3 and all(p.startswith("/dev/nvidia-caps/") for p in paths[1:])
+
+
+@pytest.mark.slow
+def test_simulated_cluster_runs_pods_with_prepared_claims() -> None:
+    """Through the whole simulator: allocation by the scheduler, preparation by this plugin."""
+    import copy
+
+    from kgpu.dra.classes import device_classes
+    from kgpu.sim.scenario import scenario_from_dict
+    from kgpu.sim.simulation import Simulation
+
+    good = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "two", "namespace": "default"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2},
+                        }
+                    ],
+                    "config": [
+                        {
+                            "requests": ["gpu"],
+                            "opaque": {
+                                "driver": "gpu.nvidia.com",
+                                "parameters": gpu_config(
+                                    strategy="MPS", mpsConfig={"defaultActiveThreadPercentage": 50}
+                                ),
+                            },
+                        }
+                    ],
+                }
+            }
+        },
+    }
+    bad = copy.deepcopy(good)
+    bad["metadata"]["name"] = "bad"
+    bad["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["sharing"]["strategy"] = (
+        "Mps"
+    )
+
+    def sim_pod(name: str, template: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "resourceClaims": [{"name": "g", "resourceClaimTemplateName": template}],
+                "containers": [
+                    {"name": "c", "image": "cuda", "resources": {"claims": [{"name": "g"}]}}
+                ],
+            },
+        }
+
+    scenario = scenario_from_dict(
+        {
+            "nodes": [{"name": "n", "machine": "dgx-h100"}],
+            "apply": [*device_classes(), good, bad, sim_pod("p", "two"), sim_pod("q", "bad")],
+        }
+    )
+    sim = Simulation(scenario)
+    sim.run()
+    pods = {p["name"]: p for p in sim.report()["pods"]}
+    assert pods["p"]["phase"] == "Running"
+    assert len(pods["p"]["devices"]["c"]) == 2
+    assert all(d.startswith(f"{KIND}=") for d in pods["p"]["devices"]["c"])
+    assert len(pods["p"]["env"]["c"]["NVIDIA_VISIBLE_DEVICES"].split(",")) == 2
+    assert pods["p"]["env"]["c"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert pods["q"]["phase"] == "Pending"
+    assert "opaque.parameters.sharing.strategy" in pods["q"]["message"]

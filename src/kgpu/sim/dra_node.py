@@ -144,15 +144,16 @@ class DraKubeletPlugin:
             for pod_name, c in claims.items()
         }
         results = plugin.prepare(list(refs.values()))
+        meta = pod.get("metadata") or {}
+        # Remembered before any failure: claims that did get prepared are unprepared with the pod.
+        self._pods[(node_name, str(meta.get("namespace", "default")), str(meta.get("name")))] = (
+            list(refs.values())
+        )
         for ref in refs.values():
             if results[ref.uid].error:
                 raise ClaimError(
                     f"prepare claim {ref.namespace}/{ref.name}: {results[ref.uid].error}"
                 )
-        meta = pod.get("metadata") or {}
-        self._pods[(node_name, str(meta.get("namespace", "default")), str(meta.get("name")))] = (
-            list(refs.values())
-        )
 
         out: dict[str, ContainerDevices] = {}
         for container in (pod.get("spec") or {}).get("containers") or []:
