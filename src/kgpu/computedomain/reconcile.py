@@ -199,7 +199,7 @@ def domain_status(
             "Ready",
             tuple(listed),
             "DaemonsReady",
-            f"{len(ready)} of {domain.spec.num_nodes} IMEX daemon(s) Ready in clique {cliques[0]}",
+            f"{len(ready)} of {want} IMEX daemon(s) Ready in clique {cliques[0]}",
         )
     return DomainStatus(
         "NotReady",
