@@ -86,3 +86,24 @@ def test_sanitize_and_family_helpers() -> None:
     assert len(sanitize_value("x" * 200)) == 63
     assert arch_family(8, 9) == "ada-lovelace" and arch_family(7, 0) == "volta"
     assert arch_family(9, 0) == "hopper" and arch_family(8, 0) == "ampere"
+
+
+def test_recorded_real_h100_snapshot_plans_and_labels() -> None:
+    """The NVML snapshot recorded on a real H100 goes through the same view as simulated ones."""
+    from pathlib import Path
+
+    from kgpu.hardware.serialize import load_snapshot
+
+    snapshot = Path(__file__).resolve().parents[1] / "data" / "h100-nvml-snapshot.json"
+    machine = load_snapshot(snapshot)
+    configs = load_config_strings({"f.yaml": "flags: {migStrategy: mixed}\n"})
+    view = build_node_view(machine, configs, {"nvidia.com/mig.config": "all-balanced"})
+    assert view.counts() == {
+        "nvidia.com/mig-1g.10gb": 2,
+        "nvidia.com/mig-2g.20gb": 1,
+        "nvidia.com/mig-3g.40gb": 1,
+    }
+    plain = build_node_view(machine, load_config_strings({}), {})
+    assert plain.labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert plain.labels["nvidia.com/gpu.family"] == "hopper"
+    assert plain.labels["nvidia.com/cuda.driver.major"] == machine.driver_version.split(".")[0]

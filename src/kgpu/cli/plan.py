@@ -191,11 +191,37 @@ def _resource_slices(view: NodeView, node_name: str) -> list[Any]:
     return list(func(view.machine, node_name))
 
 
+def _nvml_snapshot(hostname: str) -> Any:
+    """This host's GPUs, read once through NVML (read-only)."""
+    from dataclasses import replace
+
+    from kgpu.errors import KgpuError
+    from kgpu.hardware.backend import BackendError
+    from kgpu.hardware.nvml import NvmlBackend
+
+    try:
+        backend = NvmlBackend()
+    except BackendError as exc:
+        raise KgpuError(str(exc)) from None
+    try:
+        machine = backend.snapshot()
+    except BackendError as exc:
+        raise KgpuError(str(exc)) from None
+    finally:
+        backend.close()
+    return replace(machine, hostname=hostname) if hostname else machine
+
+
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan(
         machine: Annotated[
-            str, typer.Option("--machine", "-m", help="Machine profile (see `kgpu machines`).")
+            str,
+            typer.Option(
+                "--machine",
+                "-m",
+                help="Machine profile (see `kgpu machines`), or nvml for this host's GPUs.",
+            ),
         ] = "rtx-2080ti",
         config: Annotated[
             list[Path] | None,
@@ -255,7 +281,11 @@ def register(app: typer.Typer) -> None:
         try:
             labels = parse_labels(label or [])
             configs = load_config_files(config or [])
-            snapshot = load_machine(machine, hostname=hostname, clique=clique)
+            snapshot = (
+                _nvml_snapshot(hostname)
+                if machine == "nvml"
+                else load_machine(machine, hostname=hostname, clique=clique)
+            )
             view = build_node_view(
                 snapshot,
                 configs,
