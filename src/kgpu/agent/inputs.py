@@ -1,0 +1,71 @@
+"""The agent's inputs from files: node labels and change detection.
+
+On a real node the labels come from the Node object; ``--labels-file`` stands in for it (a
+downward-API or sidecar-written file, or a test rewriting it), so a label change such as
+``nvidia.com/device-plugin.config`` reaches the agent the same way a config change does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import yaml
+
+from kgpu.errors import FieldError, FieldProblem
+
+
+def parse_label_args(items: Iterable[str]) -> dict[str, str]:
+    """``["k=v", ...]`` -> mapping; FieldError naming the bad item."""
+    out: dict[str, str] = {}
+    for i, item in enumerate(items):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise FieldError(FieldProblem(f"{item!r} is not key=value", path=f"--label[{i}]"))
+        out[key.strip()] = value.strip()
+    return out
+
+
+def read_labels_file(path: Path) -> dict[str, str]:
+    """``key=value`` lines (``#`` comments allowed), or a JSON/YAML mapping of strings."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise FieldError(FieldProblem(f"cannot read: {exc.strerror}", file=str(path))) from None
+    stripped = text.strip()
+    if not stripped:
+        return {}
+    if stripped.startswith("{") or (":" in stripped.splitlines()[0] and "=" not in stripped):
+        try:
+            data = json.loads(stripped) if stripped.startswith("{") else yaml.safe_load(stripped)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise FieldError(FieldProblem(f"not a label mapping: {exc}", file=str(path))) from None
+        if not isinstance(data, dict):
+            raise FieldError(FieldProblem("expected a mapping of labels", file=str(path)))
+        return {str(k): "" if v is None else str(v) for k, v in data.items()}
+    out: dict[str, str] = {}
+    for n, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise FieldError(FieldProblem(f"line {n}: {line!r} is not key=value", file=str(path)))
+        out[key.strip()] = value.strip()
+    return out
+
+
+def fingerprint(paths: Iterable[Path]) -> tuple[tuple[str, str], ...]:
+    """Content digests of the files (missing ones included), to notice any change."""
+    out = []
+    for path in paths:
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            digest = "-"
+        out.append((str(path), digest))
+    return tuple(out)

@@ -1,0 +1,42 @@
+"""Node labels for node-feature-discovery's local feature source.
+
+NFD's ``local`` source reads every file in ``features.d`` as ``key=value`` lines and publishes
+them as node labels. Writing the file atomically (temp file + rename) means NFD never reads a
+half-written label set.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+DEFAULT_FEATURES_DIR = Path("/etc/kubernetes/node-feature-discovery/features.d")
+FEATURES_FILE = "kgpu-features"
+
+
+def render(labels: Mapping[str, str]) -> str:
+    return "".join(f"{k}={v}\n" for k, v in sorted(labels.items()))
+
+
+def write_features(directory: Path, labels: Mapping[str, str]) -> bool:
+    """Write the features file; False (nothing written) when it already says this."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / FEATURES_FILE
+    text = render(labels)
+    try:
+        if target.read_text() == text:
+            return False
+    except OSError:
+        pass
+    fd, tmp = tempfile.mkstemp(prefix=f".{FEATURES_FILE}.", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True

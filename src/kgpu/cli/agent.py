@@ -1,0 +1,191 @@
+"""``kgpu agent``: the node agent daemon (device plugin, health, MPS, labels, components)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("agent")
+    def agent(
+        machine: Annotated[
+            str,
+            typer.Option(
+                "--machine", "-m", help="nvml (real GPUs), a machine profile, or a snapshot .json."
+            ),
+        ] = "nvml",
+        config: Annotated[
+            list[Path] | None,
+            typer.Option(
+                "--config",
+                "-c",
+                help="Device-plugin config, ConfigMap, mig-parted config or GPU Operator Helm "
+                "values (repeatable); re-read when it changes.",
+            ),
+        ] = None,
+        config_name: Annotated[
+            str | None,
+            typer.Option(
+                "--config-name",
+                help="Config entry when the node has no nvidia.com/device-plugin.config label.",
+            ),
+        ] = None,
+        mig_config: Annotated[
+            str | None,
+            typer.Option(
+                "--mig-config", help="mig-parted config when there is no nvidia.com/mig.config."
+            ),
+        ] = None,
+        node_name: Annotated[
+            str,
+            typer.Option("--node-name", envvar="NODE_NAME", help="Node name (default: hostname)."),
+        ] = "",
+        label: Annotated[
+            list[str] | None, typer.Option("--label", "-l", help="Node label k=v (repeatable).")
+        ] = None,
+        labels_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--labels-file",
+                help="The Node's labels as key=value lines (or a JSON/YAML mapping); re-read "
+                "when it changes and on SIGHUP.",
+            ),
+        ] = None,
+        kubelet_root: Annotated[
+            Path, typer.Option("--kubelet-root", help="The kubelet's root directory.")
+        ] = Path("/var/lib/kubelet"),
+        nfd_features_dir: Annotated[
+            Path | None,
+            typer.Option(
+                "--nfd-features-dir",
+                help="Write the node's labels to <DIR>/kgpu-features for NFD's local source.",
+            ),
+        ] = None,
+        metrics_address: Annotated[
+            str | None,
+            typer.Option("--metrics-address", help="Serve DCGM-compatible metrics on HOST:PORT."),
+        ] = None,
+        cdi_root: Annotated[
+            Path, typer.Option("--cdi-root", help="Where CDI specs are written (DRA).")
+        ] = Path("/var/run/cdi"),
+        dra: Annotated[
+            bool | None,
+            typer.Option("--dra/--no-dra", help="Serve the DRA kubelet plugin (default: on)."),
+        ] = None,
+        health_quiet_period: Annotated[
+            float,
+            typer.Option(
+                "--health-quiet-period",
+                help="Seconds without a critical XID before an answering GPU is Healthy again.",
+            ),
+        ] = 30.0,
+        health_probe_interval: Annotated[
+            float,
+            typer.Option("--health-probe-interval", help="Seconds between NVML probes of a GPU."),
+        ] = 5.0,
+        ignore_xids: Annotated[
+            str,
+            typer.Option(
+                "--ignore-xids",
+                help="More XIDs that never mark a GPU Unhealthy (13,31,43,45,68,109 never do).",
+            ),
+        ] = "",
+        fault_dir: Annotated[
+            Path | None,
+            typer.Option(
+                "--fault-dir",
+                help="Simulated machines only: apply fault files (*.json) dropped here.",
+            ),
+        ] = None,
+        status_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--status-file", help="Status JSON (default <kubelet-root>/kgpu/agent-status.json)."
+            ),
+        ] = None,
+        status: Annotated[
+            bool,
+            typer.Option("--status", help="Print the running agent's status JSON and exit."),
+        ] = False,
+        log_level: Annotated[str, typer.Option("--log-level", help="debug|info|warning.")] = "info",
+    ) -> None:
+        """Serve the node's GPUs to the kubelet until SIGTERM (SIGHUP reloads)."""
+        import logging
+        import signal
+        import socket
+        import sys
+        import threading
+
+        from kgpu.agent.daemon import AgentOptions
+        from kgpu.cli.output import fail, print_json
+        from kgpu.errors import KgpuError
+        from kgpu.node.health import parse_xid_list
+
+        opts = AgentOptions(
+            machine=machine,
+            config_files=tuple(config or ()),
+            config_name=config_name,
+            mig_config_name=mig_config,
+            node_name=node_name or socket.gethostname(),
+            labels_file=labels_file,
+            kubelet_root=kubelet_root,
+            nfd_features_dir=nfd_features_dir,
+            metrics_address=metrics_address,
+            cdi_root=cdi_root,
+            dra=dra,
+            health_quiet_period_s=health_quiet_period,
+            health_probe_interval_s=health_probe_interval,
+            fault_dir=fault_dir,
+            status_file=status_file,
+        )
+        if status:
+            import json
+
+            try:
+                print_json(json.loads(opts.status_path.read_text()))
+            except (OSError, ValueError) as exc:
+                fail(f"no agent status at {opts.status_path}: {exc}")
+            return
+
+        from kgpu.agent.daemon import Agent
+        from kgpu.agent.inputs import parse_label_args
+
+        logging.basicConfig(
+            level=getattr(logging, log_level.upper(), logging.INFO),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
+        try:
+            opts.labels = parse_label_args(label or [])
+            opts.ignore_xids = parse_xid_list(ignore_xids)
+        except ValueError as exc:
+            fail(f"--ignore-xids: {exc}")
+        except KgpuError as exc:
+            fail(exc)
+        if fault_dir is not None and machine == "nvml":
+            fail("--fault-dir works only with a simulated --machine")
+
+        daemon = Agent(opts)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        signal.signal(signal.SIGHUP, lambda *_: daemon.request_reload())
+        try:
+            daemon.start()
+        except KgpuError as exc:
+            try:
+                daemon.stop()
+            finally:
+                fail(exc)
+        logging.getLogger("kgpu.agent").info(
+            "agent ready on %s: %s",
+            opts.node_name,
+            ", ".join(f"{k}={v}" for k, v in daemon.view().counts().items()) or "no resources",
+        )
+        while not stop.wait(1.0):
+            pass
+        logging.getLogger("kgpu.agent").info("SIGTERM: removing sockets and exiting")
+        daemon.stop()

@@ -1,0 +1,277 @@
+"""``kgpu agent`` end to end: a subprocess on a simulated machine, the fake kubelet on real
+sockets. Each scenario checks that allocations made before it still hold afterwards."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kgpu.config import load_config_files
+from kgpu.hardware.profiles import load_machine
+from kgpu.node.view import build_node_view
+from kgpu.testing.agent_process import AgentProcess
+from kgpu.testing.fake_kubelet import FakeKubelet
+
+NODE = "node-a"
+
+pytestmark = pytest.mark.slow
+
+P4DE_LABELS = {"nvidia.com/mig.config": "p4de-half-balanced"}
+RESOURCES = [
+    "nvidia.com/gpu",
+    "nvidia.com/mig-1g.10gb",
+    "nvidia.com/mig-2g.20gb",
+    "nvidia.com/mig-3g.40gb",
+]
+
+
+def seed(acceptance: Path) -> list[Path]:
+    guides = acceptance / "seed-guides"
+    return [guides / "gpu-operator-values.yaml", guides / "time-slicing-config-t4-a100.yaml"]
+
+
+def p4de_args(acceptance: Path, *extra: str) -> list[str]:
+    args = ["--machine", "p4de.24xlarge", "--config-name", "a100-40gb"]
+    for path in seed(acceptance):
+        args += ["--config", str(path)]
+    for key, value in P4DE_LABELS.items():
+        args += ["--label", f"{key}={value}"]
+    return [*args, *extra]
+
+
+def expected_ids(acceptance: Path) -> dict[str, set[str]]:
+    view = build_node_view(
+        load_machine("p4de.24xlarge", hostname=NODE),
+        load_config_files(seed(acceptance)),
+        P4DE_LABELS,
+        config_name="a100-40gb",
+    )
+    return {r.name: {d.id for d in r.devices} for r in view.resources}
+
+
+def serving(kubelet: FakeKubelet, agent: AgentProcess, resources: list[str]) -> bool:
+    ok = kubelet.wait_for(
+        lambda: all(kubelet.devices(r) for r in resources) and kubelet.resources() == resources,
+        timeout_s=20,
+    )
+    assert ok, f"kubelet saw {kubelet.resources()}; agent log:\n{agent.log()}"
+    return ok
+
+
+def replicas_of(kubelet: FakeKubelet, gpu_uuid: str) -> list[str]:
+    return [i for i in kubelet.devices("nvidia.com/gpu") if i.startswith(gpu_uuid + "::")]
+
+
+def test_p4de_seed_guides_serve_the_planned_devices(
+    acceptance: Path,
+    kubelet: FakeKubelet,
+    start_agent: Callable[..., AgentProcess],
+    root: Path,
+) -> None:
+    agent = start_agent(*p4de_args(acceptance, "--nfd-features-dir", str(root / "features.d")))
+    serving(kubelet, agent, RESOURCES)
+    want = expected_ids(acceptance)
+    assert sorted(want) == RESOURCES
+    for name in RESOURCES:
+        assert set(kubelet.devices(name)) == want[name], name
+        assert set(kubelet.devices(name).values()) == {"Healthy"}
+    assert len(want["nvidia.com/gpu"]) == 32  # 4 whole GPUs x 8 time-slicing replicas
+    # Registration as the kubelet requires: bare endpoint names, preferred allocation offered.
+    for resource, endpoint in kubelet.registrations:
+        assert "/" not in endpoint and (root / "device-plugins" / endpoint).exists()
+        assert kubelet.endpoints[resource].options.get_preferred_allocation_available
+
+    # Replicas spread over GPUs; the container sees each GPU once.
+    avail = sorted(kubelet.devices("nvidia.com/gpu"))
+    picked = kubelet.preferred("nvidia.com/gpu", avail, [], 4)
+    assert len({i.split("::")[0] for i in picked}) == 4
+    alloc = kubelet.allocate("nvidia.com/gpu", picked[:2])
+    assert alloc.envs["NVIDIA_VISIBLE_DEVICES"].split(",") == [i.split("::")[0] for i in picked[:2]]
+    mig = sorted(kubelet.devices("nvidia.com/mig-3g.40gb"))[0]
+    assert kubelet.allocate("nvidia.com/mig-3g.40gb", [mig]).envs["NVIDIA_VISIBLE_DEVICES"] == mig
+
+    features = (root / "features.d" / "kgpu-features").read_text().splitlines()
+    labels = dict(line.split("=", 1) for line in features)
+    assert labels["nvidia.com/mig.strategy"] == "mixed"
+    assert labels["nvidia.com/gpu.replicas"] == "8"
+    status = agent.status()
+    assert status["resources"]["nvidia.com/mig-1g.10gb"]["devices"] == 8  # type: ignore[index]
+    assert agent.terminate() == 0
+
+
+def test_kubelet_restart_reregisters_every_resource(
+    acceptance: Path, kubelet: FakeKubelet, start_agent: Callable[..., AgentProcess]
+) -> None:
+    agent = start_agent(*p4de_args(acceptance))
+    serving(kubelet, agent, RESOURCES)
+    before = {r: kubelet.devices(r) for r in RESOURCES}
+    made = kubelet.allocate("nvidia.com/mig-1g.10gb", sorted(before["nvidia.com/mig-1g.10gb"])[:1])
+    registrations = len(kubelet.registrations)
+
+    kubelet.restart()
+    assert kubelet.wait_for(lambda: len(kubelet.registrations) >= registrations + 4, 5), agent.log()
+    serving(kubelet, agent, RESOURCES)
+    assert {r: kubelet.devices(r) for r in RESOURCES} == before
+    # The allocation made before the restart is still served the same way.
+    again = kubelet.allocate("nvidia.com/mig-1g.10gb", sorted(before["nvidia.com/mig-1g.10gb"])[:1])
+    assert again.envs == made.envs
+    assert agent.terminate() == 0
+
+
+def test_sigterm_removes_sockets_and_exits_zero(
+    acceptance: Path, kubelet: FakeKubelet, start_agent: Callable[..., AgentProcess], root: Path
+) -> None:
+    agent = start_agent(*p4de_args(acceptance))
+    serving(kubelet, agent, RESOURCES)
+    plugin_dir = root / "device-plugins"
+    assert len(list(plugin_dir.glob("kgpu-*.sock"))) == 4
+    agent.proc.send_signal(signal.SIGTERM)
+    assert agent.proc.wait(10) == 0
+    assert list(plugin_dir.glob("kgpu-*.sock")) == []
+    assert (plugin_dir / "kubelet.sock").exists()  # the kubelet's socket is not ours
+    assert kubelet.wait_for(lambda: kubelet.resources() == [], 5)
+    assert json.loads(agent.status_path.read_text())["state"] == "stopped"
+
+
+def test_xid_marks_devices_and_recovers(
+    acceptance: Path, kubelet: FakeKubelet, start_agent: Callable[..., AgentProcess]
+) -> None:
+    machine = load_machine("p4de.24xlarge", hostname=NODE)
+    gpu4, gpu5, gpu0 = (machine.gpu(i).uuid for i in (4, 5, 0))
+    agent = start_agent(
+        *p4de_args(acceptance, "--health-quiet-period", "1.5", "--health-probe-interval", "0.2")
+    )
+    serving(kubelet, agent, RESOURCES)
+    held = replicas_of(kubelet, gpu5)[:1]
+    kubelet.allocate("nvidia.com/gpu", held)
+
+    agent.inject({"xid": 13, "gpu": 5})  # application fault: nothing changes
+    agent.inject({"xid": 79, "gpu": 4})
+    assert kubelet.wait_for(
+        lambda: (
+            {kubelet.devices("nvidia.com/gpu")[i] for i in replicas_of(kubelet, gpu4)}
+            == {"Unhealthy"}
+        )
+    ), agent.log()
+    gpu_devices = kubelet.devices("nvidia.com/gpu")
+    assert {gpu_devices[i] for i in replicas_of(kubelet, gpu5)} == {"Healthy"}
+    assert kubelet.allocate("nvidia.com/gpu", held).envs["NVIDIA_VISIBLE_DEVICES"] == gpu5
+
+    # An XID attributed to one MIG device of GPU 0 marks only that MIG device.
+    migs = [m for m in load_view_machine(acceptance).gpu(0).mig_devices]
+    target = migs[0]
+    agent.inject({"xid": 94, "gpu": 0, "gi_id": target.gi_id, "ci_id": target.ci_id})
+    resource = f"nvidia.com/mig-{target.profile}"
+    assert kubelet.wait_for(lambda: kubelet.devices(resource).get(target.uuid) == "Unhealthy")
+    others = {m.uuid for m in migs if m.uuid != target.uuid}
+    all_mig = {i: h for r in RESOURCES[1:] for i, h in kubelet.devices(r).items() if i in others}
+    assert set(all_mig.values()) == {"Healthy"} and len(all_mig) == len(others)
+    assert gpu0 not in kubelet.devices("nvidia.com/gpu")
+
+    # Recovery: the GPU answers and no new critical XID comes within the quiet period.
+    assert kubelet.wait_for(
+        lambda: (
+            set(kubelet.devices("nvidia.com/gpu").values()) == {"Healthy"}
+            and kubelet.devices(resource)[target.uuid] == "Healthy"
+        ),
+        timeout_s=10,
+    ), agent.log()
+    assert agent.terminate() == 0
+
+
+def load_view_machine(acceptance: Path):  # type: ignore[no-untyped-def]
+    return build_node_view(
+        load_machine("p4de.24xlarge", hostname=NODE),
+        load_config_files(seed(acceptance)),
+        P4DE_LABELS,
+        config_name="a100-40gb",
+    ).machine
+
+
+def test_nvml_failure_on_one_gpu(
+    acceptance: Path, kubelet: FakeKubelet, start_agent: Callable[..., AgentProcess]
+) -> None:
+    machine = load_machine("p4de.24xlarge", hostname=NODE)
+    gpu6, gpu7 = machine.gpu(6).uuid, machine.gpu(7).uuid
+    agent = start_agent(
+        *p4de_args(acceptance, "--health-quiet-period", "0.5", "--health-probe-interval", "0.2")
+    )
+    serving(kubelet, agent, RESOURCES)
+    held = replicas_of(kubelet, gpu7)[:2]
+    kubelet.allocate("nvidia.com/gpu", held)
+    agent.inject({"nvml_failure": True, "gpu": 6})
+    assert kubelet.wait_for(
+        lambda: (
+            {kubelet.devices("nvidia.com/gpu")[i] for i in replicas_of(kubelet, gpu6)}
+            == {"Unhealthy"}
+        )
+    ), agent.log()
+    # Still listed (Unhealthy), not vanished; the other GPUs keep serving.
+    assert len(kubelet.devices("nvidia.com/gpu")) == 32
+    assert kubelet.allocate("nvidia.com/gpu", held).envs["NVIDIA_VISIBLE_DEVICES"] == gpu7
+    assert any(p["gpu"] == gpu6 for p in agent.status()["unhealthy"])  # type: ignore[union-attr]
+    agent.inject({"nvml_failure": False, "gpu": 6})
+    assert kubelet.wait_for(
+        lambda: set(kubelet.devices("nvidia.com/gpu").values()) == {"Healthy"}, 10
+    ), agent.log()
+    assert agent.terminate() == 0
+
+
+def test_invalid_config_keeps_last_good_and_label_switch_restarts_only_changed(
+    acceptance: Path,
+    kubelet: FakeKubelet,
+    start_agent: Callable[..., AgentProcess],
+    root: Path,
+) -> None:
+    config = root / "plugin-config.yaml"
+    config.write_text((acceptance / "seed-guides" / "time-slicing-config-t4-a100.yaml").read_text())
+    labels = root / "labels"
+    labels.write_text("nvidia.com/mig.config=p4de-half-balanced\n")
+    args = [
+        "--machine", "p4de.24xlarge", "--config-name", "a100-40gb",
+        "--config", str(acceptance / "seed-guides" / "gpu-operator-values.yaml"),
+        "--config", str(config), "--labels-file", str(labels),
+    ]  # fmt: skip
+    agent = start_agent(*args)
+    serving(kubelet, agent, RESOURCES)
+    before = {r: kubelet.devices(r) for r in RESOURCES}
+    held = sorted(before["nvidia.com/gpu"])[:1]
+    kubelet.allocate("nvidia.com/gpu", held)
+    registrations = len(kubelet.registrations)
+
+    config.write_text(config.read_text().replace("replicas: 8", "replicas: -3"))
+    assert _wait(lambda: "replicas" in str(agent.status().get("lastError", ""))), agent.log()
+    assert "keeping the last good config" in agent.log()
+    assert {r: kubelet.devices(r) for r in RESOURCES} == before
+    assert kubelet.allocate("nvidia.com/gpu", held).envs
+
+    # Switch the node label to the T4 entry (4 replicas): only nvidia.com/gpu is re-served.
+    config.write_text((acceptance / "seed-guides" / "time-slicing-config-t4-a100.yaml").read_text())
+    labels.write_text(
+        "nvidia.com/mig.config=p4de-half-balanced\nnvidia.com/device-plugin.config=tesla-t4\n"
+    )
+    assert kubelet.wait_for(lambda: len(kubelet.devices("nvidia.com/gpu")) == 16, 10), agent.log()
+    assert kubelet.registrations[registrations:] == [("nvidia.com/gpu", "kgpu-nvidia.com-gpu.sock")]
+    for name in RESOURCES[1:]:
+        assert kubelet.devices(name) == before[name]
+    # The replica held before still exists under the new config (replica 0 of its GPU).
+    assert kubelet.allocate("nvidia.com/gpu", held).envs
+    assert agent.terminate() == 0
+
+
+def _wait(predicate: Callable[[], bool], timeout_s: float = 10) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return True
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    return False
