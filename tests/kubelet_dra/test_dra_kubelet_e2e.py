@@ -126,6 +126,20 @@ def test_registration_follows_the_agent_lifecycle(short_tmp: Path, agent: DraCom
         assert not reg.exists()
 
 
+def test_a_restarted_kubelet_finds_the_plugin_and_its_prepared_claims(
+    short_tmp: Path, agent: DraComponent, store: MemoryStore
+) -> None:
+    claim = make_claim(store, "keep", [("gpu", "gpu-6")])
+    with FakeDraKubelet(short_tmp / "kubelet") as kubelet:
+        kubelet.wait_registered(DRIVER)
+        before = kubelet.prepare(DRIVER, [ref_of(claim)])
+    # The kubelet restarts: it rescans plugins_registry/ and registers the running plugin again.
+    with FakeDraKubelet(short_tmp / "kubelet") as kubelet:
+        kubelet.wait_registered(DRIVER)
+        assert kubelet.prepare(DRIVER, [ref_of(claim)]) == before
+        assert len(cdi.transient_specs(short_tmp / "cdi", KIND)) == 1
+
+
 class ChannelHandler:
     """A minimal second driver, as the ComputeDomain helper plugs one in."""
 
