@@ -101,3 +101,28 @@ def test_failed_node_heals_in_the_simulator(tmp_path: Path) -> None:
     assert reasons.index("ComputeDomainNotReady") < len(reasons) - 1 - reasons[::-1].index(
         "ComputeDomainReady"
     )
+
+
+def test_two_domains_on_one_node_in_the_simulator(tmp_path: Path) -> None:
+    """With a channel class that selects any channel slot (kgpu's recommendation), two domains
+    share a node: each gets its own IMEX channel and its own daemon with its own config."""
+    from kgpu.sim.scenario import load_scenario
+
+    sim = Simulation(
+        load_scenario(EXAMPLES / "two-domains-one-node.yaml"), work_dir=tmp_path / "work"
+    ).run()
+    a, b = sim.pods["default/pod-a"], sim.pods["default/pod-b"]
+    assert a.phase == b.phase == "Running" and a.node == b.node == "tray"
+    channels = {d for rec in (a, b) for d in rec.devices["ctr"] if d.startswith("/dev/nvidia-caps")}
+    assert channels == {
+        "/dev/nvidia-caps-imex-channels/channel0",
+        "/dev/nvidia-caps-imex-channels/channel1",
+    }
+    uids = [_domain(sim, n)["metadata"]["uid"] for n in ("dom-a", "dom-b")]
+    dirs = [
+        p.parent for uid in uids for p in (tmp_path / "work").rglob(f"domains/{uid}/config.cfg")
+    ]
+    assert len(dirs) == 2 and dirs[0] != dirs[1]
+    assert all(_domain(sim, n)["status"]["status"] == "Ready" for n in ("dom-a", "dom-b"))
+    daemons = [k for k in sim.pods if k.startswith("nvidia-dra-driver-gpu/")]
+    assert len(daemons) == 2

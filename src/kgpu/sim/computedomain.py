@@ -40,7 +40,7 @@ from kgpu.computedomain.slices import machine_clique
 from kgpu.dra.publish import publish_slices, unpublish_slices
 from kgpu.errors import FieldError
 from kgpu.hardware.model import Machine
-from kgpu.kubelet.dra.handler import ClaimRef
+from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
 from kgpu.kubelet.dra.plugin import DraPlugin
 from kgpu.sim.plugins import ContainerDevices, Event, NodeInfo
 
@@ -149,7 +149,7 @@ class ComputeDomainKubeletPlugin:
             ref = ClaimRef(ns, str(meta["uid"]), str(meta["name"]))
             result = plugin.prepare([ref], {ref.uid: claim})[ref.uid]
             if result.error:
-                raise RuntimeError(f"{DRIVER}: claim {ns}/{ref.name}: {result.error}")
+                raise ClaimError(f"{DRIVER}: claim {ns}/{ref.name}: {result.error}")
             self._pods.setdefault((node_name, ref.uid), set()).add(_pod_key(pod))
             ids = [i for d in result.devices for i in d.cdi_device_ids]
             paths = self._device_paths(plugin, ref.uid)
