@@ -1,1 +1,42 @@
-"""kgpu.computedomain"""
+"""ComputeDomains: multi-node NVLink domains with IMEX channels (``resource.nvidia.com/v1beta1``).
+
+``api`` (the typed model and names shared with NVIDIA's driver), ``crd`` (the CRD and schema
+validation), ``objects`` (what a domain owns), ``reconcile`` (the controller pass),
+``placement`` (clique-bounded placement), ``imex`` (channels and IMEX config files), ``slices``
+(the node's devices) and ``node`` (the ``compute-domain.nvidia.com`` DRA driver handler).
+"""
+
+from kgpu.computedomain.api import (
+    API_VERSION,
+    CHANNEL_CLASS,
+    CLIQUE_LABEL,
+    DAEMON_CLASS,
+    DOMAIN_LABEL,
+    DRIVER,
+    KIND,
+    ComputeDomain,
+    ComputeDomainSpec,
+    DomainNode,
+    node_label,
+    parse_compute_domain,
+)
+from kgpu.computedomain.reconcile import DomainEvent, Reconciler, domain_status, reconcile
+
+__all__ = [
+    "API_VERSION",
+    "CHANNEL_CLASS",
+    "CLIQUE_LABEL",
+    "DAEMON_CLASS",
+    "DOMAIN_LABEL",
+    "DRIVER",
+    "KIND",
+    "ComputeDomain",
+    "ComputeDomainSpec",
+    "DomainEvent",
+    "DomainNode",
+    "Reconciler",
+    "domain_status",
+    "node_label",
+    "parse_compute_domain",
+    "reconcile",
+]

@@ -222,10 +222,13 @@ class Reconciler:
 def reconcile(store: ObjectStore, *, namespace: str = DRIVER_NAMESPACE) -> list[DomainEvent]:
     """One pass over every ComputeDomain in the store; returns what happened as events."""
     events: list[DomainEvent] = []
+    domains = store.list(API_VERSION, KIND)
+    if not domains and not _owned_objects_exist(store):
+        return events  # a cluster without domains costs two small lists, not every pod
     nodes = {str(_meta(n).get("name")): n for n in store.list("v1", "Node")}
-    pods = store.list("v1", "Pod")
+    pods = store.list("v1", "Pod") if domains else []
     live: set[str] = set()
-    for raw in store.list(API_VERSION, KIND):
+    for raw in domains:
         ref = f"ComputeDomain/{_meta(raw).get('namespace', 'default')}/{_meta(raw).get('name')}"
         try:
             domain = parse_compute_domain(raw)
@@ -427,6 +430,14 @@ def _remove_owned(store: ObjectStore, uid: str, nodes: Mapping[str, Obj], namesp
             _drop_label(store, name, key)
             removed += 1
     return removed
+
+
+def _owned_objects_exist(store: ObjectStore) -> bool:
+    return any(
+        DOMAIN_LABEL in (_meta(obj).get("labels") or {})
+        for api, kind in (RCT, DS)
+        for obj in store.list(api, kind)
+    )
 
 
 def _collect_orphans(
