@@ -355,3 +355,21 @@ def test_crash_while_reconciling_still_converges(
     final = new_plugin(tmp_path, machine, store)
     assert final.checkpoint.records() == {}
     assert specs(tmp_path) == {}
+
+
+def test_mig_capability_minors_match_a_real_driver_table() -> None:
+    """Entries of /proc/driver/nvidia-caps/mig-minors read on a real H100 node (driver 5xx)."""
+    from kgpu.kubelet.dra.gpu import mig_cap_minors
+
+    table = {
+        ("gpu0/gi0/access", "gpu0/gi0/ci0/access"): (3, 4),
+        ("gpu0/gi1/access", "gpu0/gi1/ci0/access"): (12, 13),
+        ("gpu0/gi2/access", "gpu0/gi2/ci0/access"): (21, 22),
+        ("gpu1/gi0/access", "gpu1/gi0/ci0/access"): (138, 139),
+        ("gpu3/gi7/access", "gpu3/gi7/ci0/access"): (471, 472),
+    }
+    for (gi_entry, _), minors in table.items():
+        gpu = int(gi_entry.split("/")[0][3:])
+        gi = int(gi_entry.split("/")[1][2:])
+        assert mig_cap_minors(gpu, gi, 0) == minors
+    assert mig_cap_minors(0, 14, 7)[1] == 137  # the last CI of the last GI of gpu0

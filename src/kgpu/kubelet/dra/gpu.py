@@ -4,7 +4,8 @@ What lands in the container follows upstream's DRA driver: one transient CDI spe
 kind ``k8s.gpu.nvidia.com/claim``, with one device ``<claimUID>-<device name>`` per allocated
 device. A full GPU gets its device node ``/dev/nvidia<minor>``; a MIG device gets its parent's
 node plus the GPU-instance and compute-instance capability nodes
-``/dev/nvidia-caps/nvidia-cap<N>`` (numbers from the driver's fixed ``mig-minors`` table). The
+``/dev/nvidia-caps/nvidia-cap<N>`` (numbers from the driver's fixed ``mig-minors`` table,
+checked against a real H100 node's ``/proc/driver/nvidia-caps/mig-minors``). The
 spec-level edits add the control nodes (``/dev/nvidiactl``, ``/dev/nvidia-uvm``,
 ``/dev/nvidia-uvm-tools``) and ``NVIDIA_VISIBLE_DEVICES=void``, which upstream sets so the
 NVIDIA runtime hook does not expose GPUs a second time beside CDI.
