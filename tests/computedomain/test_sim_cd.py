@@ -78,7 +78,8 @@ def test_row10_in_the_simulator(acceptance: Path, tmp_path: Path) -> None:
     assert _domain(sim, "nvbandwidth-test-compute-domain")["status"]["status"] == "Ready"
 
 
-def test_failed_node_heals_in_the_simulator(tmp_path: Path) -> None:
+@pytest.mark.parametrize("step", ["failNode", "deleteNode"])
+def test_failed_node_heals_in_the_simulator(tmp_path: Path, step: str) -> None:
     sim = _run(
         tmp_path,
         [
@@ -86,7 +87,7 @@ def test_failed_node_heals_in_the_simulator(tmp_path: Path) -> None:
             {"name": "rack-b", "count": 6, "machine": "gb200", "clique": RACK_B},
         ],
         [EXAMPLES / "manifests" / "four-node-domain.yaml"],
-        [{"failNode": "rack-a-0"}],
+        [{step: "rack-a-0"}],
     )
     cd = _domain(sim, "train-4")
     assert cd["status"]["status"] == "Ready"

@@ -190,8 +190,15 @@ class ComputeDomainKubeletPlugin:
             if record is not None:
                 plugin.unprepare([ClaimRef(record.namespace, uid, record.name)])
 
-    def sync_daemons(self) -> list[tuple[str, str]]:
-        """Let each node's IMEX daemons re-read their domain's node list; (node, uid) changed."""
+    def sync_daemons(self, store: ObjectStore) -> list[tuple[str, str]]:
+        """Let each node's IMEX daemons re-read their domain's node list; (node, uid) changed.
+        A deleted node's daemons are gone with it: it is forgotten, not synced."""
+        alive = {str((n.get("metadata") or {}).get("name")) for n in store.list("v1", "Node")}
+        for gone in [n for n in self._handlers if n not in alive]:
+            del self._handlers[gone]
+            del self._plugins[gone]
+            for key in [k for k in self._pods if k[0] == gone]:
+                del self._pods[key]
         return [
             (node, uid)
             for node, handler in sorted(self._handlers.items())
@@ -218,7 +225,7 @@ class ComputeDomainController:
             str((d.get("metadata") or {}).get("uid")): d for d in store.list(API_VERSION, KIND)
         }
         for agent in list(_AGENTS.get(store, ())):
-            for node, uid in agent.sync_daemons():
+            for node, uid in agent.sync_daemons(store):
                 meta = (domains.get(uid) or {}).get("metadata") or {}
                 what = f"ComputeDomain {meta.get('namespace', 'default')}/{meta.get('name', uid)}"
                 events.append(
