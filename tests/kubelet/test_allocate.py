@@ -91,15 +91,17 @@ def test_volume_mounts_and_cdi_strategies() -> None:
 
 
 def test_mps_replicas_get_pipe_limits_and_mounts() -> None:
-    res = replicas(ISLANDS, 4, sharing=Sharing.MPS)
+    res = replicas(ISLANDS, 4, sharing=Sharing.MPS)  # pipe under /run/nvidia/mps/<resource>/
     view = make_view(ISLANDS, [res])
-    alloc = container_allocation(view, "nvidia.com/gpu", [f"{gpu_uuid(2)}::1"], kubelet_root="/k")
+    alloc = container_allocation(view, "nvidia.com/gpu", [f"{gpu_uuid(2)}::1"])
     assert alloc.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/gpu/pipe"
     assert alloc.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
     assert alloc.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"
     hosts = {m.container_path: m.host_path for m in alloc.mounts}
-    assert hosts["/mps/nvidia.com/gpu/pipe"] == "/k/device-plugins/mps/nvidia.com/gpu/pipe"
-    assert hosts["/dev/shm"] == "/k/device-plugins/mps/shm"
+    assert hosts == {
+        "/mps/nvidia.com/gpu/pipe": "/run/nvidia/mps/nvidia.com/gpu/pipe",
+        "/dev/shm": "/run/nvidia/mps/shm",
+    }
 
 
 def test_rejections_use_upstream_wording() -> None:

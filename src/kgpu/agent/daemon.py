@@ -107,7 +107,7 @@ class Agent:
         self._kubelet_sock_inode: int | None = None
         self._fingerprint: tuple[tuple[str, str], ...] = ()
         self.components: list[Component] = []
-        self.mps = MpsManager(options.kubelet_root, use_binary=options.machine == "nvml")
+        self.mps = MpsManager(use_binary=options.machine == "nvml")
         self.last_error: str = ""
         self.reloads = 0
         self.registrations = 0

@@ -4,11 +4,13 @@ A control daemon is addressed by its pipe directory, and the node view gives eve
 one pipe directory (``<mpsRoot>/<resource>/pipe``, as upstream), so there is one daemon per MPS
 resource, covering that resource's GPUs, with per-GPU defaults: ``set_default_active_thread_
 percentage <100 // replicas>`` and ``set_default_device_pinned_mem_limit <index> <MiB>M``.
-Host directories live under ``<kubelet-root>/device-plugins`` where Allocate mounts them from.
+Its pipe and log directories are the host paths the node view gives (``<mpsRoot>/<resource>/``,
+default ``/run/nvidia/mps``), which Allocate mounts into clients.
 
 With ``nvidia-cuda-mps-control`` on PATH (a real node) the daemon is started with ``-d`` and
 configured through its control pipe. Without it (simulation) the daemon is modelled: the same
-directories and limits are recorded and reported, and the state is ``modelled``. kgpu never
+directories, limits and control commands are recorded and reported (nothing is written to the
+host), and the state is ``modelled``. kgpu never
 changes the GPUs' compute mode (upstream sets EXCLUSIVE_PROCESS); set it in the node's
 provisioning if wanted.
 """
@@ -22,7 +24,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kgpu.node.allocate import mps_directories
+from kgpu.node.allocate import mps_directories, mps_shm_directory
 from kgpu.node.model import NodeView, ResourceView, Sharing
 
 log = logging.getLogger(__name__)
@@ -35,8 +37,9 @@ class MpsPlan:
     """What one control daemon should enforce (comparable, so a reload restarts only changes)."""
 
     resource: str
-    pipe_directory: str  # container path (= path under <kubelet-root>/device-plugins)
+    pipe_directory: str  # host path
     log_directory: str
+    shm_directory: str
     gpu_uuids: tuple[str, ...]
     active_thread_percentage: int
     pinned_limits: tuple[tuple[int, str], ...]  # (GPU index, "<MiB>M")
@@ -62,6 +65,7 @@ class MpsDaemon:
             "gpus": list(self.plan.gpu_uuids),
             "activeThreadPercentage": self.plan.active_thread_percentage,
             "pinnedDeviceMemoryLimits": {str(i): v for i, v in self.plan.pinned_limits},
+            "controlCommands": list(self.commands),
             "error": self.error,
         }
 
@@ -92,6 +96,7 @@ def _plan(res: ResourceView) -> MpsPlan | None:
         resource=res.name,
         pipe_directory=pipe,
         log_directory=logdir,
+        shm_directory=mps_shm_directory(res),
         gpu_uuids=tuple(u for _, (u, _, _) in sorted(per_gpu.items())),
         active_thread_percentage=pct,
         pinned_limits=tuple((i, f"{m}M") for i, (_, m, _) in sorted(per_gpu.items())),
@@ -101,8 +106,7 @@ def _plan(res: ResourceView) -> MpsPlan | None:
 class MpsManager:
     """Keeps one daemon per MPS resource in line with the current view."""
 
-    def __init__(self, kubelet_root: Path, *, use_binary: bool | None = None) -> None:
-        self.base = Path(kubelet_root) / "device-plugins"
+    def __init__(self, *, use_binary: bool | None = None) -> None:
         binary = shutil.which(CONTROL_BINARY)
         self.binary = binary if (use_binary is None or use_binary) else None
         self.daemons: dict[str, MpsDaemon] = {}
@@ -125,14 +129,11 @@ class MpsManager:
 
     # -- one daemon --------------------------------------------------------------------------
 
-    def _host(self, container_path: str) -> Path:
-        return self.base / container_path.lstrip("/")
-
     def _start(self, plan: MpsPlan) -> MpsDaemon:
         daemon = MpsDaemon(
             plan=plan,
-            host_pipe=self._host(plan.pipe_directory),
-            host_log=self._host(plan.log_directory),
+            host_pipe=Path(plan.pipe_directory),
+            host_log=Path(plan.log_directory),
             mode=CONTROL_BINARY if self.binary else "modelled",
         )
         commands = [
@@ -141,10 +142,9 @@ class MpsManager:
         commands.append(f"set_default_active_thread_percentage {plan.active_thread_percentage}")
         daemon.commands = commands
         try:
-            daemon.host_pipe.mkdir(parents=True, exist_ok=True)
-            daemon.host_log.mkdir(parents=True, exist_ok=True)
-            (self.base / "mps" / "shm").mkdir(parents=True, exist_ok=True)
             if self.binary:
+                for directory in (plan.pipe_directory, plan.log_directory, plan.shm_directory):
+                    Path(directory).mkdir(parents=True, exist_ok=True)
                 subprocess.run([self.binary, "-d"], env=self._env(daemon), check=True, timeout=10)
                 for command in commands:
                     self._control(daemon, command)

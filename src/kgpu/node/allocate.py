@@ -14,11 +14,12 @@ Facts carried over from NVIDIA's device plugin (so containers and runtimes behav
 * ``cdi-annotations`` adds ``cdi.k8s.io/nvidia-device-plugin_<response id>`` with the
   comma-joined CDI names ``k8s.device-plugin.nvidia.com/gpu=<id>``; ``cdi-cri`` sends the same
   names as ``cdi_devices``.
-* MPS replicas get ``CUDA_MPS_PIPE_DIRECTORY``/``CUDA_MPS_LOG_DIRECTORY`` with the pipe, log and
-  ``/dev/shm`` host directories under ``<kubelet-root>/device-plugins`` mounted in.
-  Upstream enforces the per-client limits only through the control daemon's defaults; kgpu also
-  sets ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (``<ordinal>=
-  <MiB>M`` per visible device) so a client cannot ask for more than its share.
+* MPS replicas get ``CUDA_MPS_PIPE_DIRECTORY=/mps/<resource>/pipe``, with the daemon's host pipe
+  directory (``<mpsRoot>/<resource>/pipe``, from the view) mounted there and ``<mpsRoot>/shm``
+  mounted at ``/dev/shm``. Upstream enforces the per-client limits only through the control
+  daemon's defaults; kgpu also sets ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and
+  ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (``<ordinal>=<MiB>M`` per visible device), which MPS
+  clients honour, so a client cannot ask for more than its share.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ CDI_VENDOR = "k8s.device-plugin.nvidia.com"
 CDI_CLASS = "gpu"
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 CDI_ANNOTATION_PLUGIN = "nvidia-device-plugin"
-DEFAULT_KUBELET_ROOT = "/var/lib/kubelet"
+MPS_CONTAINER_ROOT = "/mps"
+MPS_SHM_CONTAINER_PATH = "/dev/shm"
 
 # Above this many candidate subsets the whole-GPU search turns greedy (8 of 16 GPUs is 12870).
 _MAX_SUBSETS = 20000
@@ -231,7 +233,6 @@ def container_allocation(
     resource: str,
     ids: Sequence[str],
     *,
-    kubelet_root: str = DEFAULT_KUBELET_ROOT,
     response_id: str | None = None,
 ) -> ContainerAllocation:
     """What the kubelet must give one container that was allocated ``ids`` of ``resource``.
@@ -290,7 +291,7 @@ def container_allocation(
     mps = [d for d in devices if d.mps is not None]
     if res.sharing is Sharing.MPS or mps:
         envs.update(_mps_envs(res, devices))
-        mounts.extend(_mps_mounts(res, kubelet_root))
+        mounts.extend(_mps_mounts(res))
 
     return ContainerAllocation(
         envs=envs,
@@ -306,16 +307,27 @@ def cdi_device_name(device_id: str) -> str:
 
 
 def mps_directories(res: ResourceView) -> tuple[str, str]:
-    """Pipe and log directories (container paths) of the MPS daemon serving ``res``."""
+    """Host pipe and log directories of the MPS daemon serving ``res`` (from the view)."""
     for dev in res.devices:
         if dev.mps is not None:
             return dev.mps.pipe_directory, dev.mps.log_directory
-    return f"/mps/{res.name}/pipe", f"/mps/{res.name}/log"
+    return f"/run/nvidia/mps/{res.name}/pipe", f"/run/nvidia/mps/{res.name}/log"
+
+
+def mps_shm_directory(res: ResourceView) -> str:
+    """Host directory shared as ``/dev/shm`` by the daemon and its clients: ``<mpsRoot>/shm``."""
+    pipe, _ = mps_directories(res)
+    suffix = f"/{res.name}/pipe"
+    root = pipe[: -len(suffix)] if pipe.endswith(suffix) else pipe.rsplit("/", 2)[0]
+    return f"{root}/shm"
+
+
+def mps_container_pipe(res: ResourceView) -> str:
+    return f"{MPS_CONTAINER_ROOT}/{res.name}/pipe"
 
 
 def _mps_envs(res: ResourceView, devices: Sequence[AdvertisedDevice]) -> dict[str, str]:
-    pipe, log = mps_directories(res)
-    envs = {"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_LOG_DIRECTORY": log}
+    envs = {"CUDA_MPS_PIPE_DIRECTORY": mps_container_pipe(res)}
     limits: dict[str, MpsLimits] = {}
     for dev in devices:
         if dev.mps is not None:
@@ -331,11 +343,9 @@ def _mps_envs(res: ResourceView, devices: Sequence[AdvertisedDevice]) -> dict[st
     return envs
 
 
-def _mps_mounts(res: ResourceView, kubelet_root: str) -> list[Mount]:
-    pipe, log = mps_directories(res)
-    base = f"{kubelet_root.rstrip('/')}/device-plugins"
+def _mps_mounts(res: ResourceView) -> list[Mount]:
+    pipe, _ = mps_directories(res)
     return [
-        Mount(container_path=pipe, host_path=f"{base}{pipe}"),
-        Mount(container_path=log, host_path=f"{base}{log}"),
-        Mount(container_path="/dev/shm", host_path=f"{base}/mps/shm"),
+        Mount(container_path=mps_container_pipe(res), host_path=pipe),
+        Mount(container_path=MPS_SHM_CONTAINER_PATH, host_path=mps_shm_directory(res)),
     ]

@@ -116,8 +116,8 @@ def replicas(
             MpsLimits(
                 active_thread_percentage=100 // n,
                 pinned_memory_limit_mib=g.memory_mib // n,
-                pipe_directory=f"/mps/{name}/pipe",
-                log_directory=f"/mps/{name}/log",
+                pipe_directory=f"/run/nvidia/mps/{name}/pipe",
+                log_directory=f"/run/nvidia/mps/{name}/log",
             )
             if sharing is Sharing.MPS
             else None

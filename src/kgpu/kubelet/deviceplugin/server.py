@@ -51,7 +51,7 @@ class PluginServer:
         self.plugin_dir = self.kubelet_root / DEVICE_PLUGINS_DIR
         self.endpoint = socket_name(resource)
         self.socket_path = self.plugin_dir / self.endpoint
-        self.servicer = DevicePluginServicer(resource, view, kubelet_root=str(self.kubelet_root))
+        self.servicer = DevicePluginServicer(resource, view)
         self._max_workers = max_workers
         self._server: grpc.Server | None = None
         self._inode: int | None = None

@@ -57,12 +57,9 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         self,
         resource: str,
         view: Callable[[], NodeView],
-        *,
-        kubelet_root: str = "/var/lib/kubelet",
     ) -> None:
         self.resource = resource
         self._view = view
-        self._kubelet_root = kubelet_root
         self._cond = threading.Condition()
         self._version = 0
         self._stopped = False
@@ -150,9 +147,7 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         response = api_pb2.AllocateResponse()
         try:
             for creq in request.container_requests:
-                alloc = container_allocation(
-                    view, self.resource, list(creq.devices_ids), kubelet_root=self._kubelet_root
-                )
+                alloc = container_allocation(view, self.resource, list(creq.devices_ids))
                 out = response.container_responses.add()
                 out.envs.update(alloc.envs)
                 out.annotations.update(alloc.annotations)
