@@ -42,6 +42,21 @@ _UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule
 _FIT_ORDER = {"cpu": 0, "memory": 1, "ephemeral-storage": 2}
 
 
+#: Labels unique to each node: kept out of node classes, so a pod that selects on them (or on
+#: ``metadata.name`` through matchFields) is filtered node by node.
+PER_NODE_LABELS = frozenset({"kubernetes.io/hostname"})
+
+
+def needs_node_identity(req: PodRequirements) -> bool:
+    if any(k in PER_NODE_LABELS for k, _ in req.node_selector):
+        return True
+    if req.affinity is None:
+        return False
+    return any(
+        t.fields or any(r.key in PER_NODE_LABELS for r in t.expressions) for t in req.affinity
+    )
+
+
 def taint_reason(taint: Taint) -> str:
     return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
 
@@ -123,12 +138,13 @@ class Scheduler:
     # -- node bookkeeping --------------------------------------------------------------------
     def upsert_node(self, node: SimNode) -> None:
         """Add a node or re-read its labels, taints and allocatable after they changed."""
-        ckey = (frozenset(node.labels.items()), node.taints, node.unschedulable)
+        shared = {k: v for k, v in node.labels.items() if k not in PER_NODE_LABELS}
+        ckey = (frozenset(shared.items()), node.taints, node.unschedulable)
         class_id = self._classes.get(ckey)
         if class_id is None:
             class_id = len(self._classes)
             self._classes[ckey] = class_id
-            self._class_members[class_id] = (dict(node.labels), node.taints, node.unschedulable)
+            self._class_members[class_id] = (shared, node.taints, node.unschedulable)
         node.class_id = class_id
         self.nodes[node.name] = node
         node.info = NodeInfo(name=node.name, labels=node.labels, node=node.obj, pods=node.pod_objs)
@@ -212,7 +228,7 @@ class Scheduler:
             if reason:
                 return Placement(None, fit_error(total, Counter(), reason))
         reasons: Counter[str] = Counter()
-        per_node = req.affinity is not None and any(t.fields for t in req.affinity)
+        per_node = needs_node_identity(req)
         candidates: list[tuple[float, int, Bucket]] = []
         for order, bucket in enumerate(self._buckets.values()):
             if per_node:

@@ -1,0 +1,135 @@
+"""Benchmark: kgpu sim schedules 10,000 GPU pods onto 1,000 dgx-h100 nodes.
+
+Two Deployments (the pods are real Deployment -> ReplicaSet -> Pod expansions, scheduled by the
+simulator's kube-scheduler and admitted by simulated kubelets that call the device-plugin
+servicer's GetPreferredAllocation and Allocate for every container):
+
+* ``mixed``: 8,000 single-GPU pods then 2,000 8-GPU pods. The 8,000 GPUs fill up, so most 8-GPU
+  pods stay Pending with a kube-scheduler FailedScheduling message (counted work too).
+* ``packed``: 250 8-GPU pods first, then 6,000 single-GPU pods (together exactly the 8,000
+  GPUs, every pod placed), then 3,750 pods that ask only for CPU, to total 10,000. (Applied the
+  other way round, the single-GPU pods spread over every node, as kube-scheduler's
+  LeastAllocated scoring does, and no node keeps 8 GPUs free for the big pods.)
+
+Reports pods per second over the whole run (controllers + scheduling + kubelets; node setup is
+timed separately) from an untraced run, and peak memory from a second run under tracemalloc
+(Python heap peak) plus the process' max RSS.
+
+Usage: python bench/sim.py [--nodes 1000] [--pods 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import time
+import tracemalloc
+from typing import Any
+
+from kgpu.sim.scenario import scenario_from_dict
+from kgpu.sim.simulation import Simulation
+
+
+def deployment(name: str, replicas: int, gpus: int, cpu: str = "") -> dict[str, Any]:
+    limits: dict[str, Any] = {}
+    if gpus:
+        limits["nvidia.com/gpu"] = gpus
+    if cpu:
+        limits["cpu"] = cpu
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [
+                        {"name": "main", "image": "cuda", "resources": {"limits": limits}}
+                    ]
+                },
+            },
+        },
+    }
+
+
+def run(case: str, nodes: int, pods: int, trace: bool) -> dict[str, Any]:
+    if case == "mixed":
+        eight = pods // 5
+        apply = [deployment("one-gpu", pods - eight, 1), deployment("eight-gpu", eight, 8)]
+    else:
+        gpus = nodes * 8
+        eight = gpus // 32
+        one = gpus - eight * 8
+        cpu_only = pods - one - eight
+        apply = [
+            deployment("eight-gpu", eight, 8),
+            deployment("one-gpu", one, 1),
+            deployment("cpu-only", cpu_only, 0, "500m"),
+        ]
+    scenario = scenario_from_dict(
+        {"nodes": [{"name": "dgx", "count": nodes, "machine": "dgx-h100"}], "apply": []}
+    )
+    if trace:
+        tracemalloc.start()
+    t0 = time.perf_counter()
+    sim = Simulation(scenario, plugins=False)
+    sim.start()
+    t1 = time.perf_counter()
+    for obj in apply:  # one workload after the other, as `kubectl apply` in sequence would
+        sim.apply(obj)
+        sim.settle()
+    t2 = time.perf_counter()
+    peak = 0
+    if trace:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    phases: dict[str, int] = {}
+    for rec in sim.pods.values():
+        phases[rec.phase] = phases.get(rec.phase, 0) + 1
+    allocated = sum(n.requested.get("nvidia.com/gpu", 0) for n in sim.nodes)
+    # no device handed to two pods
+    owners = sum(len(n.device_owner) for n in sim.nodes)
+    assert owners == allocated, (owners, allocated)
+    sim.close()
+    return {
+        "case": case,
+        "nodes": nodes,
+        "pods": len(sim.pods),
+        "phases": phases,
+        "gpusAllocated": allocated,
+        "setupSeconds": round(t1 - t0, 3),
+        "scheduleSeconds": round(t2 - t1, 3),
+        "podsPerSecond": round(len(sim.pods) / (t2 - t1), 1),
+        "tracemallocPeakMiB": round(peak / 2**20, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--pods", type=int, default=10000)
+    parser.add_argument("--case", choices=["mixed", "packed", "both"], default="both")
+    args = parser.parse_args()
+    cases = ["mixed", "packed"] if args.case == "both" else [args.case]
+    results = []
+    for case in cases:
+        timed = run(case, args.nodes, args.pods, trace=False)
+        traced = run(case, args.nodes, args.pods, trace=True)  # tracemalloc slows it: memory only
+        timed["tracemallocPeakMiB"] = traced["tracemallocPeakMiB"]
+        results.append(timed)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        json.dumps(
+            {"python": platform.python_version(), "results": results, "maxRssMiB": round(rss, 1)},
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
