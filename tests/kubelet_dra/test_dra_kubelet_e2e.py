@@ -301,3 +301,22 @@ def test_agent_killed_at_every_step_loses_and_duplicates_nothing(
         live.clear()
         check(short_tmp)
         proc.close()
+
+
+def test_a_damaged_checkpoint_stops_the_start_without_leaving_sockets(
+    short_tmp: Path, machine: Machine
+) -> None:
+    from kgpu.kubelet.checkpoint import CheckpointError
+
+    extra = ChannelHandler()
+    ckpt = short_tmp / "kubelet" / "plugins" / extra.driver / "checkpoint.json"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_text('{"version": "kgpu.dra.checkpoint/v1", "checksum": "0", "claims": {}}')
+    component = DraComponent(
+        short_tmp / "kubelet", short_tmp / "cdi", NODE, SimulatedBackend(machine)
+    )
+    component.add_driver(extra)
+    with pytest.raises(CheckpointError, match="checksum"):
+        component.start()
+    assert list((short_tmp / "kubelet" / "plugins_registry").glob("*.sock")) == []
+    assert not (short_tmp / "kubelet" / "plugins" / DRIVER / "dra.sock").exists()

@@ -97,8 +97,14 @@ class DraComponent:
                 plugin_dir(self.kubelet_root, "gpu.nvidia.com"),
                 partitionable=self.partitionable,
             )
-            for handler in [self.gpu, *self._extra]:
-                self._start_driver(handler)
+            try:
+                for handler in [self.gpu, *self._extra]:
+                    self._start_driver(handler)
+            except BaseException:  # leave no half-started sockets behind
+                for server in self.servers.values():
+                    server.stop()
+                self.servers.clear()
+                raise
             self._stop.clear()
             self._watcher = threading.Thread(
                 target=self._watch, name="dra-registration", daemon=True
