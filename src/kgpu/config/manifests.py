@@ -261,6 +261,14 @@ def _schema_problems(doc: dict[str, Any]) -> list[tuple[str, str]] | None:
     except ImportError:
         return None
     try:
+        every = _all_schema_errors(doc)
+    except _NoSchema:
+        raise
+    except Exception:  # the package's internals moved: fall back to its first-error API
+        every = None
+    if every is not None:
+        return every
+    try:
         kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
     except kubernetes_validate.SchemaNotFoundError:
         raise _NoSchema() from None
@@ -270,6 +278,36 @@ def _schema_problems(doc: dict[str, Any]) -> list[tuple[str, str]] | None:
     except (KeyError, TypeError) as exc:  # malformed documents the schema loader trips on
         return [("", f"cannot be checked against the Kubernetes schema: {exc}")]
     return []
+
+
+def _all_schema_errors(doc: dict[str, Any]) -> list[tuple[str, str]] | None:
+    """Every schema error in ``doc`` (kubernetes-validate reports only the first one)."""
+    import importlib
+    import re
+
+    from kubernetes_validate import utils as kv
+    from referencing import Registry, Resource
+
+    jsonschema: Any = importlib.import_module("jsonschema")  # no type stubs installed
+
+    version = kv.latest_version()
+    group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", str(doc["apiVersion"]))
+    folder = f"v{version}-local-strict"
+    try:
+        schema = kv.schema_contents(
+            f"kubernetes-json-schema/{folder}/{str(doc['kind']).lower()}-{group}.json", version
+        )
+    except FileNotFoundError:
+        raise _NoSchema() from None
+    defs = kv.schema_contents(f"kubernetes-json-schema/{folder}/_definitions.json", version)
+    registry: Registry[Any] = Resource.from_contents(schema) @ Registry()
+    registry = Resource.from_contents(defs) @ registry
+    validator = jsonschema.Draft202012Validator(schema, registry=registry)
+    out = []
+    for error in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.path))):
+        path = [p for p in error.path if isinstance(p, str | int)]
+        out.append((join_path(*path), str(error.message)))
+    return out
 
 
 def validate_manifest(doc: dict[str, Any], *, file: str, entry: str) -> list[FieldProblem]:
