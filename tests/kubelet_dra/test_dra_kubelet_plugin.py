@@ -265,7 +265,11 @@ def test_lost_spec_is_restored_and_orphans_and_temporaries_removed(
     tmp.write_text("half")
     foreign = tmp_path / "cdi" / "k8s.device-plugin.nvidia.com-gpu.json"
     foreign.write_text("{}")
+    ckpt_dir = tmp_path / "kubelet" / "plugins" / "gpu.nvidia.com"
+    half_checkpoint = ckpt_dir / ".checkpoint.json.abc.tmp"
+    half_checkpoint.write_text("{")
     plugin = new_plugin(tmp_path, machine, store)
+    assert not half_checkpoint.exists()
     assert plugin.last_reconcile.restored_specs == [uid]
     assert plugin.last_reconcile.removed_orphans == ["orphan-uid"]
     assert path.read_text() == content

@@ -103,6 +103,9 @@ class Checkpoint:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._records: dict[str, ClaimRecord] = self._load()
+        if path.parent.is_dir():  # a crash between writing and renaming leaves these behind
+            for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+                tmp.unlink(missing_ok=True)
 
     def _load(self) -> dict[str, ClaimRecord]:
         if not self.path.exists():
