@@ -99,16 +99,24 @@ def run_simulated(runs: int) -> list[dict[str, Any]]:
 
 
 def raw_nvml_calls(nvml: Any, machine: Machine) -> Callable[[], None]:
-    """The NVML calls one scrape makes, without anything around them."""
+    """The NVML calls one scrape makes, without anything around them: the same calls in the same
+    order (process utilisation only where processes run, one non-blocking event-set poll)."""
     handles = [nvml.nvmlDeviceGetHandleByUUID(g.uuid) for g in machine.gpus]
     links = [sum(link.links for link in g.nvlinks) for g in machine.gpus]
     tx, rx = nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
-
-    def call(fn: Callable[..., Any], *args: Any) -> None:
+    events = nvml.nvmlEventSetCreate()
+    for h in handles:
         with contextlib.suppress(nvml.NVMLError):
-            fn(*args)
+            nvml.nvmlDeviceRegisterEvents(h, nvml.nvmlEventTypeXidCriticalError, events)
+
+    def call(fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except nvml.NVMLError:
+            return None
 
     def once() -> None:
+        call(nvml.nvmlEventSetWait_v2, events, 0)
         for h, n in zip(handles, links, strict=True):
             call(nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
             call(nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_MEM)
@@ -121,13 +129,10 @@ def raw_nvml_calls(nvml: Any, machine: Machine) -> Callable[[], None]:
             call(nvml.nvmlDeviceGetDecoderUtilization, h)
             call(nvml.nvmlDeviceGetMemoryInfo, h)
             if n:
-                call(
-                    nvml.nvmlDeviceGetFieldValues,
-                    h,
-                    [(f, link) for link in range(n) for f in (tx, rx)],
-                )
-            call(nvml.nvmlDeviceGetComputeRunningProcesses, h)
-            call(nvml.nvmlDeviceGetProcessUtilization, h, 0)
+                fields = [(f, link) for link in range(n) for f in (tx, rx)]
+                call(nvml.nvmlDeviceGetFieldValues, h, fields)
+            if call(nvml.nvmlDeviceGetComputeRunningProcesses, h):
+                call(nvml.nvmlDeviceGetProcessUtilization, h, 0)
 
     return once
 
@@ -148,6 +153,10 @@ def run_nvml(runs: int) -> dict[str, Any]:
     median, mean, p95 = cpu_ms(exporter.scrape, runs)
     wall_raw = _wall(raw, runs)
     wall_scrape = _wall(exporter.scrape, runs)
+    processes = [
+        (p.pid, p.device_uuid, p.used_memory_bytes, p.sm_util)
+        for p in source.read(machine).processes
+    ]
     source.close()
     backend.close()
     return {
@@ -160,7 +169,8 @@ def run_nvml(runs: int) -> dict[str, Any]:
         "raw_wall_ms": wall_raw,
         "ratio_cpu_median": median / raw_median if raw_median else float("nan"),
         "ratio_wall_median": wall_scrape / wall_raw if wall_raw else float("nan"),
-        "text_head": text[:600],
+        "text": text,
+        "processes": processes,
     }
 
 
@@ -179,6 +189,7 @@ def main() -> int:
     )
     parser.add_argument("--runs", type=int, default=500)
     parser.add_argument("--nvml", action="store_true", help="also measure against real GPUs")
+    parser.add_argument("--dump", help="with --nvml: write one real scrape to this file")
     args = parser.parse_args()
     print(f"python {platform.python_version()} on {platform.machine()}")
     print(f"{'case':58} {'pods':>5} {'series':>6} {'KiB':>6} {'median':>8} {'mean':>8} {'p95':>8}")
@@ -197,7 +208,10 @@ def main() -> int:
             f"raw NVML wall ms median {r['raw_wall_ms']:.3f}"
         )
         print(f"ratio CPU {r['ratio_cpu_median']:.2f}x, wall {r['ratio_wall_median']:.2f}x")
-        print(r["text_head"])
+        print(f"processes seen by NVML: {r['processes']}")
+        if args.dump:
+            with open(args.dump, "w", encoding="utf-8") as out:
+                out.write(r["text"])
     return 0
 
 
