@@ -277,6 +277,7 @@ class SliceIndex:
     def __init__(self, slices: Iterable[Obj]) -> None:
         self.local: dict[str, list[SliceRec]] = {}
         self.shared: list[SliceRec] = []
+        self.pool_nodes: dict[tuple[str, str], set[str]] = {}  # node-local pools -> nodes
         self.devices = 0
         for obj in slices:
             rec = _make_slice(obj)
@@ -284,9 +285,26 @@ class SliceIndex:
             node_name = rec.spec.get("nodeName")
             if node_name:
                 self.local.setdefault(str(node_name), []).append(rec)
+                self.pool_nodes.setdefault((rec.driver, rec.pool), set()).add(str(node_name))
             else:
                 self.shared.append(rec)
         self._pools: dict[NodeRef, list[Pool]] = {}
+        self._usable: dict[NodeRef, list[Device]] = {}
+
+    def usable_devices(self, node: NodeRef) -> list[Device]:
+        """Devices of the node's complete, valid pools in allocation order."""
+        cached = self._usable.get(node)
+        if cached is None:
+            cached = [
+                d
+                for p in self.pools_for(node)
+                if not (p.incomplete or p.invalid)
+                for d in p.devices
+            ]
+            if len(self._usable) > 100_000:
+                self._usable.clear()
+            self._usable[node] = cached
+        return cached
 
     def pools_for(self, node: NodeRef) -> list[Pool]:
         cached = self._pools.get(node)
@@ -444,6 +462,23 @@ class Allocator:
         self.classes = classes
         self.index = index
         self.allocated: set[DeviceID] = allocated if allocated is not None else set()
+        self._prepared: dict[int, tuple[Obj, list[Slot]]] = {}
+
+    def prepared(self, claim: Obj) -> list[Slot]:
+        """The claim's requests, resolved and compiled once per claim object (the scheduler
+        filters many nodes for one pod); per-run state is reset on reuse."""
+        hit = self._prepared.get(id(claim))
+        if hit is not None and hit[0] is claim:
+            for slot in hit[1]:
+                slot.chosen = 0
+                for req in slot.alternatives:
+                    req.all_devices = []
+            return hit[1]
+        slots = self._slots(claim)
+        if len(self._prepared) > 10_000:
+            self._prepared.clear()
+        self._prepared[id(claim)] = (claim, slots)
+        return slots
 
     # -- request preparation ---------------------------------------------------------------
     def _compile(self, exprs: Iterable[Obj], where: Callable[[int], str]) -> tuple[Selector, ...]:
@@ -535,8 +570,7 @@ class _Run:
         self.node = node
         self.claims = claims
         self.pools = alloc.index.pools_for(node)
-        self.devices = [d for p in self.pools if not (p.incomplete or p.invalid) for d in p.devices]
-        self.pool_of: dict[tuple[str, str], Pool] = {(p.driver, p.name): p for p in self.pools}
+        self.devices = alloc.index.usable_devices(node)
         self.taking: dict[DeviceID, set[int]] = {}
         self.results: list[list[tuple[Request, Device]]] = [[] for _ in claims]
         self.constraints: list[list[MatchAttribute]] = []
@@ -573,7 +607,7 @@ class _Run:
 
     def run(self) -> list[Obj] | None:
         for claim in self.claims:
-            slots = self.alloc._slots(claim)
+            slots = self.alloc.prepared(claim)
             self.slots.append(slots)
             ref = claim_ref(claim)
             minimum = 0
@@ -714,7 +748,7 @@ class _Run:
     def _available(self, key: tuple[str, str]) -> dict[str, dict[str, Decimal]]:
         avail = self.available.get(key)
         if avail is None:
-            pool = self.pool_of[key]
+            pool = next(p for p in self.pools if (p.driver, p.name) == key)
             avail = {name: dict(cs) for name, cs in pool.counters.items()}
             for dev in pool.devices:
                 if dev.consumes and dev.id in self.alloc.allocated:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,7 +79,9 @@ class _PodState:
 
     claims: list[Obj]  # every claim of the pod, current store content
     to_allocate: list[Obj]
-    found: dict[str, list[Obj]] = field(default_factory=dict)  # node -> allocations
+    shape: str = ""  # what feasibility depends on besides the node: the claims' specs
+    # node -> allocations; None when only feasibility is known (from the cache)
+    found: dict[str, list[Obj] | None] = field(default_factory=dict)
     reserved: list[tuple[str, bool]] = field(default_factory=list)  # (claim name, allocated here)
 
 
@@ -95,6 +98,12 @@ class DraSchedulerPlugin:
         self._claims_rev = -1
         self._allocator: Allocator | None = None
         self._pods: dict[tuple[str, str], _PodState] = {}
+        # Feasibility per (node, claim shape), valid while nothing on the node changed: a node
+        # version bumps when a device of one of its pools is allocated or freed.
+        self._epoch = 0
+        self._node_ver: dict[str, int] = {}
+        self._shared_ver = 0
+        self._feasible: dict[tuple[NodeRef, str], tuple[tuple[int, int, int], str | None]] = {}
 
     # -- cached cluster view ---------------------------------------------------------------
     @staticmethod
@@ -120,7 +129,20 @@ class DraSchedulerPlugin:
             in_use = allocated_devices(store.list(API, "ResourceClaim"))
             self._allocator = Allocator(self._classes, self._index, in_use)
             self._claims_rev = rev
+            self._epoch += 1
+            self._feasible.clear()
         return self._allocator
+
+    def _touch(self, devices: set[DeviceID]) -> None:
+        """Devices changed hands: feasibility cached for their nodes is stale."""
+        index = self._index
+        for driver, pool, _ in devices:
+            nodes = index.pool_nodes.get((driver, pool)) if index else None
+            if not nodes:
+                self._shared_ver += 1
+                continue
+            for n in nodes:
+                self._node_ver[n] = self._node_ver.get(n, 0) + 1
 
     def _write_claim(self, store: ObjectStore, claim: Obj, before: Obj | None) -> Obj:
         """Update a claim and keep the devices-in-use set in step without re-listing."""
@@ -132,6 +154,7 @@ class DraSchedulerPlugin:
         new = allocated_devices([written])
         alloc.allocated -= old - new
         alloc.allocated |= new
+        self._touch(old ^ new)
         self._claims_rev = self._rev(store, "ResourceClaim")
         return written
 
@@ -189,7 +212,10 @@ class DraSchedulerPlugin:
             }
             if not claim["metadata"]["labels"]:
                 del claim["metadata"]["labels"]
+            in_sync = self._claims_rev == self._rev(store, "ResourceClaim")
             created = store.create(claim)
+            if in_sync:  # a new claim holds no devices: the cached view stays right
+                self._claims_rev = self._rev(store, "ResourceClaim")
             statuses[pod_claim] = _name(created)
             names.append(_name(created))
             changed = True
@@ -222,7 +248,8 @@ class DraSchedulerPlugin:
                 return f'resourceclaim "{name}" is being deleted'
             claims.append(claim)
         to_allocate = [c for c in claims if not (c.get("status") or {}).get("allocation")]
-        return _PodState(claims, to_allocate)
+        shape = json.dumps([c.get("spec") for c in to_allocate], sort_keys=True)
+        return _PodState(claims, to_allocate, shape)
 
     # -- SchedulerPlugin -------------------------------------------------------------------
     def prefilter(self, pod: Obj, store: ObjectStore) -> str | None:
@@ -257,6 +284,21 @@ class DraSchedulerPlugin:
             state.found[ref.name] = []
             return None
         alloc = self._allocator or self._refresh(store)
+        version = (self._epoch, self._node_ver.get(ref.name, 0), self._shared_ver)
+        key = (ref, state.shape)
+        hit = self._feasible.get(key)
+        if hit is not None and hit[0] == version:
+            if hit[1] is None:
+                state.found[ref.name] = None
+            return hit[1]
+        reason = self._allocate(alloc, ref, state)
+        if len(self._feasible) > 1_000_000:
+            self._feasible.clear()
+        self._feasible[key] = (version, reason)
+        return reason
+
+    @staticmethod
+    def _allocate(alloc: Allocator, ref: NodeRef, state: _PodState) -> str | None:
         try:
             result = alloc.allocate(ref, state.to_allocate)
         except AllocationError as exc:
@@ -279,9 +321,13 @@ class DraSchedulerPlugin:
             reason = self.filter(pod, node, store)
             if reason:
                 raise RuntimeError(reason)
-        results = dict(
-            zip((_name(c) for c in state.to_allocate), state.found[node.name], strict=True)
-        )
+        found = state.found.get(node.name)
+        if found is None and state.to_allocate:
+            reason = self._allocate(self._refresh(store), NodeRef.of(node), state)
+            if reason:
+                raise RuntimeError(reason)
+            found = state.found[node.name]
+        results = dict(zip((_name(c) for c in state.to_allocate), found or [], strict=True))
         me = consumer_ref(pod)
         state.reserved = []
         for claim in state.claims:
@@ -357,6 +403,7 @@ class DraSchedulerPlugin:
             if name in generated and "reservedFor" not in status:
                 alloc = self._refresh(store)
                 alloc.allocated -= allocated_devices([before])
+                self._touch(allocated_devices([before]))
                 with contextlib.suppress(NotFound):
                     store.delete(API, "ResourceClaim", str(name), _ns(pod))
                 self._claims_rev = self._rev(store, "ResourceClaim")
