@@ -143,3 +143,16 @@ def test_validate_checks_configs_inside_configmaps(tmp_path: Path) -> None:
     result = runner.invoke(app, ["validate", str(bad)])
     assert result.exit_code == 1
     assert f"{bad}: any: sharing.mps.resources[0].replicas: must be >= 2" in result.output
+
+
+def test_validate_reports_every_schema_error_in_a_document(tmp_path: Path) -> None:
+    bad = tmp_path / "two.yaml"
+    bad.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n"
+        "  restartPolicy: 7\n"
+        "  containers: [{name: a, image: b, bogus: 1}]\n"
+    )
+    result = runner.invoke(app, ["validate", str(bad)])
+    assert result.exit_code == 1
+    assert "document 0: spec.restartPolicy:" in result.output
+    assert "document 0: spec.containers[0]:" in result.output and "bogus" in result.output

@@ -19,12 +19,25 @@ MIG_CONFIGS = ["all-disabled", "all-balanced", "all-1g.10gb", "all-3g.40gb", "al
 def plugin_configs(draw: st.DrawFn) -> tuple[str, dict[str, int]]:
     """A random device-plugin config and, per base resource name, the replicas it asks for."""
     strategy = draw(st.sampled_from(["none", "single", "mixed"]))
-    kind = draw(st.sampled_from(["timeSlicing", "mps", None]))
-    if kind == "mps" and strategy == "mixed":
+    kind = draw(st.sampled_from(["timeSlicing", "mps", "both", None]))
+    if kind in ("mps", "both") and strategy == "mixed":
         kind = "timeSlicing"
     lines = [f"flags: {{migStrategy: {strategy}}}"]
     wanted: dict[str, int] = {}
-    if kind:
+    if kind == "both":
+        # Per-GPU strategies (beyond upstream): disjoint GPU index sets.
+        split = draw(st.integers(min_value=0, max_value=8))
+        ts_devices = list(range(split)) or [0]
+        mps_devices = list(range(split, 8)) or [7]
+        ts, mps = draw(st.integers(2, 16)), draw(st.integers(2, 16))
+        lines.append(
+            "sharing:\n"
+            f"  timeSlicing: {{resources: [{{name: gpu, rename: nvidia.com/gpu.ts, "
+            f"devices: {ts_devices}, replicas: {ts}}}]}}\n"
+            f"  mps: {{resources: [{{name: gpu, rename: nvidia.com/gpu.mps, "
+            f"devices: {mps_devices}, replicas: {mps}}}]}}"
+        )
+    elif kind:
         names = ["nvidia.com/gpu"]
         if kind == "timeSlicing":
             names += ["nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb", "nvidia.com/mig-2g.20gb"]
@@ -36,7 +49,10 @@ def plugin_configs(draw: st.DrawFn) -> tuple[str, dict[str, int]]:
         for name in chosen:
             replicas = draw(st.integers(min_value=2, max_value=16))
             wanted[name] = replicas
-            lines.append(f"    - {{name: {name}, replicas: {replicas}}}")
+            devices = draw(st.sampled_from(["all", "1", "[0]", "[1, 3]", "2"]))
+            if devices != "all":
+                wanted.pop(name)  # only some devices shared: no per-device expectation
+            lines.append(f"    - {{name: {name}, devices: {devices}, replicas: {replicas}}}")
     return "\n".join(lines) + "\n", wanted
 
 
@@ -94,8 +110,10 @@ def test_ids_unique_counts_add_up_labels_valid(
         assert ids_on_gpu == sum(per_backing[b] for b in backing_on_gpu)
         assert ids_on_gpu <= max(plan.replicas, 1) * max(len(backing_on_gpu), 1)
     for d in whole:
-        base_replicas = wanted.get("nvidia.com/gpu", 1) if d.replica is not None else 1
-        assert per_backing[d.backing_uuid] == base_replicas
+        if d.replica is None:
+            assert per_backing[d.backing_uuid] == 1
+        elif "nvidia.com/gpu" in wanted:
+            assert per_backing[d.backing_uuid] == wanted["nvidia.com/gpu"]
     for key, value in view.labels.items():
         assert is_valid_label_key(key), key
         assert is_valid_label_value(value), (key, value)
