@@ -275,3 +275,45 @@ def _wait(predicate: Callable[[], bool], timeout_s: float = 10) -> bool:
             pass
         time.sleep(0.05)
     return False
+
+
+def test_mps_daemon_state_status_and_sighup(
+    acceptance: Path, kubelet: FakeKubelet, start_agent: Callable[..., AgentProcess]
+) -> None:
+    import subprocess
+    import sys
+
+    config = acceptance / "seed-guides" / "gpu-sharing-config-any-mps.yaml"
+    agent = start_agent("--machine", "a100-80gb", "--config", str(config))
+    serving(kubelet, agent, ["nvidia.com/gpu"])
+    ids = sorted(kubelet.devices("nvidia.com/gpu"))
+    assert len(ids) == 4
+    alloc = kubelet.allocate("nvidia.com/gpu", ids[:1])
+    assert alloc.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/gpu/pipe"
+    assert alloc.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert alloc.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"
+
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kgpu",
+            "agent",
+            "--status",
+            "--status-file",
+            str(agent.status_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    (daemon,) = json.loads(shown.stdout)["mps"]
+    assert daemon["state"] == "modelled"
+    assert daemon["activeThreadPercentage"] == 25
+    assert daemon["pinnedDeviceMemoryLimits"] == {"0": "20480M"}
+    assert "set_default_active_thread_percentage 25" in daemon["controlCommands"]
+
+    agent.proc.send_signal(signal.SIGHUP)
+    assert _wait(lambda: "SIGHUP: node view unchanged" in agent.log()), agent.log()
+    assert kubelet.allocate("nvidia.com/gpu", ids[:1]).envs == alloc.envs
+    assert agent.terminate() == 0
