@@ -190,3 +190,17 @@ def test_assign_channel() -> None:
 
 def test_nodes_config_is_sorted_numerically_and_deduplicated() -> None:
     assert render_nodes_config(["10.0.0.10", "10.0.0.9", "10.0.0.9"]) == "10.0.0.9\n10.0.0.10\n"
+
+
+def test_all_mode_injects_every_channel(setup: Any, tmp_path: Path) -> None:
+    store, plugin, handler = setup
+    a = _domain(store, "a")
+    claim = _claim("a-ch", "u1", "channel-0", a, "ComputeDomainChannelConfig")
+    params = claim["status"]["allocation"]["devices"]["config"][0]["opaque"]["parameters"]
+    params["allocationMode"] = "All"
+    assert not _prepare(plugin, claim).error
+    paths = _channel_paths(tmp_path, "u1")
+    assert len(paths) == 2048
+    assert paths[0] == "/dev/nvidia-caps-imex-channels/channel0"
+    assert paths[-1] == "/dev/nvidia-caps-imex-channels/channel2047"
+    assert handler.channels() == {a: 0}

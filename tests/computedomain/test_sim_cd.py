@@ -56,12 +56,13 @@ def test_row9_in_the_simulator(acceptance: Path, tmp_path: Path) -> None:
     assert _nodes_config(tmp_path, rec.node, cd["metadata"]["uid"]) == [node["ipAddress"]]
 
 
-def test_row10_in_the_simulator(acceptance: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("per_rack", [18, 9])  # 2 x 18 trays (NVL72 racks); 18 in all
+def test_row10_in_the_simulator(acceptance: Path, tmp_path: Path, per_rack: int) -> None:
     sim = _run(
         tmp_path,
         [
-            {"name": "rack-a", "count": 18, "machine": "gb200", "clique": RACK_A},
-            {"name": "rack-b", "count": 18, "machine": "gb200", "clique": RACK_B},
+            {"name": "rack-a", "count": per_rack, "machine": "gb200", "clique": RACK_A},
+            {"name": "rack-b", "count": per_rack, "machine": "gb200", "clique": RACK_B},
         ],
         [acceptance / "seed-guides" / "nvbandwidth-test-job.yaml"],
     )
