@@ -175,39 +175,28 @@ def render(sim: Simulation, console: Console, *, max_pods: int = 40, max_events:
         f" — {sim.scenario.description}" if sim.scenario.description else ""
     )
     console.print(f"[bold]{title}[/bold]  (t={sim.now:g}s)")
-    nodes = Table(title="Nodes", show_lines=False)
-    for col in (
-        "NODE",
-        "MACHINE",
-        "CONFIG",
-        "PRODUCT",
-        "GPU RESOURCES used/allocatable",
-        "CPU",
-        "MEMORY",
-        "PODS",
-    ):
+    nodes = Table(title="Nodes")
+    for col in ("NODE", "CONFIG", "GPU RESOURCES used/allocatable", "PODS"):
         nodes.add_column(col)
     for n in sim.nodes[:100]:
-        status = "" if n.ready else " [red](NotReady)[/red]"
+        head = n.name + ("" if n.ready else " [red](NotReady)[/red]")
+        if n.machine is not None:
+            head += f"\n[dim]{n.machine.profile}[/dim]"
+        product = n.labels.get("nvidia.com/gpu.product")
+        if product:
+            head += f"\n[dim]{product}[/dim]"
         config = "-"
         if n.view is not None:
             config = n.view.config_name or "-"
             if n.view.mig_config_name:
                 config += f"\nmig: {n.view.mig_config_name}"
         mps = "".join(
-            f"\nMPS daemon {d.resource}: {len(d.clients)}/{d.replicas} clients, "
-            f"{d.active_thread_percentage}% threads"
+            f"\n[cyan]MPS daemon[/cyan] {len(d.clients)}/{d.replicas} clients, "
+            f"{d.active_thread_percentage}% SMs each"
             for d in n.mps
         )
         nodes.add_row(
-            n.name + status,
-            n.machine.profile if n.machine else "-",
-            config,
-            n.labels.get("nvidia.com/gpu.product", "-"),
-            gpu_summary(n) + mps,
-            _used(n, "cpu"),
-            _used(n, "memory"),
-            f"{len(n.pods)}/{n.allocatable.get('pods', 0)}",
+            head, config, gpu_summary(n) + mps, f"{len(n.pods)}/{n.allocatable.get('pods', 0)}"
         )
     console.print(nodes)
     if len(sim.nodes) > 100:
@@ -232,14 +221,18 @@ def render(sim: Simulation, console: Console, *, max_pods: int = 40, max_events:
     events = Table(title="Events")
     for col in ("TYPE", "REASON", "OBJECT", "MESSAGE"):
         events.add_column(col)
-    interesting = [e for e in sim.events if e.reason not in ("Scheduled", "NodeReady")]
-    for e in interesting[-max_events:]:
-        color = "red" if e.type == "Warning" else "white"
-        events.add_row(f"[{color}]{e.type}[/{color}]", e.reason, e.object, e.message)
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for e in sim.events:
+        if e.reason in ("Scheduled", "NodeReady"):
+            continue
+        groups.setdefault((e.type, e.reason, e.message), []).append(e.object)
+    rows = list(groups.items())
+    for (type_, reason, message), objects in rows[-max_events:]:
+        color = "red" if type_ == "Warning" else "white"
+        who = objects[0] + (f" (+{len(objects) - 1} more)" if len(objects) > 1 else "")
+        events.add_row(f"[{color}]{type_}[/{color}]", reason, who, message)
     console.print(events)
-    hidden = len(sim.events) - len(interesting)
-    if hidden or len(interesting) > max_events:
-        console.print(f"({len(sim.events)} events in all; -o json lists every one)")
+    console.print(f"({len(sim.events)} events in all; -o json lists every one)")
     for w in sim.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}")
 

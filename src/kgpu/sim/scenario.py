@@ -60,6 +60,7 @@ STEP_ACTIONS = (
     "scale",
     "cordon",
     "uncordon",
+    "devicePlugin",
 )
 SCALABLE = ("Deployment", "ReplicaSet", "StatefulSet", "Job", "MPIJob")
 MIG_STRATEGIES = ("none", "single", "mixed")
@@ -121,6 +122,8 @@ class Step:
         if self.action == "scale":
             ref, replicas = v
             return f"scale {ref.kind}/{ref.name} to {replicas}"
+        if self.action == "devicePlugin":
+            return "start the device plugin" if v else "stop the device plugin"
         if self.action == "addNodes":
             return "add nodes " + ", ".join(n for spec in v for n in spec.names())
         return f"{self.action} {v}"
@@ -397,6 +400,11 @@ def _step(raw: object, index: int, base: Path, err: _Errors, node_names: set[str
                     node_names.add(n)
                 specs.append(spec)
         parsed = specs
+    elif action == "devicePlugin":
+        if not isinstance(value, bool):
+            err.add("must be true (start the device plugin) or false (stop it)", where)
+            return None
+        parsed = value
     elif action == "scale":
         ref = _ref(value, where, err, default_kind="Deployment")
         replicas = value.get("replicas") if isinstance(value, Mapping) else None

@@ -162,6 +162,7 @@ class Simulation:
         self.warnings.extend(self._configs.warnings)
         self._started = False
         self._steps_done = 0
+        self._device_plugin = scenario.device_plugin
 
     # -- time and events ---------------------------------------------------------------------
     def timestamp(self) -> str:
@@ -229,6 +230,8 @@ class Simulation:
                 self._add_nodes(spec)
         elif action == "scale":
             self.scale(value[0], value[1])
+        elif action == "devicePlugin":
+            self.set_device_plugin(bool(value))
         elif action in ("cordon", "uncordon"):
             self.cordon(value, action == "cordon")
         self.settle()
@@ -268,7 +271,7 @@ class Simulation:
                 scenario_labels=dict(spec.labels),
                 taints=parse_taints(spec.taints),
                 unschedulable=spec.unschedulable,
-                device_plugin=self.scenario.device_plugin,
+                device_plugin=self._device_plugin,
                 clique=spec.clique,
             )
             node.capacity = {
@@ -404,6 +407,14 @@ class Simulation:
             else:
                 node.scenario_labels[k] = v
         self._refresh_node(node)
+
+    def set_device_plugin(self, running: bool) -> None:
+        """Start (or stop) the device plugin on every GPU node, as installing the GPU Operator
+        does; nodes added later follow."""
+        self._device_plugin = running
+        for node in self.nodes:
+            node.device_plugin = running
+            self._refresh_node(node)
 
     def cordon(self, name: str, on: bool = True) -> None:
         node = self.node(name)
