@@ -80,3 +80,24 @@ def test_values_and_units_follow_dcgm(h100: Machine) -> None:
     assert series(text, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", UUID=uuid)[0][1] == 123456
     # NVLink total is the sum of TX+RX data counters over the GPU's 18 links.
     assert series(text, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", UUID=uuid)[0][1] == 18 * 2 * 1000
+
+
+def test_process_samples_survive_scrapes_faster_than_nvml_sampling(h100: Machine) -> None:
+    import time
+
+    nvml = FakeNvml(h100)
+    uuid = h100.gpus[0].uuid
+    now_us = int(time.time() * 1e6)
+    state = nvml.state[uuid]
+    state.processes = [(41, 100 * MIB), (42, 200 * MIB)]
+    state.samples = [(41, now_us - 1000, 70), (42, now_us - 60_000_000, 20)]
+    source = NvmlTelemetry(nvml)
+    first = {p.pid: p.sm_util for p in source.read(h100).processes}
+    assert first == {41: 70.0, 42: 20.0}
+    # No sample newer than the last scrape: a recent one is kept, a stale one reads as idle.
+    second = {p.pid: p.sm_util for p in source.read(h100).processes}
+    assert second == {41: 70.0, 42: 0.0}
+    assert {p.pid: p.used_memory_bytes for p in source.read(h100).processes} == {
+        41: 100 * MIB,
+        42: 200 * MIB,
+    }

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 _MIB = 1024 * 1024
 _NO_INSTANCE = 0xFFFFFFFF
+REUSE_SAMPLE_US = 5_000_000
 
 
 class NvmlTelemetry:
@@ -59,6 +61,7 @@ class NvmlTelemetry:
         self._unsupported: set[tuple[str, str]] = set()
         self._last_sample_ts: dict[str, int] = {}
         self._last_xid: dict[str, int] = {}
+        self._last_sm: dict[tuple[str, int], tuple[float, int]] = {}
         self._events: Any = None
         self._events_for: frozenset[str] = frozenset()
         self._not_supported = getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3)
@@ -219,6 +222,18 @@ class NvmlTelemetry:
                     newest[s.pid] = s.timeStamp
                     sm[s.pid] = float(s.smUtil)
                 self._last_sample_ts[uuid] = max(self._last_sample_ts.get(uuid, 0), s.timeStamp)
+            # Scrapes faster than NVML's sampling period find no new sample: a process sampled
+            # within the last REUSE_SAMPLE_US keeps its last value instead of reading as idle.
+            now_us = int(time.time() * 1e6)
+            running = {int(p.pid) for p in procs}
+            for pid in running:
+                key = (uuid, pid)
+                if pid in sm:
+                    self._last_sm[key] = (sm[pid], newest[pid])
+                elif key in self._last_sm and now_us - self._last_sm[key][1] < REUSE_SAMPLE_US:
+                    sm[pid] = self._last_sm[key][0]
+            for key in [k for k in self._last_sm if k[0] == uuid and k[1] not in running]:
+                del self._last_sm[key]
         for p in procs:
             used = getattr(p, "usedGpuMemory", None)
             tel.processes.append(
