@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from dra_kubelet_helpers import NODE
 
 from kgpu.cluster.store import MemoryStore
 from kgpu.hardware.mig import apply_layout
 from kgpu.hardware.model import Machine
 from kgpu.hardware.profiles import load_machine
-
-NODE = "node-a"
 
 
 @pytest.fixture
@@ -35,51 +33,3 @@ def machine() -> Machine:
 @pytest.fixture
 def store() -> MemoryStore:
     return MemoryStore()
-
-
-def gpu_config(**sharing: Any) -> dict[str, Any]:
-    return {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "sharing": sharing}
-
-
-def make_claim(
-    store: MemoryStore,
-    name: str,
-    devices: Sequence[tuple[str, str]],
-    configs: Sequence[tuple[Sequence[str], Any]] = (),
-    *,
-    driver: str = "gpu.nvidia.com",
-    pool: str = NODE,
-    namespace: str = "default",
-) -> dict[str, Any]:
-    """An allocated ResourceClaim: ``devices`` are (request, device name) pairs, ``configs``
-    (requests, opaque parameters) pairs from the claim."""
-    claim = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"devices": {"requests": []}},
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [
-                        {"request": req, "driver": driver, "pool": pool, "device": dev}
-                        for req, dev in devices
-                    ],
-                    "config": [
-                        {
-                            "source": "FromClaim",
-                            "requests": list(reqs),
-                            "opaque": {"driver": driver, "parameters": params},
-                        }
-                        for reqs, params in configs
-                    ],
-                }
-            }
-        },
-    }
-    return store.create(claim)
-
-
-def ref_of(claim: dict[str, Any]) -> tuple[str, str, str]:
-    meta = claim["metadata"]
-    return (meta["namespace"], meta["uid"], meta["name"])

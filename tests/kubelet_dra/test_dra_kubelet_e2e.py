@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 import pytest
-from conftest import NODE, gpu_config, make_claim, ref_of
+from dra_kubelet_helpers import NODE, gpu_config, make_claim, ref_of
 
 from kgpu.cluster.store import MemoryStore
 from kgpu.hardware.model import Machine

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import NODE, gpu_config, make_claim
+from dra_kubelet_helpers import NODE, gpu_config, make_claim
 
 from kgpu.cluster.store import MemoryStore
 from kgpu.hardware.model import Machine
