@@ -133,6 +133,14 @@ class DraSchedulerPlugin:
             self._feasible.clear()
         return self._allocator
 
+    def free_devices(self, node: NodeInfo | NodeRef) -> int:
+        """Devices the node can reach that no claim holds (for a bin-packing score)."""
+        alloc = self._allocator
+        if alloc is None:
+            return 0
+        in_use = alloc.allocated
+        return sum(1 for d in alloc.index.usable_devices(NodeRef.of(node)) if d.id not in in_use)
+
     def _touch(self, devices: set[DeviceID]) -> None:
         """Devices changed hands: feasibility cached for their nodes is stale."""
         index = self._index

@@ -277,7 +277,7 @@ def load_manifest_file(path: Path, shown: str | None = None) -> list[Manifest]:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise FieldError(FieldProblem(f"{where}not valid YAML: {problem}", file=name)) from None
-    out = []
+    out: list[Manifest] = []
     for index, doc in enumerate(docs):
         if doc is None:
             continue

@@ -101,7 +101,12 @@ def load_plugins(
         plugin = make(module, attr, *args)
         if plugin is None:
             continue
-        {"sched": sched, "kubelet": kubelet, "ctrl": ctrls}[kind].append(plugin)
+        if kind == "sched":
+            sched.append(plugin)
+        elif kind == "kubelet":
+            kubelet.append(plugin)
+        else:
+            ctrls.append(plugin)
     return sched, kubelet, ctrls, notes
 
 
@@ -562,7 +567,8 @@ class Simulation:
                     "Warning", "NotFound", f"{kind}/{ns}/{name}", f"{kind} {name!r} not found"
                 )
                 return
-        if kind == "ConfigMap" and self._inline_configs.pop(f"ConfigMap {ns}/{name}", None):
+        if kind == "ConfigMap" and f"ConfigMap {ns}/{name}" in self._inline_configs:
+            del self._inline_configs[f"ConfigMap {ns}/{name}"]
             self._reload_configs()
 
     def scale(self, ref: ObjectRef, replicas: int) -> None:
@@ -958,7 +964,7 @@ class Simulation:
                     "Warning", "InvalidPod", f"Pod/{key}", "; ".join(str(p) for p in problems)
                 )
                 continue
-            owner = next(
+            owner: dict[str, Any] = next(
                 (o for o in (obj["metadata"].get("ownerReferences") or []) if o.get("controller")),
                 {},
             )
