@@ -204,3 +204,19 @@ def test_all_mode_injects_every_channel(setup: Any, tmp_path: Path) -> None:
     assert paths[0] == "/dev/nvidia-caps-imex-channels/channel0"
     assert paths[-1] == "/dev/nvidia-caps-imex-channels/channel2047"
     assert handler.channels() == {a: 0}
+
+
+def test_a_domain_keeps_its_channel_index_across_its_clique(setup: Any, tmp_path: Path) -> None:
+    store, plugin, _ = setup
+    a, b = _domain(store, "a"), _domain(store, "b")
+    _prepare(plugin, _claim("a-ch", "u1", "channel-0", a, "ComputeDomainChannelConfig"))
+    _prepare(plugin, _claim("b-ch", "u2", "channel-1", b, "ComputeDomainChannelConfig"))
+    annotations = store.get("v1", "Node", "n0")["metadata"]["annotations"]
+    assert annotations["resource.nvidia.com/imexChannels"] == f'{{"{a}": 0, "{b}": 1}}'
+    # On n1 channel 0 is free, but b already uses channel 1 in the clique: it keeps 1 there.
+    other = ComputeDomainHandler("n1", store, tmp_path / "n1", clique=CLIQUE)
+    plugin1 = DraPlugin(other, tmp_path / "n1", tmp_path / "cdi1", store)
+    claim = _claim("b-ch2", "u3", "channel-0", b, "ComputeDomainChannelConfig")
+    claim["status"]["allocation"]["devices"]["results"][0]["pool"] = "n1"
+    assert not _prepare(plugin1, claim).error
+    assert other.channels() == {b: 1}

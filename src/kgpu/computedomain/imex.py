@@ -36,18 +36,26 @@ class ChannelsExhausted(Exception):
     """Every IMEX channel of the node is taken by other domains."""
 
 
-def assign_channel(in_use: Mapping[str, int], domain_uid: str, limit: int = MAX_CHANNELS) -> int:
+def assign_channel(
+    in_use: Mapping[str, int],
+    domain_uid: str,
+    limit: int = MAX_CHANNELS,
+    preferred: int | None = None,
+) -> int:
     """The IMEX channel a domain uses on one node.
 
     ``in_use`` maps the domain uids already holding a channel on this node to their channel.
     A domain keeps its channel for as long as any of its claims is prepared there (so every pod
     of the domain on the node shares one channel, which IMEX needs to let them share memory);
-    a new domain takes the lowest channel no other domain holds, so two domains on one node
-    never share a channel.
+    a new domain takes ``preferred`` (the channel it already uses on its other nodes: IMEX
+    wants one channel index per domain across its clique) when no other domain holds it here,
+    else the lowest channel no other domain holds, so two domains on one node never share one.
     """
     if domain_uid in in_use:
         return in_use[domain_uid]
     taken = set(in_use.values())
+    if preferred is not None and 0 <= preferred < limit and preferred not in taken:
+        return preferred
     for channel in range(limit):
         if channel not in taken:
             return channel

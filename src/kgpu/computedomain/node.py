@@ -14,6 +14,7 @@ API is reached only through the object store; claim state lives in the framework
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -58,6 +59,9 @@ from kgpu.kubelet.dra.handler import (
 )
 
 Obj = dict[str, Any]
+#: Node annotation: the IMEX channel each domain uses on the node (JSON ``{uid: channel}``),
+#: read by the domain's other nodes so that a domain keeps one channel index in its clique.
+CHANNELS_ANNOTATION = "resource.nvidia.com/imexChannels"
 _KINDS = {"channel": CHANNEL_CONFIG_KIND, "daemon": DAEMON_CONFIG_KIND}
 
 
@@ -233,11 +237,14 @@ class ComputeDomainHandler:
         raise ClaimError(f"ComputeDomain with uid {uid} not found")
 
     def _prepare_channel(self, domain: ComputeDomain, mode: str) -> tuple[ContainerEdits, Obj]:
+        in_use = self.channels()
         try:
-            channel = assign_channel(self.channels(), domain.uid, MAX_CHANNELS)
+            channel = assign_channel(
+                in_use, domain.uid, MAX_CHANNELS, self._peer_channel(domain.uid)
+            )
         except ChannelsExhausted as exc:
             raise ClaimError(str(exc)) from exc
-        self._set_label(domain.uid, present=True)
+        self._set_label(domain.uid, present=True, channels={**in_use, domain.uid: channel})
         channels = range(MAX_CHANNELS) if mode == "All" else (channel,)
         edits = ContainerEdits(device_nodes=tuple(DeviceNode(channel_path(c)) for c in channels))
         state = {
@@ -286,21 +293,57 @@ class ComputeDomainHandler:
             ips.add(node_ip(node, str(node["metadata"]["name"])))
         return sorted(ips)
 
-    def _set_label(self, domain_uid: str, *, present: bool) -> None:
+    def _peer_channel(self, domain_uid: str) -> int | None:
+        """The channel the domain uses on another node of this clique, if any (from the
+        nodes' ``resource.nvidia.com/imexChannels`` annotation)."""
         key = node_label(domain_uid)
+        clique = self._clique()
+        for node in self.store.list("v1", "Node"):
+            meta = node.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            if meta.get("name") == self.node_name or labels.get(key) != "true":
+                continue
+            if labels.get(CLIQUE_LABEL) != clique:
+                continue
+            try:
+                used = json.loads((meta.get("annotations") or {}).get(CHANNELS_ANNOTATION, "{}"))
+            except ValueError:
+                continue
+            if isinstance(used, dict) and isinstance(used.get(domain_uid), int):
+                return int(used[domain_uid])
+        return None
+
+    def _set_label(
+        self, domain_uid: str, *, present: bool, channels: Mapping[str, int] | None = None
+    ) -> None:
+        """Label the node for the domain (or not) and publish the node's channel map."""
+        key = node_label(domain_uid)
+        wanted = json.dumps(dict(self.channels() if channels is None else channels), sort_keys=True)
         for _ in range(5):
             try:
                 node = self.store.get("v1", "Node", self.node_name)
             except NotFound:
                 return
-            labels = node.setdefault("metadata", {}).setdefault("labels", {}) or {}
-            node["metadata"]["labels"] = labels
-            if present == (labels.get(key) == "true"):
+            meta = node.setdefault("metadata", {})
+            labels = meta.get("labels") or {}
+            annotations = meta.get("annotations") or {}
+            if present == (labels.get(key) == "true") and (
+                annotations.get(CHANNELS_ANNOTATION, "{}") == wanted
+            ):
                 return
             if present:
                 labels[key] = "true"
             else:
                 labels.pop(key, None)
+            if wanted == "{}":
+                annotations.pop(CHANNELS_ANNOTATION, None)
+            else:
+                annotations[CHANNELS_ANNOTATION] = wanted
+            meta["labels"] = labels
+            if annotations:
+                meta["annotations"] = annotations
+            else:
+                meta.pop("annotations", None)
             with contextlib.suppress(Conflict):
                 self.store.update(node)
                 return
