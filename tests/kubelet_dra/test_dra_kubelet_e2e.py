@@ -320,3 +320,32 @@ def test_a_damaged_checkpoint_stops_the_start_without_leaving_sockets(
         component.start()
     assert list((short_tmp / "kubelet" / "plugins_registry").glob("*.sock")) == []
     assert not (short_tmp / "kubelet" / "plugins" / DRIVER / "dra.sock").exists()
+
+
+@pytest.mark.parametrize("enabled", [None, False])
+def test_fabric_nodes_serve_the_compute_domain_driver_too(
+    short_tmp: Path, store: MemoryStore, enabled: bool | None
+) -> None:
+    from kgpu.hardware.profiles import load_machine
+
+    clique = "5a3c1a2e-0000-4000-8000-000000000001.3"
+    gb200 = load_machine("gb200", hostname=NODE, clique=clique)
+    component = DraComponent(
+        short_tmp / "kubelet",
+        short_tmp / "cdi",
+        NODE,
+        SimulatedBackend(gb200),
+        store,
+        compute_domains=enabled,
+    )
+    component.start()
+    try:
+        expected = {DRIVER} if enabled is False else {DRIVER, "compute-domain.nvidia.com"}
+        assert set(component.servers) == expected
+        with FakeDraKubelet(short_tmp / "kubelet") as kubelet:
+            for driver in expected:
+                kubelet.wait_registered(driver)
+        drivers = {s["spec"]["driver"] for s in store.list("resource.k8s.io/v1", "ResourceSlice")}
+        assert drivers == expected
+    finally:
+        component.stop()

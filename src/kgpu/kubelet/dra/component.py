@@ -1,10 +1,14 @@
 """The DRA part of ``kgpu agent``: every DRA driver the node serves, in one process.
 
-``gpu.nvidia.com`` is always there; other drivers (``compute-domain.nvidia.com``) join with
-:meth:`DraComponent.add_driver`. Per driver the component runs a :class:`DraPlugin` (checkpoint,
-CDI specs, restart reconciliation) behind a :class:`DriverServer` (DRAPlugin + registration
-sockets), and publishes the driver's ResourceSlices into the object store. A new hardware view
-republishes the GPU slices when they changed; a registration socket that vanished is re-created.
+``gpu.nvidia.com`` is always there; other drivers join with :meth:`DraComponent.add_driver`.
+``compute-domain.nvidia.com`` joins by itself on a node whose GPUs belong to a multi-node NVLink
+fabric (a clique), when :mod:`kgpu.computedomain.node` is installed, as upstream runs its
+ComputeDomain kubelet plugin on such nodes.
+
+Per driver the component runs a :class:`DraPlugin` (checkpoint, CDI specs, restart
+reconciliation) behind a :class:`DriverServer` (DRAPlugin + registration sockets), and publishes
+the driver's ResourceSlices into the object store. A new hardware view republishes the GPU
+slices when they changed; a registration socket that vanished is re-created.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 from kgpu.cluster.store import MemoryStore, ObjectStore
 from kgpu.hardware.backend import Backend
+from kgpu.hardware.model import Machine
 from kgpu.kubelet.dra.gpu import GpuHandler
 from kgpu.kubelet.dra.handler import DriverHandler
 from kgpu.kubelet.dra.plugin import DraPlugin
@@ -22,6 +27,8 @@ from kgpu.kubelet.dra.server import DriverServer, plugin_dir
 from kgpu.node.model import NodeView
 
 log = logging.getLogger(__name__)
+
+CD_DRIVER = "compute-domain.nvidia.com"
 
 
 def publish(store: ObjectStore, handler: DriverHandler, node_name: str) -> int | None:
@@ -48,6 +55,7 @@ class DraComponent:
         store: ObjectStore | None = None,
         *,
         partitionable: bool = False,
+        compute_domains: bool | None = None,
         watch_interval_s: float = 1.0,
     ) -> None:
         self.kubelet_root = Path(kubelet_root)
@@ -56,6 +64,7 @@ class DraComponent:
         self.backend = backend
         self.store: ObjectStore = store if store is not None else MemoryStore()
         self.partitionable = partitionable
+        self.compute_domains = compute_domains  # None: on for fabric-attached GPUs
         self.gpu: GpuHandler | None = None
         self.plugins: dict[str, DraPlugin] = {}
         self.servers: dict[str, DriverServer] = {}
@@ -97,6 +106,11 @@ class DraComponent:
                 plugin_dir(self.kubelet_root, "gpu.nvidia.com"),
                 partitionable=self.partitionable,
             )
+            machine = self.gpu.machine
+            if not any(h.driver == CD_DRIVER for h in self._extra):
+                cd = self._compute_domain_handler(machine)
+                if cd is not None:
+                    self._extra.append(cd)
             try:
                 for handler in [self.gpu, *self._extra]:
                     self._start_driver(handler)
@@ -110,6 +124,24 @@ class DraComponent:
                 target=self._watch, name="dra-registration", daemon=True
             )
             self._watcher.start()
+
+    def _compute_domain_handler(self, machine: Machine) -> DriverHandler | None:
+        clique = next((g.fabric.clique for g in machine.gpus if g.fabric is not None), None)
+        if self.compute_domains is False or (self.compute_domains is None and clique is None):
+            return None
+        try:
+            from kgpu.computedomain.node import ComputeDomainHandler
+        except ImportError:
+            if self.compute_domains:
+                log.warning("%s is not installed; ComputeDomains are off", CD_DRIVER)
+            return None
+        handler: DriverHandler = ComputeDomainHandler(
+            self.node_name,
+            self.store,
+            plugin_dir(self.kubelet_root, CD_DRIVER),
+            clique=clique,
+        )
+        return handler
 
     def on_view(self, view: NodeView) -> None:
         if self.gpu is not None and self.gpu.update_machine(view.machine):
