@@ -54,6 +54,9 @@ def test_row9_in_the_simulator(acceptance: Path, tmp_path: Path) -> None:
     (node,) = cd["status"]["nodes"]
     assert node["name"] == rec.node
     assert _nodes_config(tmp_path, rec.node, cd["metadata"]["uid"]) == [node["ipAddress"]]
+    (reported,) = sim.report()["computeDomains"]  # what `kgpu sim -o json` prints
+    assert reported["status"]["status"] == "Ready"
+    assert reported["status"]["nodes"][0]["ipAddress"] == node["ipAddress"]
 
 
 @pytest.mark.parametrize("per_rack", [18, 9])  # 2 x 18 trays (NVL72 racks); 18 in all
