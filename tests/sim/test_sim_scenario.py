@@ -1,0 +1,173 @@
+"""Scenario files: relative paths, validation before anything runs, steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kgpu.errors import FieldError
+from kgpu.sim.scenario import load_scenario
+from kgpu.sim.simulation import Simulation
+
+
+def write(tmp_path: Path, name: str, data: object) -> Path:
+    path = tmp_path / name
+    text = (
+        data
+        if isinstance(data, str)
+        else yaml.safe_dump_all(data)
+        if isinstance(data, list)
+        else yaml.safe_dump(data)
+    )
+    path.write_text(text)
+    return path
+
+
+def problems(path: Path) -> list[str]:
+    with pytest.raises(FieldError) as err:
+        load_scenario(path)
+    return [str(p) for p in err.value.problems]
+
+
+def test_relative_paths_resolve_against_scenario_folder(tmp_path: Path, acceptance: Path) -> None:
+    sub = tmp_path / "cluster"
+    sub.mkdir()
+    (sub / "pod.yaml").write_text(
+        (acceptance / "seed-guides/gpu-operator-test-pod.yaml").read_text()
+    )
+    path = write(sub, "s.yaml", {"nodes": [{"name": "g", "machine": "t4"}], "apply": ["pod.yaml"]})
+    sim = Simulation(load_scenario(path), plugins=False).run()
+    assert sim.pods["default/gpu-operator-test"].phase == "Running"
+
+
+def test_malformed_manifest_names_file_document_and_field(tmp_path: Path) -> None:
+    good = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
+    bad = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d"},
+        "spec": {
+            "replicas": "two",
+            "selector": {"matchLabels": {"a": "b"}},
+            "template": {
+                "metadata": {"labels": {"a": "b"}},
+                "spec": {
+                    "containers": [
+                        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "lots"}}}
+                    ]
+                },
+            },
+        },
+    }
+    write(tmp_path, "objs.yaml", [good, bad])
+    path = write(tmp_path, "s.yaml", {"nodes": [], "apply": ["objs.yaml"]})
+    found = problems(path)
+    assert "objs.yaml: document 1: spec.replicas: 'two': must be a non-negative integer" in found
+    assert any(
+        p.startswith(
+            "objs.yaml: document 1: "
+            "spec.template.spec.containers[0].resources.limits.nvidia.com/gpu"
+        )
+        for p in found
+    )
+
+
+def test_scenario_fields_checked(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "s.yaml",
+        {
+            "nodes": [
+                {"name": "a", "machine": "no-such-gpu", "colour": "red"},
+                {"name": "b", "taints": [{"key": "k", "effect": "Sometimes"}]},
+            ],
+            "devicePlugin": "yes",
+            "extra": 1,
+            "steps": [{"label": {"node": "ghost", "labels": {"x": "y"}}}, {"fly": 1}],
+        },
+    )
+    found = "\n".join(problems(path))
+    assert "nodes[0].machine: unknown machine profile 'no-such-gpu'" in found
+    assert "nodes[0].colour: unknown field 'colour'" in found
+    assert "nodes[1].taints[0].effect: 'Sometimes'" in found
+    assert "devicePlugin: must be true or false" in found
+    assert "extra: unknown field 'extra'" in found
+    assert "steps[0].label.node: 'ghost': no such node" in found
+    assert "steps[1]: unknown action 'fly'" in found
+
+
+def test_bad_config_rejected_before_running(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "cfg.yaml",
+        {
+            "version": "v1",
+            "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": -3}]}},
+        },
+    )
+    path = write(tmp_path, "s.yaml", {"nodes": [], "configs": ["cfg.yaml"]})
+    assert any("cfg.yaml" in p and "replicas" in p for p in problems(path))
+
+
+def test_unknown_kinds_are_reported_not_skipped(tmp_path: Path, acceptance: Path) -> None:
+    path = write(
+        tmp_path,
+        "s.yaml",
+        {
+            "nodes": [],
+            "apply": [
+                str(acceptance / "vks-samples/scale-gpu.yaml"),
+                {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}},
+            ],
+        },
+    )
+    sim = Simulation(load_scenario(path), plugins=False).run()
+    assert sim.unsupported == ["Widget w (example.com/v1)"]
+    assert any(e.reason == "Unsupported" and e.type == "Warning" for e in sim.events)
+    # pass-through kinds are stored, unchanged
+    assert (
+        sim.store.get("keda.sh/v1alpha1", "ScaledObject", "scaled-object")["spec"][
+            "maxReplicaCount"
+        ]
+        == 3
+    )
+
+
+def test_steps_change_the_cluster(tmp_path: Path, acceptance: Path) -> None:
+    path = write(
+        tmp_path,
+        "s.yaml",
+        {
+            "nodes": [{"name": "g", "machine": "rtx-2080ti"}],
+            "configs": [str(acceptance / "vks-samples/multiple-gpu-sharing.yaml")],
+            "defaultConfig": "rtx-2080ti",
+            "apply": [str(acceptance / "vks-samples/time-slicing-verification.yaml")],
+            "steps": [
+                {
+                    "name": "MPS x8",
+                    "label": {
+                        "node": "g",
+                        "labels": {"nvidia.com/device-plugin.config": "rtx-4090"},
+                    },
+                },
+                {"scale": {"name": "time-slicing-verification", "replicas": 2}},
+                {"cordon": "g"},
+                {"delete": [str(acceptance / "vks-samples/time-slicing-verification.yaml")]},
+            ],
+        },
+    )
+    sim = Simulation(load_scenario(path), plugins=False, record_steps=True)
+    sim.start()
+    assert sum(r.phase == "Running" for r in sim.pods.values()) == 4
+    sim.step(sim.scenario.steps[0])
+    assert sim.node("g").capacity["nvidia.com/gpu"] == 8
+    assert sum(r.phase == "Running" for r in sim.pods.values()) == 5
+    sim.step(sim.scenario.steps[1])
+    assert len(sim.pods) == 2
+    sim.step(sim.scenario.steps[2])
+    assert sim.node("g").obj["spec"]["unschedulable"] is True
+    sim.step(sim.scenario.steps[3])
+    assert sim.pods == {} and sim.node("g").requested.get("nvidia.com/gpu", 0) == 0
+    assert [s["title"] for s in sim.snapshots][:2] == ["initial state", "MPS x8"]
