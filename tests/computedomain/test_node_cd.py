@@ -220,3 +220,42 @@ def test_a_domain_keeps_its_channel_index_across_its_clique(setup: Any, tmp_path
     claim["status"]["allocation"]["devices"]["results"][0]["pool"] = "n1"
     assert not _prepare(plugin1, claim).error
     assert other.channels() == {b: 1}
+
+
+def test_channels_stay_distinct_under_any_prepare_unprepare_order(tmp_path: Path) -> None:
+    """Property: whatever order claims of three domains come and go in on one node, two
+    domains never hold the same channel and all claims of one domain share its channel."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    ops = st.lists(st.tuples(st.booleans(), st.integers(0, 2), st.integers(0, 3)), max_size=25)
+
+    @settings(max_examples=40, deadline=None)
+    @given(ops)
+    def run(steps: list[tuple[bool, int, int]]) -> None:
+        store = MemoryStore()
+        _node(store, "n0", "10.0.0.1")
+        uids = [_domain(store, f"d{i}") for i in range(3)]
+        handler = ComputeDomainHandler("n0", store, tmp_path / "p", clique=CLIQUE)
+        live: dict[str, str] = {}  # claim uid -> domain
+        paths: dict[str, str] = {}  # claim uid -> channel device injected
+        for add, d, slot in steps:
+            claim_uid = f"c{d}-{slot}"
+            if add and claim_uid not in live:
+                claim = _claim(
+                    claim_uid, claim_uid, f"channel-{slot}", uids[d], "ComputeDomainChannelConfig"
+                )
+                prepared = handler.prepare(claim_info(claim, "compute-domain.nvidia.com"))
+                (node,) = prepared.devices[0].edits.device_nodes
+                live[claim_uid] = uids[d]
+                paths[claim_uid] = node.path
+            elif not add and claim_uid in live:
+                handler.unprepare(claim_uid, None)
+                del live[claim_uid]
+            channels = handler.channels()
+            assert set(channels) == set(live.values())
+            assert len(set(channels.values())) == len(channels)
+            for claim_uid, domain in live.items():
+                assert paths[claim_uid].endswith(f"/channel{channels[domain]}")
+
+    run()
