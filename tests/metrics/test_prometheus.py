@@ -1,6 +1,7 @@
 """Acceptance row 11: the KEDA queries of vks-samples/scale-gpu.yaml, evaluated by a real
-Prometheus server scraping kgpu's exporter for a simulated dgx-h100 running the Deployment of
-vks-samples/scaling-app.yaml; and ``promtool check metrics`` on the exposition.
+Prometheus server scraping ``serve_sim_metrics`` while the simulator runs the Deployment of
+vks-samples/scaling-app.yaml on a dgx-h100 node; and ``promtool check metrics`` on the
+exposition.
 
 Prometheus is Debian's ``prometheus`` package (scripts/test.sh installs it as root). Locally a
 missing binary skips these tests; under CI=true it fails them.
@@ -16,18 +17,16 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
 
-from kgpu.config.loader import ConfigSet
-from kgpu.hardware.profiles import load_machine
 from kgpu.metrics.server import MetricsServer
 from kgpu.metrics.simulated import DEFAULT_MEM_COPY_PERCENT, DEFAULT_SM_PERCENT
-from kgpu.node.view import build_node_view
 from kgpu.sim.metrics import SimMetrics, serve_sim_metrics
+from kgpu.sim.scenario import ObjectRef, scenario_from_dict
+from kgpu.sim.simulation import Simulation, run_scenario
 
 from .conftest import require_binary
 
@@ -46,31 +45,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class PlacedDeployment:
-    """The scaling-app Deployment placed on a simulated dgx-h100, in the simulator's shape
-    (``nodes`` with ``machine``/``view``/``allocations``, ``now``)."""
+def simulate(acceptance: Path) -> Simulation:
+    """The simulator running scaling-app.yaml (unchanged) on one simulated dgx-h100 node."""
+    scenario = scenario_from_dict(
+        {
+            "name": "row-11",
+            "nodes": [{"name": "gpu-node-0", "machine": "dgx-h100"}],
+            "apply": ["scaling-app.yaml"],
+        },
+        base=acceptance / "vks-samples",
+    )
+    return run_scenario(scenario)
 
-    def __init__(self, deployment: dict[str, Any]) -> None:
-        machine = load_machine("dgx-h100", hostname="gpu-node-0")
-        self.view = build_node_view(machine, ConfigSet(), {})
-        self.template = deployment["spec"]["template"]
-        self.name = deployment["metadata"]["name"]
-        self.node = SimpleNamespace(
-            name="gpu-node-0", machine=machine, view=self.view, allocations={}, pods={}
-        )
-        self.nodes = [self.node]
-        self.now = 0.0
 
-    def scale(self, replicas: int) -> None:
-        free = [d.id for d in self.view.resource("nvidia.com/gpu").devices]
-        allocations: dict[str, dict[str, list[str]]] = {}
-        for i in range(replicas):
-            containers = {}
-            for container in self.template["spec"]["containers"]:
-                want = int(container["resources"]["limits"].get("nvidia.com/gpu", 0))
-                containers[container["name"]] = [free.pop(0) for _ in range(want)]
-            allocations[f"default/{self.name}-{i}"] = containers
-        self.node.allocations = allocations
+def scale(sim: Simulation, replicas: int) -> None:
+    """What KEDA does to the Deployment: set its replicas, and let the cluster settle."""
+    sim.scale(ObjectRef(kind="Deployment", name="scaling-app"), replicas)
+    sim.settle()
 
 
 @pytest.fixture
@@ -159,44 +150,49 @@ def wait_for_value(url: str, promql: str, expected: float, timeout_s: float = 30
 
 
 def test_keda_queries_in_real_prometheus(
-    prometheus: tuple[str, int], keda_queries: list[str], deployment: dict[str, Any]
+    prometheus: tuple[str, int],
+    keda_queries: list[str],
+    deployment: dict[str, Any],
+    acceptance: Path,
 ) -> None:
     url, exporter_port = prometheus
-    sim = PlacedDeployment(deployment)
-    sim.scale(deployment["spec"]["replicas"])
+    sim = simulate(acceptance)
+    (node,) = sim.nodes
+    assert node.machine is not None
+    gpus = len(node.machine.gpus)
+    replicas = deployment["spec"]["replicas"]
+    assert sum(len(c) for c in node.allocations.values()) == replicas
     server = serve_sim_metrics(sim, f"127.0.0.1:{exporter_port}")
     try:
-        gpus = len(sim.node.machine.gpus)
         util_query, copy_query = keda_queries
-        replicas = deployment["spec"]["replicas"]
         # One busy GPU per replica at the default simulated load, the other GPUs idle.
         wait_for_value(url, util_query, replicas * DEFAULT_SM_PERCENT / gpus / 100)
         wait_for_value(url, copy_query, replicas * DEFAULT_MEM_COPY_PERCENT / gpus / 100)
         # KEDA scales the Deployment to its maxReplicaCount: the queries follow the new load.
-        sim.scale(3)
+        scale(sim, 3)
         wait_for_value(url, util_query, 3 * DEFAULT_SM_PERCENT / gpus / 100)
         wait_for_value(url, copy_query, 3 * DEFAULT_MEM_COPY_PERCENT / gpus / 100)
         targets = json.load(urllib.request.urlopen(f"{url}/api/v1/targets", timeout=5))
         (target,) = targets["data"]["activeTargets"]
         assert target["health"] == "up", target
         # The series carry the pod that holds each GPU and the node's name as Hostname.
-        pods = query(url, 'DCGM_FI_DEV_GPU_UTIL{pod!=""}')
-        assert sorted(r["metric"]["pod"] for r in pods) == [
-            "scaling-app-0",
-            "scaling-app-1",
-            "scaling-app-2",
-        ]
-        assert {r["metric"]["Hostname"] for r in pods} == {"gpu-node-0"}
-        assert {r["metric"]["container"] for r in pods} == {"cuda-sample-vector-add"}
+        held = query(url, 'DCGM_FI_DEV_GPU_UTIL{pod!=""}')
+        pods = sorted(key.split("/", 1)[1] for key in node.allocations)
+        assert sorted(r["metric"]["pod"] for r in held) == pods
+        assert len(pods) == 3 and all(p.startswith("scaling-app-") for p in pods)
+        assert {r["metric"]["Hostname"] for r in held} == {"gpu-node-0"}
+        assert {r["metric"]["container"] for r in held} == {"cuda-sample-vector-add"}
     finally:
         server.stop()
+        sim.close()
 
 
-def test_promtool_accepts_the_exposition(deployment: dict[str, Any]) -> None:
+def test_promtool_accepts_the_exposition(acceptance: Path) -> None:
     promtool = require_binary("promtool")
-    sim = PlacedDeployment(deployment)
-    sim.scale(2)
+    sim = simulate(acceptance)
+    scale(sim, 2)
     text = SimMetrics(sim).scrape()
+    sim.close()
     assert "kgpu_pod_gpu_memory_used_bytes" in text
     done = subprocess.run(
         [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
@@ -214,8 +210,8 @@ def test_promtool_accepts_the_exposition(deployment: dict[str, Any]) -> None:
             assert "label names should be written in 'snake_case'" in problem, line
 
 
-def test_metrics_server_answers_http(deployment: dict[str, Any]) -> None:
-    sim = PlacedDeployment(deployment)
+def test_metrics_server_answers_http(acceptance: Path) -> None:
+    sim = simulate(acceptance)
     server = MetricsServer("127.0.0.1:0", SimMetrics(sim).scrape)
     server.start()
     try:
