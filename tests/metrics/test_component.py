@@ -1,0 +1,39 @@
+"""The exporter as the agent loads it: start, new node views, HTTP, stop."""
+
+from __future__ import annotations
+
+import urllib.request
+from pathlib import Path
+
+from kgpu.agent.components import Component, load_metrics
+from kgpu.config.loader import ConfigSet
+from kgpu.hardware.model import Machine
+from kgpu.hardware.simulated import SimulatedBackend
+from kgpu.kubelet.podresources import ContainerResources, PodResources
+from kgpu.metrics.component import MetricsComponent
+from kgpu.node.view import build_node_view
+from kgpu.testing.fake_podresources import FakePodResourcesServer
+
+from .conftest import series
+
+
+def test_agent_loads_serves_and_stops_the_exporter(tmp_path: Path, h100: Machine) -> None:
+    gpu = h100.gpus[6]
+    pods = [
+        PodResources("ml", "job", (ContainerResources("w", (("nvidia.com/gpu", (gpu.uuid,)),)),))
+    ]
+    with FakePodResourcesServer(tmp_path, pods):
+        component = load_metrics("127.0.0.1:0", SimulatedBackend(h100), tmp_path, "node-a")
+        assert isinstance(component, Component) and isinstance(component, MetricsComponent)
+        component.start()
+        try:
+            component.on_view(build_node_view(h100, ConfigSet(), {}))
+            assert component.cache is not None
+            component.cache.refresh()
+            port = component.port
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        finally:
+            component.stop()
+    ((lab, value),) = series(text, "DCGM_FI_DEV_GPU_UTIL", UUID=gpu.uuid)
+    assert (lab["pod"], lab["Hostname"]) == ("job", "node-a") and value > 0
