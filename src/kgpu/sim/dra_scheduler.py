@@ -80,6 +80,7 @@ class _PodState:
     claims: list[Obj]  # every claim of the pod, current store content
     to_allocate: list[Obj]
     shape: str = ""  # what feasibility depends on besides the node: the claims' specs
+    selectors: list[Obj] = field(default_factory=list)  # nodeSelectors of allocated claims
     # node -> allocations; None when only feasibility is known (from the cache)
     found: dict[str, list[Obj] | None] = field(default_factory=dict)
     reserved: list[tuple[str, bool]] = field(default_factory=list)  # (claim name, allocated here)
@@ -257,7 +258,12 @@ class DraSchedulerPlugin:
             claims.append(claim)
         to_allocate = [c for c in claims if not (c.get("status") or {}).get("allocation")]
         shape = json.dumps([c.get("spec") for c in to_allocate], sort_keys=True)
-        return _PodState(claims, to_allocate, shape)
+        selectors = [
+            sel
+            for c in claims
+            if (sel := ((c.get("status") or {}).get("allocation") or {}).get("nodeSelector"))
+        ]
+        return _PodState(claims, to_allocate, shape, selectors)
 
     # -- SchedulerPlugin -------------------------------------------------------------------
     def prefilter(self, pod: Obj, store: ObjectStore) -> str | None:
@@ -282,16 +288,15 @@ class DraSchedulerPlugin:
             state = self._pods.get(pod_key(pod))
             if state is None:
                 return None
-        ref = NodeRef.of(node)
-        for claim in state.claims:
-            allocation = (claim.get("status") or {}).get("allocation")
-            selector = (allocation or {}).get("nodeSelector")
-            if selector and not node_selector_matches(selector, ref):
+        alloc = self._allocator or self._refresh(store)
+        # labels only matter when some slice is shared between nodes (or a claim is allocated)
+        ref = NodeRef.of(node) if alloc.index.shared or state.selectors else NodeRef(node.name)
+        for selector in state.selectors:
+            if not node_selector_matches(selector, ref):
                 return NOT_AVAILABLE
         if not state.to_allocate:
             state.found[ref.name] = []
             return None
-        alloc = self._allocator or self._refresh(store)
         version = (self._epoch, self._node_ver.get(ref.name, 0), self._shared_ver)
         key = (ref, state.shape)
         hit = self._feasible.get(key)
