@@ -47,11 +47,12 @@ def cpu_ms(fn: Callable[[], object], runs: int, warmup: int = 20) -> tuple[float
 def simulated_exporter(machine: Machine, per_device: int) -> tuple[Exporter, int]:
     pods: list[PodResources] = []
     workloads: list[Workload] = []
-    devices = [
-        (gpu.uuid if not gpu.mig_enabled else m.uuid)
-        for gpu in machine.gpus
-        for m in (gpu.mig_devices if gpu.mig_enabled else (None,))  # type: ignore[attr-defined]
-    ]
+    devices: list[str] = []
+    for gpu in machine.gpus:
+        if gpu.mig_enabled:
+            devices.extend(m.uuid for m in gpu.mig_devices)
+        else:
+            devices.append(gpu.uuid)
     for d, uuid in enumerate(devices):
         for r in range(per_device):
             name = f"pod-{d}-{r}"
