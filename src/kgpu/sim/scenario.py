@@ -30,6 +30,7 @@ TOP_KEYS = (
     "defaultConfig",
     "migStrategy",
     "devicePlugin",
+    "draDriver",
     "apply",
     "steps",
     "runtimes",
@@ -140,6 +141,7 @@ class Scenario:
     default_config: str | None = None
     mig_strategy: str | None = None
     device_plugin: bool = True
+    dra_driver: bool = True
     apply: tuple[Manifest, ...] = ()
     steps: tuple[Step, ...] = ()
     runtimes: dict[str, float] = field(default_factory=dict)
@@ -471,6 +473,10 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
     if not isinstance(plugin, bool):
         err.add("must be true or false", "devicePlugin")
         plugin = True
+    dra = data.get("draDriver", True)
+    if not isinstance(dra, bool):
+        err.add("must be true or false", "draDriver")
+        dra = True
     applied = _objects(data.get("apply"), "apply", base, err)
     steps: list[Step] = []
     raw_steps = data.get("steps") or []
@@ -508,6 +514,7 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         default_config=default,
         mig_strategy=strategy,
         device_plugin=plugin,
+        dra_driver=dra,
         apply=tuple(applied),
         steps=tuple(steps),
         runtimes=runtimes,

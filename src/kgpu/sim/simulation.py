@@ -192,12 +192,29 @@ class Simulation:
         if self._started:
             return
         self._started = True
+        if self.scenario.dra_driver:
+            self._install_device_classes()
         for spec in self.scenario.nodes:
             self._add_nodes(spec)
         for manifest in self.scenario.apply:
             self.apply(manifest)
         self.settle()
         self._snapshot("initial state")
+
+    def _install_device_classes(self) -> None:
+        """With kgpu's DRA plugin present, the driver is installed: its DeviceClasses exist
+        (``gpu.nvidia.com``, ``mig.nvidia.com`` and the ComputeDomain classes), as the Helm
+        chart creates them."""
+        if not any(p.name == "DynamicResources" for p in self.scheduler.plugins):
+            return
+        try:
+            from kgpu.dra.classes import device_classes
+            from kgpu.sim.dra_scheduler import ensure_classes
+        except ImportError as exc:
+            self.warnings.append(f"DRA DeviceClasses not installed: {exc}")
+            return
+        with self.store.muted():
+            ensure_classes(self.store, device_classes())
 
     def run(self) -> Simulation:
         """Start, then run every remaining step of the scenario."""
