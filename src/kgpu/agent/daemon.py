@@ -444,6 +444,10 @@ class Agent:
                 elif restarted and not first and name not in self._pending:
                     log.warning("kubelet.sock is new: registering %s again", name)
                     self._register(server)
+            if self._base is not None:
+                for res in self._base.resources:
+                    if res.name not in self._servers:  # failed to serve earlier: try again
+                        self._serve(res.name)
             if inode is not None:
                 for name in sorted(self._pending):
                     if name in self._servers:
