@@ -118,11 +118,15 @@ def workloads_from_allocations(
 ) -> list[Workload]:
     """Workloads from the simulator's allocations ``{"ns/pod": {container: [device ids]}}``.
 
-    Device ids resolve through the node view (replica ids, MIG ids, renamed resources); a pod's
+    Device ids resolve through the node view (replica ids, MIG ids, renamed resources), or are
+    GPU/MIG UUIDs themselves (devices a DRA claim gave the container); a pod's
     demands come from its ``metrics.kgpu.dev/*`` annotations (``pods`` maps the same keys to the
-    pod objects) or the defaults. Ids the view does not know are skipped.
+    pod objects) or the defaults. Other ids are skipped.
     """
     index = {dev.id: dev for res in view.resources for dev in res.devices}
+    known = {gpu.uuid for gpu in view.machine.gpus} | {
+        mig.uuid for gpu in view.machine.gpus for mig in gpu.mig_devices
+    }
     out: list[Workload] = []
     for key in sorted(allocations):
         namespace, _, name = key.partition("/")
@@ -131,12 +135,13 @@ def workloads_from_allocations(
         for container in sorted(allocations[key]):
             for device_id in allocations[key][container]:
                 dev = index.get(device_id)
-                if dev is None:
+                uuid = dev.backing_uuid if dev is not None else device_id.split("::", 1)[0]
+                if dev is None and uuid not in known:
                     continue
                 out.append(
                     Workload(
                         pod=PodRef(namespace, name, container),
-                        device_uuid=dev.backing_uuid,
+                        device_uuid=uuid,
                         sm_percent=_number(annotations, SM_ANNOTATION, DEFAULT_SM_PERCENT),
                         mem_copy_percent=_number(
                             annotations, MEM_COPY_ANNOTATION, DEFAULT_MEM_COPY_PERCENT
@@ -144,8 +149,12 @@ def workloads_from_allocations(
                         memory_mib=int(_number(annotations, MEMORY_ANNOTATION, DEFAULT_MEMORY_MIB)),
                         enc_percent=_number(annotations, ENC_ANNOTATION, 0.0),
                         dec_percent=_number(annotations, DEC_ANNOTATION, 0.0),
-                        sm_limit_percent=dev.mps.active_thread_percentage if dev.mps else None,
-                        memory_limit_mib=dev.mps.pinned_memory_limit_mib if dev.mps else None,
+                        sm_limit_percent=(
+                            dev.mps.active_thread_percentage if dev and dev.mps else None
+                        ),
+                        memory_limit_mib=(
+                            dev.mps.pinned_memory_limit_mib if dev and dev.mps else None
+                        ),
                     )
                 )
     return out

@@ -38,13 +38,31 @@ def _now(sim: Any) -> float:
 
 
 def _live_allocations(node: Any) -> dict[str, dict[str, list[str]]]:
+    """``{"ns/pod": {container: [device ids]}}`` of the pods running on ``node``.
+
+    Device-plugin devices come from ``node.allocations``; devices a DRA claim gave a container
+    come from the ``NVIDIA_VISIBLE_DEVICES`` (GPU/MIG UUIDs) the simulated DRA driver set.
+    """
     pods = getattr(node, "pods", {}) or {}
-    out = {}
+    out: dict[str, dict[str, list[str]]] = {}
     for key, containers in (node.allocations or {}).items():
         record = pods.get(key)
         if record is not None and getattr(record, "finished", False):
             continue
         out[key] = {c: list(ids) for c, ids in containers.items()}
+    for key, record in pods.items():
+        if getattr(record, "finished", False) or not getattr(record, "admitted", True):
+            continue
+        for container, env in (getattr(record, "env", {}) or {}).items():
+            if container in out.get(key, {}):
+                continue
+            visible = [
+                v.strip()
+                for v in str(env.get("NVIDIA_VISIBLE_DEVICES", "")).split(",")
+                if v.strip().startswith(("GPU-", "MIG-"))
+            ]
+            if visible:
+                out.setdefault(key, {})[container] = visible
     return out
 
 

@@ -1,0 +1,70 @@
+"""GPU metrics of the simulated cluster (``kgpu sim --serve-metrics``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from kgpu.config.loader import ConfigSet
+from kgpu.hardware.mig import apply_layout
+from kgpu.hardware.profiles import load_machine
+from kgpu.kubelet.podresources import ClaimDevice
+from kgpu.metrics.attribution import resolve_dra_device
+from kgpu.metrics.simulated import DEFAULT_MEMORY_MIB
+from kgpu.node.view import build_node_view
+from kgpu.sim.metrics import SimMetrics
+from kgpu.sim.scenario import scenario_from_dict
+from kgpu.sim.simulation import run_scenario
+
+from .conftest import series
+
+
+def test_time_sliced_pods_of_row_3_get_their_share(acceptance: Path) -> None:
+    sim = run_scenario(
+        scenario_from_dict(
+            {
+                "name": "row-3",
+                "nodes": [{"name": "gpu-node", "machine": "t4"}],
+                "configs": [str(acceptance / "seed-guides/gpu-sharing-config-any.yaml")],
+                "defaultConfig": "any",
+                "apply": [str(acceptance / "vks-samples/time-slicing-verification.yaml")],
+            }
+        )
+    )
+    try:
+        text = SimMetrics(sim).scrape()
+    finally:
+        sim.close()
+    (util,) = series(text, "DCGM_FI_DEV_GPU_UTIL")
+    (fb,) = series(text, "DCGM_FI_DEV_FB_USED")
+    shares = series(text, "kgpu_pod_gpu_sm_utilization")
+    memory = series(text, "kgpu_pod_gpu_memory_used_bytes")
+    # Four running pods share the T4: each gets a quarter, none is shown the whole GPU.
+    assert len(shares) == 4 and {v for _, v in shares} == {25.0}
+    assert util[1] == 100 and "pod" not in util[0]
+    assert sum(v for _, v in shares) == util[1]
+    assert sum(v for _, v in memory) == fb[1] * 1024 * 1024 == 4 * DEFAULT_MEMORY_MIB * 1024 * 1024
+    assert {lab["Hostname"] for lab, _ in shares} == {"gpu-node"}
+
+
+def test_devices_from_dra_claims_count_too() -> None:
+    machine = apply_layout(load_machine("p4de.24xlarge"), {0: {"1g.10gb": 7}})
+    view = build_node_view(machine, ConfigSet(), {})
+    mig = machine.gpus[0].mig_devices[2]
+    whole = machine.gpus[5]
+    record = SimpleNamespace(
+        finished=False,
+        admitted=True,
+        env={"main": {"NVIDIA_VISIBLE_DEVICES": f"{mig.uuid},{whole.uuid}"}, "side": {}},
+    )
+    node = SimpleNamespace(
+        name="dra-node", machine=machine, view=view, allocations={}, pods={"ml/claimer": record}
+    )
+    text = SimMetrics(SimpleNamespace(nodes=[node], now=0.0)).scrape()
+    (used,) = series(text, "DCGM_FI_DEV_FB_USED", GPU_I_ID=str(mig.gi_id))
+    assert used[0]["pod"] == "claimer" and used[1] == DEFAULT_MEMORY_MIB
+    (util,) = series(text, "DCGM_FI_DEV_GPU_UTIL", UUID=whole.uuid)
+    assert util[0]["pod"] == "claimer" and util[1] > 0
+    # kgpu's DRA driver names MIG devices gpu-<minor>-mig-<profile>-<profile id>-<start>.
+    device = ClaimDevice("gpu.nvidia.com", "dra-node", f"gpu-0-mig-1g10gb-19-{mig.placement_start}")
+    assert resolve_dra_device(device, machine, {}) == mig.uuid
