@@ -57,7 +57,7 @@ def deployment(name: str, replicas: int, gpus: int, cpu: str = "") -> dict[str, 
     }
 
 
-def run(case: str, nodes: int, pods: int, trace: bool) -> dict[str, Any]:
+def run(case: str, nodes: int, pods: int, trace: bool, plugins: bool = False) -> dict[str, Any]:
     if case == "mixed":
         eight = pods // 5
         apply = [deployment("one-gpu", pods - eight, 1), deployment("eight-gpu", eight, 8)]
@@ -77,7 +77,7 @@ def run(case: str, nodes: int, pods: int, trace: bool) -> dict[str, Any]:
     if trace:
         tracemalloc.start()
     t0 = time.perf_counter()
-    sim = Simulation(scenario, plugins=False)
+    sim = Simulation(scenario, plugins=plugins)
     sim.start()
     t1 = time.perf_counter()
     for obj in apply:  # one workload after the other, as `kubectl apply` in sequence would
@@ -98,6 +98,7 @@ def run(case: str, nodes: int, pods: int, trace: bool) -> dict[str, Any]:
     sim.close()
     return {
         "case": case,
+        "plugins": [p.name for p in sim.scheduler.plugins] + [p.name for p in sim.kubelet_plugins],
         "nodes": nodes,
         "pods": len(sim.pods),
         "phases": phases,
@@ -114,12 +115,17 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=10000)
     parser.add_argument("--case", choices=["mixed", "packed", "both"], default="both")
+    parser.add_argument(
+        "--plugins", action="store_true", help="also load the DRA/ComputeDomain plugins"
+    )
     args = parser.parse_args()
     cases = ["mixed", "packed"] if args.case == "both" else [args.case]
     results = []
     for case in cases:
-        timed = run(case, args.nodes, args.pods, trace=False)
-        traced = run(case, args.nodes, args.pods, trace=True)  # tracemalloc slows it: memory only
+        timed = run(case, args.nodes, args.pods, trace=False, plugins=args.plugins)
+        traced = run(
+            case, args.nodes, args.pods, trace=True, plugins=args.plugins
+        )  # tracemalloc slows it: memory only
         timed["tracemallocPeakMiB"] = traced["tracemallocPeakMiB"]
         results.append(timed)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

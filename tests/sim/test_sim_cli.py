@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from kgpu.cli import app
@@ -49,3 +50,32 @@ def test_bad_scenario_exits_1_with_field_error(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "nodes[0].machine: unknown machine profile 'nope'" in result.output
     assert "Traceback" not in result.output
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("**/*.yaml"))
+SCENARIOS = [
+    p
+    for p in EXAMPLES
+    if "manifests" not in p.parts and (p.parent.name != "quickstart" or p.name == "quickstart.yaml")
+]
+
+
+def test_examples_are_there() -> None:
+    assert len(SCENARIOS) >= 5
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
+def test_every_example_scenario_runs(path: Path) -> None:
+    result = runner.invoke(app, ["sim", str(path), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["pods"], "an example should run something"
+    assert not data.get("warnings")
+
+
+def test_quickstart_copy_under_examples_matches_package_data() -> None:
+    from kgpu.sim.quickstart import quickstart_path
+
+    packaged = quickstart_path().parent
+    for copy in (Path(__file__).resolve().parents[2] / "examples" / "quickstart").iterdir():
+        assert copy.read_text() == (packaged / copy.name).read_text(), copy.name

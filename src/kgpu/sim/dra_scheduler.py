@@ -104,7 +104,8 @@ class DraSchedulerPlugin:
         self._epoch = 0
         self._node_ver: dict[str, int] = {}
         self._shared_ver = 0
-        self._feasible: dict[tuple[NodeRef, str], tuple[tuple[int, int, int], str | None]] = {}
+        self._feasible: dict[tuple[Any, ...], tuple[tuple[int, int, int], str | None]] = {}
+        self._last: tuple[Obj, _PodState] | None = None
 
     # -- cached cluster view ---------------------------------------------------------------
     @staticmethod
@@ -267,6 +268,7 @@ class DraSchedulerPlugin:
 
     # -- SchedulerPlugin -------------------------------------------------------------------
     def prefilter(self, pod: Obj, store: ObjectStore) -> str | None:
+        self._last = None
         state = self._state(pod, store)
         if state is None:
             self._pods.pop(pod_key(pod), None)
@@ -278,33 +280,41 @@ class DraSchedulerPlugin:
         return None
 
     def filter(self, pod: Obj, node: NodeInfo, store: ObjectStore) -> str | None:
-        if not (pod.get("spec") or {}).get("resourceClaims"):
-            return None
-        state = self._pods.get(pod_key(pod))
-        if state is None:
-            reason = self.prefilter(pod, store)
-            if reason:
-                return reason
+        last = self._last
+        if last is not None and last[0] is pod:  # the same pod against the next node
+            state = last[1]
+        else:
+            if not (pod.get("spec") or {}).get("resourceClaims"):
+                return None
             state = self._pods.get(pod_key(pod))
             if state is None:
-                return None
+                reason = self.prefilter(pod, store)
+                if reason:
+                    return reason
+                state = self._pods.get(pod_key(pod))
+                if state is None:
+                    return None
+            self._last = (pod, state)
         alloc = self._allocator or self._refresh(store)
         # labels only matter when some slice is shared between nodes (or a claim is allocated)
-        ref = NodeRef.of(node) if alloc.index.shared or state.selectors else NodeRef(node.name)
-        for selector in state.selectors:
-            if not node_selector_matches(selector, ref):
-                return NOT_AVAILABLE
+        labels: tuple[tuple[str, str], ...] = ()
+        if alloc.index.shared or state.selectors:
+            labels = tuple(sorted(dict(node.labels).items()))
+            ref = NodeRef(node.name, labels)
+            for selector in state.selectors:
+                if not node_selector_matches(selector, ref):
+                    return NOT_AVAILABLE
         if not state.to_allocate:
-            state.found[ref.name] = []
+            state.found[node.name] = []
             return None
-        version = (self._epoch, self._node_ver.get(ref.name, 0), self._shared_ver)
-        key = (ref, state.shape)
+        version = (self._epoch, self._node_ver.get(node.name, 0), self._shared_ver)
+        key = (node.name, labels, state.shape)
         hit = self._feasible.get(key)
         if hit is not None and hit[0] == version:
             if hit[1] is None:
-                state.found[ref.name] = None
+                state.found[node.name] = None
             return hit[1]
-        reason = self._allocate(alloc, ref, state)
+        reason = self._allocate(alloc, NodeRef(node.name, labels), state)
         if len(self._feasible) > 1_000_000:
             self._feasible.clear()
         self._feasible[key] = (version, reason)
@@ -386,6 +396,7 @@ class DraSchedulerPlugin:
         """The pod is gone: drop it from its claims' consumers, deallocate claims nobody uses
         any more, delete the claims generated for it."""
         self._pods.pop(pod_key(pod), None)
+        self._last = None
         if not (pod.get("spec") or {}).get("resourceClaims"):
             return
         me = consumer_ref(pod)

@@ -61,6 +61,7 @@ STEP_ACTIONS = (
     "scale",
     "cordon",
     "uncordon",
+    "taint",
     "devicePlugin",
 )
 SCALABLE = ("Deployment", "ReplicaSet", "StatefulSet", "Job", "MPIJob")
@@ -123,6 +124,9 @@ class Step:
         if self.action == "scale":
             ref, replicas = v
             return f"scale {ref.kind}/{ref.name} to {replicas}"
+        if self.action == "taint":
+            shown = ", ".join(f"{t['key']}={t['value']}:{t['effect']}" for t in v[1]) or "none"
+            return f"taint {v[0]}: {shown}"
         if self.action == "devicePlugin":
             return "start the device plugin" if v else "stop the device plugin"
         if self.action == "addNodes":
@@ -192,6 +196,28 @@ def _labels(value: object, path: str, err: _Errors, allow_null: bool = False) ->
     return out
 
 
+def _taints(raw: object, path: str, err: _Errors) -> list[dict[str, str]]:
+    taints: list[dict[str, str]] = []
+    if raw is None:
+        return taints
+    if not isinstance(raw, list):
+        err.add("must be a list of {key, value, effect}", path)
+        return taints
+    for i, t in enumerate(raw):
+        where = join_path(path, i)
+        if not isinstance(t, Mapping) or not isinstance(t.get("key"), str):
+            err.add("must be a map with key, value, effect", where)
+            continue
+        if t.get("effect") not in TAINT_EFFECTS:
+            allowed = ", ".join(TAINT_EFFECTS)
+            err.add(f"{t.get('effect')!r}: allowed: {allowed}", join_path(where, "effect"))
+            continue
+        taints.append(
+            {"key": str(t["key"]), "value": str(t.get("value") or ""), "effect": str(t["effect"])}
+        )
+    return taints
+
+
 def _node_spec(raw: object, path: str, err: _Errors) -> NodeSpec | None:
     from kgpu.hardware.profiles import parse_clique, profile_names
 
@@ -224,25 +250,7 @@ def _node_spec(raw: object, path: str, err: _Errors) -> NodeSpec | None:
         except FieldError as exc:
             for p in exc.problems:
                 err.add(p.message, join_path(path, "clique"))
-    taints: list[dict[str, str]] = []
-    raw_taints = raw.get("taints") or []
-    if not isinstance(raw_taints, list):
-        err.add("must be a list of {key, value, effect}", join_path(path, "taints"))
-        raw_taints = []
-    for i, t in enumerate(raw_taints):
-        where = join_path(path, "taints", i)
-        if not isinstance(t, Mapping) or not isinstance(t.get("key"), str):
-            err.add("must be a map with key, value, effect", where)
-            continue
-        if t.get("effect") not in TAINT_EFFECTS:
-            err.add(
-                f"{t.get('effect')!r}: allowed: {', '.join(TAINT_EFFECTS)}",
-                join_path(where, "effect"),
-            )
-            continue
-        taints.append(
-            {"key": str(t["key"]), "value": str(t.get("value") or ""), "effect": str(t["effect"])}
-        )
+    taints = _taints(raw.get("taints"), join_path(path, "taints"), err)
     amounts: dict[str, int | None] = {}
     for key in ("cpu", "memory", "pods"):
         value = raw.get(key)
@@ -402,6 +410,12 @@ def _step(raw: object, index: int, base: Path, err: _Errors, node_names: set[str
                     node_names.add(n)
                 specs.append(spec)
         parsed = specs
+    elif action == "taint":
+        if not isinstance(value, Mapping):
+            err.add("must be a map with node and taints (the node's new taint list)", where)
+            return None
+        node = known_node(value.get("node"), join_path(where, "node"))
+        parsed = (node, _taints(value.get("taints") or [], join_path(where, "taints"), err))
     elif action == "devicePlugin":
         if not isinstance(value, bool):
             err.add("must be true (start the device plugin) or false (stop it)", where)

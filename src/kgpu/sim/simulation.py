@@ -36,7 +36,7 @@ from kgpu.sim.journal import SimStore
 from kgpu.sim.manifests import Manifest, check, passes_through, simulated
 from kgpu.sim.names import Suffixes
 from kgpu.sim.plugins import Controller, Event, KubeletPlugin, SchedulerPlugin
-from kgpu.sim.podspec import Taint, parse_taints, pod_requirements, validate_pod_spec
+from kgpu.sim.podspec import Taint, parse_taints, pod_requirements, tolerates, validate_pod_spec
 from kgpu.sim.quantity import format_units
 from kgpu.sim.scenario import NodeSpec, ObjectRef, Scenario, Step
 from kgpu.sim.scheduler import Scheduler
@@ -252,6 +252,8 @@ class Simulation:
                 self._add_nodes(spec)
         elif action == "scale":
             self.scale(value[0], value[1])
+        elif action == "taint":
+            self.taint_node(value[0], value[1])
         elif action == "devicePlugin":
             self.set_device_plugin(bool(value))
         elif action in ("cordon", "uncordon"):
@@ -438,6 +440,25 @@ class Simulation:
             node.device_plugin = running
             self._refresh_node(node)
 
+    def taint_node(self, name: str, taints: list[dict[str, str]]) -> None:
+        """Replace the node's taints (``kubectl taint``); NoExecute evicts pods that do not
+        tolerate it."""
+        node = self.node(name)
+        node.taints = parse_taints(taints)
+        self._refresh_node(node)
+        for taint in node.taints:
+            if taint.effect != "NoExecute":
+                continue
+            for rec in list(node.pods.values()):
+                if not any(tolerates(t, taint) for t in rec.req.tolerations):
+                    self.emit(
+                        "Normal",
+                        "TaintManagerEviction",
+                        f"Pod/{rec.key}",
+                        f"Marking for deletion Pod {rec.key}",
+                    )
+                    self.delete_pod(rec.key)
+
     def cordon(self, name: str, on: bool = True) -> None:
         node = self.node(name)
         node.unschedulable = on
@@ -498,8 +519,6 @@ class Simulation:
         )
         noexec = Taint(UNREACHABLE, "", "NoExecute")
         for rec in list(node.pods.values()):
-            from kgpu.sim.podspec import tolerates
-
             if any(tolerates(t, noexec) for t in rec.req.tolerations):
                 continue
             self.emit(
