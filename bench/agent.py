@@ -153,15 +153,64 @@ def bench_rss(dra: bool) -> dict[str, object]:
     return {"dra": dra, "rss_mib": round(rss / 1024, 1), "resources": counts}
 
 
+def bench_health_latency() -> dict[str, object]:
+    """XID injected into the simulated backend -> Unhealthy seen by the fake kubelet's stream."""
+    from kgpu.agent.daemon import Agent, AgentOptions
+    from kgpu.hardware.profiles import load_machine
+    from kgpu.hardware.simulated import SimulatedBackend
+    from kgpu.testing.fake_kubelet import FakeKubelet
+
+    root = Path(tempfile.mkdtemp(prefix="kgh", dir="/tmp"))
+    machine = load_machine("p4de.24xlarge", hostname="bench")
+    backend = SimulatedBackend(machine)
+    opts = AgentOptions(
+        machine="p4de.24xlarge",
+        config_files=tuple(CONFIGS),
+        config_name="a100-40gb",
+        labels=LABELS,
+        kubelet_root=root,
+        dra=False,
+        node_name="bench",
+        health_probe_interval_s=3600,
+    )
+    agent = Agent(opts, backend=backend)
+    samples = []
+    with FakeKubelet(root) as kubelet:
+        agent.start()
+        try:
+            kubelet.wait_for(lambda: len(kubelet.healthy("nvidia.com/gpu")) == 32, 20)
+            for gpu in machine.gpus[4:]:  # the whole, time-sliced GPUs
+                prefix = gpu.uuid + "::"
+                start = time.perf_counter()
+                backend.inject_xid(gpu.index, 79)
+                kubelet.wait_for(
+                    lambda p=prefix: all(  # type: ignore[misc]
+                        h == "Unhealthy"
+                        for i, h in kubelet.devices("nvidia.com/gpu").items()
+                        if i.startswith(p)
+                    ),
+                    5,
+                )
+                samples.append(time.perf_counter() - start)
+        finally:
+            agent.stop()
+    ms = sorted(round(x * 1000, 1) for x in samples)
+    return {"samples_ms": ms, "max_ms": ms[-1]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    import logging
+
+    logging.basicConfig(level=logging.ERROR)
     root = Path(tempfile.mkdtemp(prefix="kgb", dir="/tmp"))
     result = {
         "allocate": bench_allocate(args.calls, root),
         "rss": [bench_rss(dra=False), bench_rss(dra=True)],
+        "health": bench_health_latency(),
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -173,6 +222,8 @@ def main() -> None:
     for r in result["rss"]:  # type: ignore[attr-defined]
         rss, dra, res = r["rss_mib"], r["dra"], r["resources"]
         print(f"agent RSS     {rss} MiB (dra={dra}, {res})  (target < 80 MiB)")
+    h = result["health"]
+    print(f"XID -> Unhealthy in ListAndWatch: {h['samples_ms']} ms (target < 100 ms)")
 
 
 if __name__ == "__main__":
