@@ -141,7 +141,8 @@ class DraSchedulerPlugin:
         if alloc is None:
             return 0
         in_use = alloc.allocated
-        return sum(1 for d in alloc.index.usable_devices(NodeRef.of(node)) if d.id not in in_use)
+        ref = NodeRef.of(node) if alloc.index.shared else NodeRef(node.name)
+        return sum(1 for d in alloc.index.usable_devices(ref) if d.id not in in_use)
 
     def _touch(self, devices: set[DeviceID]) -> None:
         """Devices changed hands: feasibility cached for their nodes is stale."""
@@ -154,13 +155,12 @@ class DraSchedulerPlugin:
             for n in nodes:
                 self._node_ver[n] = self._node_ver.get(n, 0) + 1
 
-    def _write_claim(self, store: ObjectStore, claim: Obj, before: Obj | None) -> Obj:
-        """Update a claim and keep the devices-in-use set in step without re-listing."""
+    def _write_claim(self, store: ObjectStore, claim: Obj, old: set[DeviceID]) -> Obj:
+        """Update a claim (``old``: the devices it held before) and keep the devices-in-use
+        set in step without re-listing."""
         alloc = self._refresh(store)
-        claim = copy.deepcopy(claim)
         _meta(claim).pop("resourceVersion", None)
         written = store.update(claim)
-        old: set[DeviceID] = allocated_devices([before]) if before else set()
         new = allocated_devices([written])
         alloc.allocated -= old - new
         alloc.allocated |= new
@@ -286,14 +286,15 @@ class DraSchedulerPlugin:
         else:
             if not (pod.get("spec") or {}).get("resourceClaims"):
                 return None
-            state = self._pods.get(pod_key(pod))
-            if state is None:
+            known = self._pods.get(pod_key(pod))
+            if known is None:
                 reason = self.prefilter(pod, store)
                 if reason:
                     return reason
-                state = self._pods.get(pod_key(pod))
-                if state is None:
+                known = self._pods.get(pod_key(pod))
+                if known is None:
                     return None
+            state = known
             self._last = (pod, state)
         alloc = self._allocator or self._refresh(store)
         # labels only matter when some slice is shared between nodes (or a claim is allocated)
@@ -332,14 +333,15 @@ class DraSchedulerPlugin:
         return None
 
     def reserve(self, pod: Obj, node: NodeInfo, store: ObjectStore) -> None:
-        state = self._pods.get(pod_key(pod))
-        if state is None:
+        found_state = self._pods.get(pod_key(pod))
+        if found_state is None:
             if not (pod.get("spec") or {}).get("resourceClaims"):
                 return
             reason = self.filter(pod, node, store)
             if reason:
                 raise RuntimeError(reason)
-            state = self._pods[pod_key(pod)]
+            found_state = self._pods[pod_key(pod)]
+        state = found_state
         if node.name not in state.found:
             reason = self.filter(pod, node, store)
             if reason:
@@ -355,7 +357,7 @@ class DraSchedulerPlugin:
         state.reserved = []
         for claim in state.claims:
             current = store.get(API, "ResourceClaim", _name(claim), _ns(claim))
-            before = copy.deepcopy(current)
+            before = allocated_devices([current])
             status = current.setdefault("status", {})
             allocated_here = False
             if not status.get("allocation"):
@@ -379,7 +381,7 @@ class DraSchedulerPlugin:
                 current = store.get(API, "ResourceClaim", name, _ns(pod))
             except NotFound:
                 continue
-            before = copy.deepcopy(current)
+            before = allocated_devices([current])
             status = current.setdefault("status", {})
             status["reservedFor"] = [
                 r for r in status.get("reservedFor") or [] if r.get("uid") != me["uid"]
@@ -414,7 +416,7 @@ class DraSchedulerPlugin:
                 current = store.get(API, "ResourceClaim", str(name), _ns(pod))
             except NotFound:
                 continue
-            before = copy.deepcopy(current)
+            before = allocated_devices([current])
             status = current.setdefault("status", {})
             status["reservedFor"] = [
                 r for r in status.get("reservedFor") or [] if r.get("uid") != me["uid"]
@@ -426,8 +428,8 @@ class DraSchedulerPlugin:
                 del current["status"]
             if name in generated and "reservedFor" not in status:
                 alloc = self._refresh(store)
-                alloc.allocated -= allocated_devices([before])
-                self._touch(allocated_devices([before]))
+                alloc.allocated -= before
+                self._touch(before)
                 with contextlib.suppress(NotFound):
                     store.delete(API, "ResourceClaim", str(name), _ns(pod))
                 self._claims_rev = self._rev(store, "ResourceClaim")
