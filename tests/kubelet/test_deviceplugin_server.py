@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -32,8 +35,11 @@ class Holder:
 
 
 @pytest.fixture
-def short_root(tmp_path: Path) -> Path:
-    return tmp_path
+def short_root() -> Iterator[Path]:
+    """Unix socket paths are limited to 107 bytes: keep the root short."""
+    path = Path(tempfile.mkdtemp(prefix="kgk", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_in_process_calls_work_without_a_context() -> None:
