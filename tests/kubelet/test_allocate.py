@@ -115,3 +115,32 @@ def test_rejections_use_upstream_wording() -> None:
     sick = view.with_health(frozenset({gpu_uuid(1)}))
     with pytest.raises(AllocationError, match="unhealthy device"):
         container_allocation(sick, "nvidia.com/gpu", [f"{gpu_uuid(1)}::1"])
+
+
+def test_index_strategy_on_the_real_node_view() -> None:
+    """With deviceIDStrategy: index the container sees GPU indices, CDI names use them too."""
+    from kgpu.config import load_config_strings
+    from kgpu.hardware.profiles import load_machine
+    from kgpu.node.view import build_node_view
+
+    config = """
+version: v1
+flags:
+  plugin:
+    deviceIDStrategy: index
+    deviceListStrategy: [cdi-cri]
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 2
+"""
+    view = build_node_view(load_machine("dgx-h100"), load_config_strings({"c.yaml": config}), {})
+    devices = view.resource("nvidia.com/gpu").devices
+    by_gpu = {d.gpu_index: d.id for d in devices if d.replica == 1}
+    alloc = container_allocation(view, "nvidia.com/gpu", [by_gpu[3], by_gpu[5]])
+    assert "NVIDIA_VISIBLE_DEVICES" not in alloc.envs  # CDI only, as upstream
+    assert alloc.cdi_devices == (
+        "k8s.device-plugin.nvidia.com/gpu=3",
+        "k8s.device-plugin.nvidia.com/gpu=5",
+    )
