@@ -44,7 +44,8 @@ def _content(slice_: Obj) -> Any:
 def publish_slices(store: ObjectStore, driver: str, node_name: str, slices: list[Obj]) -> int:
     """Make ``slices`` the node's pool for ``driver``; returns the pool generation now live.
 
-    Nothing is written when the published pool already has the same devices. Otherwise every
+    Slices are named ``<node>-<driver>-<i>`` whatever names they came with. Nothing is
+    written when the published pool already has the same devices. Otherwise every
     slice gets generation ``current + 1``, new slices are written first and stale ones (of this
     driver and this pool only) deleted afterwards, so a reader never sees an empty pool.
     Slices of other drivers or other nodes are never touched.
@@ -52,7 +53,10 @@ def publish_slices(store: ObjectStore, driver: str, node_name: str, slices: list
     existing = _pool_slices(store, driver, node_name)
     current = max((int(s["spec"]["pool"].get("generation", 0)) for s in existing), default=0)
     wanted = [copy.deepcopy(s) for s in slices]
-    for s in wanted:
+    for i, s in enumerate(wanted):
+        # the pool's slices are always named by slice_name(): that is how the next publish
+        # finds them again, whoever built them
+        s.setdefault("metadata", {})["name"] = slice_name(node_name, driver, i)
         s.setdefault("apiVersion", API_VERSION)
         s.setdefault("kind", "ResourceSlice")
         spec = s.setdefault("spec", {})
