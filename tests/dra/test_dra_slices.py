@@ -172,3 +172,50 @@ def test_every_profile_publishes_valid_slices(profile: str) -> None:
     for partitionable in (False, True):
         for s in resource_slices(machine, "node-x", partitionable=partitionable):
             valid(s)
+
+
+def test_slices_from_a_recorded_real_h100() -> None:
+    """The NVML snapshot of a real H100 (driver 580.159.04) published as upstream would."""
+    from kgpu.dra.allocator import allocate
+    from kgpu.hardware.serialize import load_snapshot
+
+    machine = load_snapshot(REPO / "tests" / "data" / "h100-nvml-snapshot.json")
+    (s,) = resource_slices(machine, "h100-node")
+    valid(s)
+    a = attrs(s["spec"]["devices"][0])
+    assert a["driverVersion"] == "580.159.4"  # semver drops the leading zero, as upstream
+    assert a["cudaDriverVersion"] == "13.0.0"
+    assert a["cudaComputeCapability"] == "9.0.0"
+    assert a["productName"] == "NVIDIA H100 80GB HBM3"
+    partitioned = resource_slices(machine, "h100-node", partitionable=True)
+    for p in partitioned:
+        valid(p)
+    claim = {
+        "metadata": {"name": "c", "namespace": "default"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "m",
+                        "exactly": {
+                            "deviceClassName": "mig.nvidia.com",
+                            "selectors": [
+                                {
+                                    "cel": {
+                                        "expression": "device.capacity['gpu.nvidia.com'].memory"
+                                        ".compareTo(quantity('20Gi')) >= 0 && "
+                                        "device.capacity['gpu.nvidia.com'].memory"
+                                        ".compareTo(quantity('40Gi')) < 0"
+                                    }
+                                }
+                            ],
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    got = allocate({"name": "h100-node"}, [claim], classes=device_classes(), slices=partitioned)
+    assert got is not None
+    # NVML's "2g.20gb" has 20096 MiB (< 20Gi) and "3g.40gb" 40448 MiB (< 40Gi)
+    assert got[0]["devices"]["results"][0]["device"] == "gpu-0-mig-3g40gb-9-0"
