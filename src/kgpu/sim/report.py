@@ -130,7 +130,17 @@ def gpu_summary(node: SimNode) -> str:
 def step_snapshot(sim: Simulation, title: str) -> dict[str, Any]:
     """A compact picture of the cluster after one step, for ``--watch``."""
     phases = Counter(r.phase for r in sim.pods.values())
+    seen = sum(len(s["newEvents"]) for s in sim.snapshots) + sum(
+        s["quietEvents"] for s in sim.snapshots
+    )
+    fresh = sim.events[seen:]
+    shown = [e for e in fresh if e.reason not in ("Scheduled", "NodeReady")]
     return {
+        "newEvents": [
+            {"type": e.type, "reason": e.reason, "object": e.object, "message": e.message}
+            for e in shown
+        ],
+        "quietEvents": len(fresh) - len(shown),
         "title": title,
         "time": sim.now,
         "nodes": [
@@ -269,3 +279,13 @@ def render_steps(sim: Simulation, console: Console) -> None:
         console.print(
             "pods: " + (", ".join(f"{k} {v}" for k, v in sorted(snap["phases"].items())) or "none")
         )
+        groups: dict[tuple[str, str, str], int] = {}
+        for e in snap["newEvents"]:
+            key = (e["type"], e["reason"], e["message"])
+            groups[key] = groups.get(key, 0) + 1
+        for (type_, reason, message), count in list(groups.items())[:6]:
+            color = "red" if type_ == "Warning" else "dim"
+            times = f" (x{count})" if count > 1 else ""
+            console.print(
+                f"  [{color}]{type_} {reason}[/{color}]{times}: {message}", soft_wrap=True
+            )
