@@ -204,3 +204,22 @@ def test_new_slices_are_seen(store: MemoryStore) -> None:
     )
     assert plugin.prefilter(p, store) is None
     assert plugin.filter(p, node("n3"), store) is None
+
+
+def test_a_retried_pod_gets_one_generated_claim(store: MemoryStore) -> None:
+    """The scheduler retries with its own copy of the pod, which may predate the status that
+    records the generated claim: no second claim appears."""
+    import copy
+
+    plugin = DraSchedulerPlugin()
+    p = pod(store, "big", {"name": "g", "resourceClaimTemplateName": "four"})
+    stale = copy.deepcopy(p)
+    for n in ("n1", "n2"):
+        publish_slices(store, "gpu.nvidia.com", n, [])  # no GPUs: stays pending
+    assert schedule(plugin, store, p) == ["cannot allocate all claims"] * 2
+    assert schedule(plugin, store, stale) == ["cannot allocate all claims"] * 2
+    assert (
+        schedule(DraSchedulerPlugin(), store, copy.deepcopy(stale))
+        == ["cannot allocate all claims"] * 2
+    )
+    assert len(claims_of(store)) == 1

@@ -106,6 +106,7 @@ class DraSchedulerPlugin:
         self._shared_ver = 0
         self._feasible: dict[tuple[Any, ...], tuple[tuple[int, int, int], str | None]] = {}
         self._last: tuple[Obj, _PodState] | None = None
+        self._generated: dict[tuple[str, ...], str] = {}  # (ns, pod, uid, pod claim) -> claim
 
     # -- cached cluster view ---------------------------------------------------------------
     @staticmethod
@@ -187,8 +188,11 @@ class DraSchedulerPlugin:
             template_name = entry.get("resourceClaimTemplateName")
             if not template_name:
                 continue
-            existing = statuses.get(pod_claim)
+            existing = statuses.get(pod_claim) or self._generated_claim(pod, pod_claim, store)
             if existing:
+                if statuses.get(pod_claim) != existing:
+                    statuses[pod_claim] = existing
+                    changed = True
                 names.append(str(existing))
                 continue
             try:
@@ -227,6 +231,7 @@ class DraSchedulerPlugin:
             if in_sync:  # a new claim holds no devices: the cached view stays right
                 self._claims_rev = self._rev(store, "ResourceClaim")
             statuses[pod_claim] = _name(created)
+            self._generated[(*pod_key(pod), consumer_ref(pod)["uid"], pod_claim)] = _name(created)
             names.append(_name(created))
             changed = True
         if changed:
@@ -241,6 +246,23 @@ class DraSchedulerPlugin:
                 current["metadata"].pop("resourceVersion", None)
                 store.update(current)
         return names
+
+    def _generated_claim(self, pod: Obj, pod_claim: str, store: ObjectStore) -> str | None:
+        """The claim already generated for this pod entry (the caller's copy of the pod may
+        predate the status that records it), as the resourceclaim controller finds it: in the
+        stored pod's status, or among the claims the pod owns."""
+        key = (*pod_key(pod), consumer_ref(pod)["uid"], pod_claim)
+        name = self._generated.get(key)
+        if name is not None:
+            return name
+        try:
+            stored = store.get("v1", "Pod", _name(pod), _ns(pod))
+        except NotFound:
+            return None
+        for s in (stored.get("status") or {}).get("resourceClaimStatuses") or []:
+            if s.get("name") == pod_claim and s.get("resourceClaimName"):
+                return str(s["resourceClaimName"])
+        return None
 
     def _state(self, pod: Obj, store: ObjectStore) -> _PodState | str | None:
         if not (pod.get("spec") or {}).get("resourceClaims"):
@@ -402,9 +424,15 @@ class DraSchedulerPlugin:
         if not (pod.get("spec") or {}).get("resourceClaims"):
             return
         me = consumer_ref(pod)
+        stored_statuses: list[Obj] = []
+        for k in [k for k in self._generated if k[:3] == (*pod_key(pod), me["uid"])]:
+            stored_statuses.append({"name": k[3], "resourceClaimName": self._generated.pop(k)})
         generated = {
             s.get("resourceClaimName")
-            for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+            for s in [
+                *((pod.get("status") or {}).get("resourceClaimStatuses") or []),
+                *stored_statuses,
+            ]
         }
         names = [
             e.get("resourceClaimName")
