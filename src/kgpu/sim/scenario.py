@@ -434,6 +434,17 @@ def _step(raw: object, index: int, base: Path, err: _Errors, node_names: set[str
     return Step(action, parsed, str(title or ""), index)
 
 
+def parse_step(
+    raw: Mapping[str, Any], *, nodes: set[str], base: Path | None = None, index: int = 0
+) -> Step:
+    """One step given as a map (as in a scenario's ``steps``), checked against ``nodes``."""
+    err = _Errors("")
+    step = _step(raw, index, base or Path.cwd(), err, set(nodes))
+    if err.problems or step is None:
+        raise FieldError(err.problems or [FieldProblem("not a step", join_path("steps", index))])
+    return step
+
+
 def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Scenario:
     """A :class:`Scenario` from parsed YAML; FieldError listing every problem."""
     base = base or Path.cwd()
@@ -571,5 +582,6 @@ __all__ = [
     "load_scenario",
     "parse_duration",
     "parse_scenario",
+    "parse_step",
     "scenario_from_dict",
 ]

@@ -38,7 +38,7 @@ from kgpu.sim.names import Suffixes
 from kgpu.sim.plugins import Controller, Event, KubeletPlugin, SchedulerPlugin
 from kgpu.sim.podspec import Taint, parse_taints, pod_requirements, tolerates, validate_pod_spec
 from kgpu.sim.quantity import format_units
-from kgpu.sim.scenario import NodeSpec, ObjectRef, Scenario, Step
+from kgpu.sim.scenario import NodeSpec, ObjectRef, Scenario, Step, parse_step
 from kgpu.sim.scheduler import Scheduler
 from kgpu.sim.state import PodRecord, SimNode
 from kgpu.sim.workloads import API_VERSIONS, Workloads
@@ -223,9 +223,17 @@ class Simulation:
             self.step(step)
         return self
 
-    def step(self, step: Step) -> None:
-        """Run one scenario step, then let the cluster settle."""
+    def step(self, step: Step | Mapping[str, Any]) -> None:
+        """Run one scenario step (a :class:`Step`, or a map as written in a scenario's
+        ``steps``, e.g. ``{"failNode": "gpu-node-3"}``), then let the cluster settle."""
         self.start()
+        if not isinstance(step, Step):
+            step = parse_step(
+                step,
+                nodes=set(self._node_by_name),
+                base=self.scenario.base,
+                index=self._steps_done,
+            )
         action, value = step.action, step.value
         if action == "apply":
             for m in value:
