@@ -223,3 +223,13 @@ def test_a_retried_pod_gets_one_generated_claim(store: MemoryStore) -> None:
         == ["cannot allocate all claims"] * 2
     )
     assert len(claims_of(store)) == 1
+
+
+def test_each_pod_gets_an_error_naming_its_own_claim(store: MemoryStore) -> None:
+    store.create(template("bad", 1, "device.attributes['gpu.nvidia.com'].nvlinkVersion >= 5"))
+    plugin = DraSchedulerPlugin()
+    for name in ("a", "b"):
+        p = pod(store, name, {"name": "gpus", "resourceClaimTemplateName": "bad"})
+        reasons = schedule(plugin, store, p)
+        assert isinstance(reasons, list)
+        assert all(r.startswith(f"claim default/{name}-gpus-") for r in reasons)

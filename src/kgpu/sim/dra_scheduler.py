@@ -338,9 +338,10 @@ class DraSchedulerPlugin:
                 state.found[node.name] = None
             return hit[1]
         reason = self._allocate(alloc, NodeRef(node.name, labels), state)
-        if len(self._feasible) > 1_000_000:
-            self._feasible.clear()
-        self._feasible[key] = (version, reason)
+        if reason is None or reason == CANNOT_ALLOCATE:  # errors name the claim: not shared
+            if len(self._feasible) > 1_000_000:
+                self._feasible.clear()
+            self._feasible[key] = (version, reason)
         return reason
 
     @staticmethod
