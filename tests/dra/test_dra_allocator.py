@@ -577,6 +577,25 @@ def test_node_selector_of_results() -> None:
     assert everywhere is not None and "nodeSelector" not in everywhere[0]
 
 
+def test_per_device_node_selection() -> None:
+    devices = [
+        dict(dev("nic-b"), nodeName="node-b"),
+        dict(dev("nic-a"), nodeName="node-a"),
+        dict(dev("nic-all"), allNodes=True),
+    ]
+    s = slice_(devices, pool="fabric", node=None, driver="nic.example.com")
+    s["spec"]["perDeviceNodeSelection"] = True
+    kubernetes_validate.validate(s, "1.34.0", strict=True)
+    got = allocate(NODE, [claim("c", req("n", cls="nic", count=2))], classes=CLASSES, slices=[s])
+    assert got is not None
+    assert [r["device"] for r in got[0]["devices"]["results"]] == ["nic-a", "nic-all"]
+    assert got[0]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["node-a"]
+    assert (
+        allocate(NODE, [claim("c", req("n", cls="nic", count=3))], classes=CLASSES, slices=[s])
+        is None
+    )
+
+
 def test_class_and_claim_config_are_passed_on() -> None:
     classes = [
         dict(

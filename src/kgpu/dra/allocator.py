@@ -690,6 +690,8 @@ class _Run:
         if len(self.results[c]) + req.count - d > MAX_RESULTS:
             return False
         devices = self.devices
+        if d == 0 and req.count > 1 and self._free_matching(c, req, req.count) < req.count:
+            return False  # not enough devices: no need to try every combination
         for i in range(start, len(devices)):
             dev = devices[i]
             if req.admin:
@@ -706,6 +708,21 @@ class _Run:
                 return True
             undo()
         return False
+
+    def _free_matching(self, c: int, req: Request, enough: int) -> int:
+        """How many devices this request could still take (up to ``enough``)."""
+        n = 0
+        for dev in self.devices:
+            if req.admin:
+                if c in self.taking.get(dev.id, ()):
+                    continue
+            elif dev.id in self.alloc.allocated or self.taking.get(dev.id):
+                continue
+            if self._selectable(req, dev):
+                n += 1
+                if n >= enough:
+                    break
+        return n
 
     def _take(self, c: int, req: Request, dev: Device, must: bool) -> Callable[[], None] | None:
         if req.admin:
