@@ -82,6 +82,7 @@ def test_scenario_fields_checked(tmp_path: Path) -> None:
             "nodes": [
                 {"name": "a", "machine": "no-such-gpu", "colour": "red"},
                 {"name": "b", "taints": [{"key": "k", "effect": "Sometimes"}]},
+                {"name": "c", "machine": "t4", "clique": "7bd2ae60-8d26-4a5a-b5a0-2b1d4ec1f0c5.1"},
             ],
             "devicePlugin": "yes",
             "extra": 1,
@@ -92,6 +93,7 @@ def test_scenario_fields_checked(tmp_path: Path) -> None:
     assert "nodes[0].machine: unknown machine profile 'no-such-gpu'" in found
     assert "nodes[0].colour: unknown field 'colour'" in found
     assert "nodes[1].taints[0].effect: 'Sometimes'" in found
+    assert "nodes[2].clique: machine profile 't4'" in found
     assert "devicePlugin: must be true or false" in found
     assert "extra: unknown field 'extra'" in found
     assert "steps[0].label.node: 'ghost': no such node" in found

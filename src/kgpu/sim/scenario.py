@@ -219,7 +219,7 @@ def _taints(raw: object, path: str, err: _Errors) -> list[dict[str, str]]:
 
 
 def _node_spec(raw: object, path: str, err: _Errors) -> NodeSpec | None:
-    from kgpu.hardware.profiles import parse_clique, profile_names
+    from kgpu.hardware.profiles import load_machine, parse_clique, profile_names
 
     if not isinstance(raw, Mapping):
         err.add("must be a map (a node group)", path)
@@ -247,6 +247,8 @@ def _node_spec(raw: object, path: str, err: _Errors) -> NodeSpec | None:
     if clique is not None:
         try:
             parse_clique(str(clique))
+            if machine in profile_names():
+                load_machine(str(machine), hostname=name, clique=str(clique))
         except FieldError as exc:
             for p in exc.problems:
                 err.add(p.message, join_path(path, "clique"))

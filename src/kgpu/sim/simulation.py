@@ -153,6 +153,7 @@ class Simulation:
         self.controllers: list[Controller] = [*ctrls, *extra_controllers]
         self.scheduler = Scheduler([*sched, *extra_scheduler_plugins], self.store)
         self.workloads = Workloads(self)
+        self._dra = any(p.name == "DynamicResources" for p in self.scheduler.plugins)
         self._node_by_name: dict[str, SimNode] = {}
         self._base_machine: dict[str, Machine | None] = {}
         self._health: dict[str, HealthState] = {}
@@ -751,6 +752,13 @@ class Simulation:
                     continue
                 seen_gangs.add(rec.gang)
                 progress |= self._schedule_gang(rec.gang)
+                continue
+            if not self._dra and rec.obj["spec"].get("resourceClaims"):
+                self._unschedulable(
+                    rec,
+                    f"0/{len(self.nodes)} nodes are available: pod uses resource claims but "
+                    "no DRA scheduler plugin is loaded.",
+                )
                 continue
             placement = self.scheduler.find_node(rec)
             node = placement.node
