@@ -223,3 +223,12 @@ def test_bad_pod_rejected_with_field_path() -> None:
     with pytest.raises(FieldError) as err:
         sim.apply(pod("p", nodeSelector={"a": 1}))
     assert "spec.nodeSelector" in str(err.value)
+
+
+def test_claims_without_dra_plugin_are_explained() -> None:
+    claim_pod = pod("c", limits={})
+    claim_pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared"}]
+    sim = simulate([{"name": "n", "machine": "t4"}], claim_pod)
+    assert message(sim, "c") == (
+        "0/1 nodes are available: pod uses resource claims but no DRA scheduler plugin is loaded."
+    )
