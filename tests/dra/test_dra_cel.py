@@ -157,3 +157,23 @@ def test_quantity_parsing() -> None:
     assert parse_quantity("1.5k") == 1500
     assert parse_quantity("100m") * 10 == 1
     assert parse_quantity("1e3") == 1000
+
+
+@pytest.mark.parametrize(
+    ("expr", "dynamic"),
+    [
+        ("device.attributes['gpu.nvidia.com'].productName in ['A', 'B']", False),
+        ("'uuid' in device.attributes['gpu.nvidia.com']", False),
+        # keys the expression computes: it may read any attribute
+        ("device.attributes['gpu.nvidia.com']['product' + 'Name'] == 'A'", True),
+        ("device.attributes[device.driver].productName == 'A'", True),
+        ("device.attributes['gpu.nvidia.com'].exists(k, k == 'uuid')", True),
+    ],
+)
+def test_which_selectors_can_share_results(expr: str, dynamic: bool) -> None:
+    sel = compile_selector(expr)
+    assert sel.dynamic is dynamic
+    a = device_view("gpu.nvidia.com", {"attributes": {"productName": {"string": "A"}}})
+    b = device_view("gpu.nvidia.com", {"attributes": {"productName": {"string": "B"}}})
+    if dynamic:  # never share a result between devices that differ anywhere
+        assert sel.signature(a) != sel.signature(b)

@@ -441,13 +441,12 @@ def compile_selector(expression: str) -> Selector:
         tokens = _TOKENS.findall(expression)
         names = frozenset(_unquote(t) if t[0] in "\"'" else t for t in tokens)
         domains = frozenset(_unquote(m) for m in _DOMAIN_INDEX.findall(expression))
-        dynamic = bool(names & _DYNAMIC) and not _only_literal_in(expression)
+        dynamic = (bool(names & _DYNAMIC) and not _only_literal_in(expression)) or (
+            _computed_index(expression)
+        )
         selector = Selector(expression, program, names, domains, dynamic)
         _CACHE[expression] = selector
         return selector
-
-
-_LITERAL_IN = re.compile(r"(\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*')\s+in\b")
 
 
 def _only_literal_in(expression: str) -> bool:
@@ -456,13 +455,38 @@ def _only_literal_in(expression: str) -> bool:
     tokens = {t for t in _TOKENS.findall(expression) if t[0] not in "\"'"}
     if tokens & (_DYNAMIC - {"in"}):
         return False
-    literal_ins = len(_LITERAL_IN.findall(expression))
-    all_ins = len(re.findall(r"\bin\b", _strip_strings(expression)))
-    return literal_ins == all_ins
+    masked = _mask_strings(expression)
+    for m in re.finditer(r"\bin\b", masked):
+        if re.match(r"\s*\[", masked[m.end() :]):
+            continue  # x in [list literal]: reads no map
+        if re.search(r"(\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*')\s*$", expression[: m.start()]):
+            continue  # 'key' in map: reads that one key
+        return False
+    return True
 
 
-def _strip_strings(expression: str) -> str:
-    return re.sub(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'", '""', expression)
+_INDEX = re.compile(r"[\w\)\]]\s*\[")
+_LITERAL_INDEX = re.compile(r"\s*(\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*')\s*\]")
+
+
+def _computed_index(expression: str) -> bool:
+    """An index that is not one string literal (``m['a' + b]``, ``m[k]``) can read any key."""
+    masked = _mask_strings(expression)
+    return any(
+        not _LITERAL_INDEX.match(expression, m.end())
+        and not re.search(r"\bin$", masked[: m.start() + 1])  # "x in [...]" is a list literal
+        for m in _INDEX.finditer(masked)
+    )
+
+
+def _mask_strings(expression: str) -> str:
+    """The expression with string contents blanked (same length), so brackets inside strings
+    are not mistaken for indexes."""
+    return re.sub(
+        r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'",
+        lambda m: m.group(0)[0] + " " * (len(m.group(0)) - 2) + m.group(0)[-1],
+        expression,
+    )
 
 
 # -- device views ------------------------------------------------------------------------------
