@@ -185,3 +185,35 @@ def test_xid_marks_device_unhealthy_and_lowers_allocatable() -> None:
     assert sum(r.phase == "Running" for r in sim.pods.values()) == 7
     bad = node.machine.gpu(3).uuid if node.machine else ""
     assert all(bad not in ids for r in sim.pods.values() for ids in r.devices.values())
+
+
+def test_mps_refuses_multi_gpu_requests_at_admission(acceptance: Path) -> None:
+    # Upstream's MPS sharing refuses Allocate for more than one replica: the kubelet fails the
+    # pod (UnexpectedAdmissionError); the Job retries once the clock moves, up to backoffLimit.
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "j"},
+        "spec": {"backoffLimit": 1, "template": template(2, restartPolicy="Never")},
+    }
+    sim = Simulation(
+        scenario_from_dict(
+            {
+                "nodes": [{"name": "g", "machine": "rtx-4090"}],
+                "configs": [str(acceptance / "seed-guides/gpu-sharing-config-any-mps.yaml")],
+                "steps": [{"advance": 10}, {"advance": 10}, {"advance": 10}],
+            }
+        ),
+        plugins=False,
+    )
+    sim.start()
+    sim.apply(job)
+    sim.settle()
+    (first,) = sim.pods.values()
+    assert first.phase == "Failed"
+    assert first.obj["status"]["reason"] == "UnexpectedAdmissionError"
+    assert sim.node("g").requested.get("nvidia.com/gpu", 0) == 0
+    sim.run()
+    assert [r.phase for r in sim.pods.values()] == ["Failed", "Failed"]
+    status = sim.store.get("batch/v1", "Job", "j")["status"]
+    assert status["failed"] == 2 and status["conditions"][0]["reason"] == "BackoffLimitExceeded"

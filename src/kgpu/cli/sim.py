@@ -33,6 +33,8 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Simulate a GPU cluster: apply manifests, schedule, allocate devices, report."""
+        import logging
+
         from kgpu.cli.output import console, fail, print_json
         from kgpu.errors import KgpuError
         from kgpu.sim.quickstart import quickstart_path
@@ -40,6 +42,8 @@ def register(app: typer.Typer) -> None:
         from kgpu.sim.scenario import load_scenario
         from kgpu.sim.simulation import Simulation
 
+        # the simulator reports what went wrong as events; keep node code's logs off the screen
+        logging.getLogger("kgpu").setLevel(logging.ERROR)
         if output not in ("table", "json"):
             fail(f"--output {output!r}: allowed: table, json")
         try:

@@ -890,6 +890,7 @@ class Simulation:
                 node.device_owner.pop(i, None)
             self._to_admit.pop(rec.key, None)
             rec.phase = "Failed"
+            rec.failed_at = self.now
             rec.obj["status"] = {
                 "phase": "Failed",
                 "reason": "UnexpectedAdmissionError",

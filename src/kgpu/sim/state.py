@@ -38,6 +38,7 @@ class PodRecord:
     devices: dict[str, list[str]] = field(default_factory=dict)
     env: dict[str, dict[str, str]] = field(default_factory=dict)
     failed_epoch: int = -1  # epoch of its last failed scheduling attempt
+    failed_at: float | None = None  # clock time the kubelet rejected it (admission error)
     last_message: str = ""
 
     @property

@@ -130,6 +130,15 @@ class Workloads:
             root=root or _meta(owner)["name"],
         )
 
+    def _backing_off(self, uid: str) -> bool:
+        """A pod of this owner was rejected by a kubelet at the current time: like the
+        controllers' rate-limited queues, replace it only once the clock moves on."""
+        now = self.sim.now
+        return any(
+            r.failed_at is not None and r.failed_at >= now
+            for r in self.sim.pods_by_owner.get(uid, {}).values()
+        )
+
     def _write_status(self, obj: Obj, status: Obj) -> bool:
         meta = _meta(obj)
         key = (obj["kind"], meta.get("namespace", ""), meta["name"])
@@ -290,7 +299,8 @@ class Workloads:
         alive = self._alive(meta["uid"])
         changed = False
         root = self._root(rs)
-        for _ in range(want - len(alive)):
+        missing = 0 if self._backing_off(meta["uid"]) else want - len(alive)
+        for _ in range(missing):
             self._new_pod(
                 rs, spec["template"], f"{meta['name']}-{self.sim.suffixes.next()}", root=root
             )
@@ -321,8 +331,34 @@ class Workloads:
         parallelism = int(spec.get("parallelism", 1))
         pods = self._pods(uid)
         succeeded = [p for p in pods if p.phase == "Succeeded"]
+        failed = [p for p in pods if p.phase == "Failed"]
         active = [p for p in pods if not p.finished]
         status: Obj = {"active": len(active), "succeeded": len(succeeded)}
+        if failed:
+            status["failed"] = len(failed)
+        if len(failed) > int(spec.get("backoffLimit", 6)):
+            for rec in active:
+                self.sim.delete_pod(rec.key)
+            status["active"] = 0
+            status["conditions"] = [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "BackoffLimitExceeded",
+                    "message": "Job has reached the specified backoff limit",
+                }
+            ]
+            if not any(
+                c.get("type") == "Failed" for c in (job.get("status") or {}).get("conditions") or ()
+            ):
+                self.sim.emit(
+                    "Warning",
+                    "BackoffLimitExceeded",
+                    f"Job/{meta['namespace']}/{name}",
+                    "Job has reached the specified backoff limit",
+                )
+            self._write_status(job, status)
+            return bool(active)
         done = (
             len(succeeded) >= int(completions)
             if completions is not None
@@ -357,7 +393,8 @@ class Workloads:
             }
             free_indexes = [i for i in range(int(completions or 0)) if i not in taken]
             root = self._root(job)
-            for _ in range(want - len(active)):
+            missing = 0 if self._backing_off(uid) else want - len(active)
+            for _ in range(missing):
                 if indexed:
                     if not free_indexes:
                         break
@@ -401,7 +438,7 @@ class Workloads:
         by_ordinal = {int(r.name.rsplit("-", 1)[1]): r for r in self._alive(uid)}
         changed = False
         revision = f"{name}-{template_hash(spec['template'])}"
-        for i in range(want):
+        for i in range(want if not self._backing_off(uid) else 0):
             if i in by_ordinal:
                 if not parallel and by_ordinal[i].phase != "Running":
                     break
