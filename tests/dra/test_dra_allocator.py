@@ -625,14 +625,15 @@ def test_class_and_claim_config_are_passed_on() -> None:
 
 
 def test_one_pod_two_claims_on_one_pcie_root_each() -> None:
-    """A pod's two claims, each two GPUs bound to one PCIe root by matchAttribute, on a DGX
-    H100 whose GPUs pair up under four PCIe switches."""
-    machine = load_machine("dgx-h100", hostname="node-a")
-    machine = dataclasses.replace(
-        machine,
-        extra={"pcie_roots": {g.index: f"pci0000:{g.index // 2:02x}" for g in machine.gpus}},
-    )
+    """A pod's two claims, each two GPUs bound to one PCIe root by matchAttribute, on a
+    p4de.24xlarge whose eight A100s sit in pairs behind four PCIe switches."""
+    machine = load_machine("p4de.24xlarge", hostname="node-a")
     slices = resource_slices(machine, "node-a")
+    roots = [
+        d["attributes"]["resource.kubernetes.io/pcieRoot"]["string"]
+        for d in slices[0]["spec"]["devices"]
+    ]
+    assert roots[0] == roots[1] != roots[2] == roots[3]
 
     def pair(name: str) -> dict:
         return claim(

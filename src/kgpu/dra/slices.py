@@ -77,14 +77,16 @@ def mig_device_name(gpu_index: int, profile: str, profile_id: int, start: int) -
 
 
 def _pcie_root(machine: Machine, gpu: Gpu) -> str:
-    """The PCIe root complex: ``machine.extra["pcie_roots"][index]`` when the hardware layer
-    knows it, else the root bus of the GPU's PCI domain (``pci<domain>:00``), which is what
-    sysfs shows on machines that give each GPU its own PCI segment."""
+    """The PCIe root the GPU hangs off: ``machine.extra["pcie_roots"][index]`` when the hardware
+    layer knows it (sysfs on a real node), else named after the GPU's PCI domain and bus
+    (``pci<domain>:<bus>``), so GPUs that share a bus behind one PCIe switch (the pairs of a
+    p4de.24xlarge) share a root and GPUs on buses of their own (DGX H100, GB200) do not."""
     roots = machine.extra.get("pcie_roots") or {}
     if gpu.index in roots:
         return str(roots[gpu.index])
-    domain, _, _ = gpu.pci_bus_id.partition(":")
-    return f"pci{domain[-4:].lower()}:00"
+    domain, _, rest = gpu.pci_bus_id.partition(":")
+    bus = rest.partition(":")[0] or "00"
+    return f"pci{domain[-4:].lower()}:{bus.lower()}"
 
 
 def _common(machine: Machine, gpu: Gpu) -> dict[str, Obj]:
