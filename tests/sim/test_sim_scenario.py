@@ -173,3 +173,19 @@ def test_steps_change_the_cluster(tmp_path: Path, acceptance: Path) -> None:
     sim.step(sim.scenario.steps[3])
     assert sim.pods == {} and sim.node("g").requested.get("nvidia.com/gpu", 0) == 0
     assert [s["title"] for s in sim.snapshots][:2] == ["initial state", "MPS x8"]
+
+
+def test_manual_steps_do_not_skip_scenario_steps(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "s.yaml",
+        {
+            "nodes": [{"name": "g", "machine": "t4"}],
+            "steps": [{"cordon": "g"}],
+        },
+    )
+    sim = Simulation(load_scenario(path), plugins=False)
+    sim.step({"label": {"node": "g", "labels": {"team": "a"}}})
+    sim.run()
+    node = sim.node("g")
+    assert node.labels["team"] == "a" and node.unschedulable

@@ -268,7 +268,9 @@ class Simulation:
         elif action in ("cordon", "uncordon"):
             self.cordon(value, action == "cordon")
         self.settle()
-        self._steps_done += 1
+        steps = self.scenario.steps
+        if self._steps_done < len(steps) and step is steps[self._steps_done]:
+            self._steps_done += 1  # run() continues after the scenario steps already taken
         self._snapshot(step.describe())
 
     def settle(self) -> None:
