@@ -64,5 +64,9 @@ class SimStore(MemoryStore):
         out, self._journal = self._journal, {}
         return out
 
+    def touched(self, kind: str, namespace: str, name: str) -> bool:
+        """Whether someone else wrote this object since the last drain."""
+        return (namespace, name) in self._journal.get(kind, ())
+
     def pending(self) -> bool:
         return bool(self._journal)

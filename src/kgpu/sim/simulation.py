@@ -734,7 +734,28 @@ class Simulation:
             self.scheduler.release(rec, None)
         self._epoch += 1
 
+    def _merge_external(self, rec: PodRecord, stored: Obj) -> None:
+        """Keep what others wrote into a pod (labels, annotations, the resourceclaim
+        controller's ``status.resourceClaimStatuses``) in the simulator's copy."""
+        meta = stored.get("metadata") or {}
+        for key in ("labels", "annotations"):
+            if meta.get(key) is not None:
+                rec.obj["metadata"][key] = meta[key]
+        rec.obj["metadata"]["resourceVersion"] = meta.get("resourceVersion")
+        claims = (stored.get("status") or {}).get("resourceClaimStatuses")
+        if claims is not None:
+            rec.obj.setdefault("status", {})["resourceClaimStatuses"] = claims
+
+    def _set_status(self, rec: PodRecord, status: Obj) -> None:
+        claims = (rec.obj.get("status") or {}).get("resourceClaimStatuses")
+        if claims is not None:
+            status["resourceClaimStatuses"] = claims
+        rec.obj["status"] = status
+
     def _write_pod(self, rec: PodRecord) -> None:
+        if self.store.touched("Pod", rec.namespace, rec.name):
+            with contextlib.suppress(NotFound):
+                self._merge_external(rec, self.store.get("v1", "Pod", rec.name, rec.namespace))
         with self.store.muted():
             out = self.store.apply(rec.obj)
         rec.obj["metadata"]["resourceVersion"] = out["metadata"]["resourceVersion"]
@@ -824,17 +845,20 @@ class Simulation:
             return
         rec.last_message = message
         self.emit("Warning", "FailedScheduling", f"Pod/{rec.key}", message)
-        rec.obj["status"] = {
-            "phase": "Pending",
-            "conditions": [
-                {
-                    "type": "PodScheduled",
-                    "status": "False",
-                    "reason": "Unschedulable",
-                    "message": message,
-                }
-            ],
-        }
+        self._set_status(
+            rec,
+            {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                    }
+                ],
+            },
+        )
         self._write_pod(rec)
 
     def _bind(self, rec: PodRecord, node: SimNode, scheduled: bool = True) -> None:
@@ -893,11 +917,14 @@ class Simulation:
             self._to_admit.pop(rec.key, None)
             rec.phase = "Failed"
             rec.failed_at = self.now
-            rec.obj["status"] = {
-                "phase": "Failed",
-                "reason": "UnexpectedAdmissionError",
-                "message": f"Allocate failed due to {exc}, which is unexpected",
-            }
+            self._set_status(
+                rec,
+                {
+                    "phase": "Failed",
+                    "reason": "UnexpectedAdmissionError",
+                    "message": f"Allocate failed due to {exc}, which is unexpected",
+                },
+            )
             self._write_pod(rec)
             self.emit("Warning", "UnexpectedAdmissionError", f"Pod/{rec.key}", str(exc))
             self._release(rec)
@@ -930,15 +957,18 @@ class Simulation:
         for daemon in node.mps:
             if daemon.resource in served and rec.key not in daemon.clients:
                 daemon.clients.append(rec.key)
-        rec.obj["status"] = {
-            "phase": "Running",
-            "hostIP": self._node_ip(node.name),
-            "startTime": self.timestamp(),
-            "conditions": [
-                {"type": "PodScheduled", "status": "True"},
-                {"type": "Ready", "status": "True"},
-            ],
-        }
+        self._set_status(
+            rec,
+            {
+                "phase": "Running",
+                "hostIP": self._node_ip(node.name),
+                "startTime": self.timestamp(),
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "True"},
+                ],
+            },
+        )
         self._write_pod(rec)
         if rec.run_seconds is not None:
             heapq.heappush(self._timers, (self.now + rec.run_seconds, rec.seq, rec.key))
@@ -966,11 +996,14 @@ class Simulation:
     def _finish(self, rec: PodRecord) -> None:
         self._release(rec)
         rec.phase = "Succeeded"
-        rec.obj["status"] = {
-            "phase": "Succeeded",
-            "hostIP": self._node_ip(rec.node),
-            "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}],
-        }
+        self._set_status(
+            rec,
+            {
+                "phase": "Succeeded",
+                "hostIP": self._node_ip(rec.node),
+                "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}],
+            },
+        )
         self._write_pod(rec)
 
     # -- what others wrote -------------------------------------------------------------------
@@ -1007,11 +1040,7 @@ class Simulation:
                     self.delete_pod(key)
                 continue
             if key in self.pods:
-                rec = self.pods[key]
-                meta = obj.get("metadata") or {}
-                rec.obj["metadata"]["labels"] = meta.get("labels") or {}
-                rec.obj["metadata"]["annotations"] = meta.get("annotations") or {}
-                rec.obj["metadata"]["resourceVersion"] = meta.get("resourceVersion")
+                self._merge_external(self.pods[key], obj)
                 continue
             problems = validate_pod_spec(obj.get("spec"), "spec")
             if problems:
