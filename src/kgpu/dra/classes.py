@@ -4,7 +4,10 @@ claims written for the upstream driver select the same devices here.
 ``gpu.nvidia.com`` and ``mig.nvidia.com`` select devices of driver ``gpu.nvidia.com`` by their
 ``type`` attribute; ``compute-domain-daemon.nvidia.com`` and
 ``compute-domain-default-channel.nvidia.com`` select the ComputeDomain driver's
-(``compute-domain.nvidia.com``) daemon devices and its channel 0. Every selector tests
+(``compute-domain.nvidia.com``) daemon and channel devices. Upstream's channel class
+selects only ``channel-0`` (``id == 0``), which allows one ComputeDomain per node; kgpu's node
+side numbers IMEX channels per domain at prepare time, so its class selects any free channel
+slot and several domains can share a node. Claims naming the class work unchanged. Every selector tests
 ``device.driver`` first, so a device of another driver is rejected before its attributes are
 read (a missing attribute would otherwise be a CEL runtime error).
 """
@@ -31,8 +34,7 @@ SELECTORS: dict[str, str] = {
     ),
     "compute-domain-default-channel.nvidia.com": (
         "device.driver == 'compute-domain.nvidia.com' && "
-        "device.attributes['compute-domain.nvidia.com'].type == 'channel' && "
-        "device.attributes['compute-domain.nvidia.com'].id == 0"
+        "device.attributes['compute-domain.nvidia.com'].type == 'channel'"
     ),
 }
 
