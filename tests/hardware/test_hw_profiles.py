@@ -85,10 +85,19 @@ def test_clique_on_a_product_without_fabric_is_rejected() -> None:
         load_machine("dgx-h100", clique=CLIQUE)
 
 
-@pytest.mark.parametrize("bad", ["nodot", "not-a-uuid.1", "7bd2ae60-8d26-4a5a-b5a0-2b1d4ec1f0c5.x"])
+@pytest.mark.parametrize(
+    "bad",
+    ["nodot", "rack a.1", "-rack.1", "7bd2ae60-8d26-4a5a-b5a0-2b1d4ec1f0c5.x", "x" * 70 + ".1"],
+)
 def test_malformed_clique_is_rejected(bad: str) -> None:
     with pytest.raises(FieldError, match="clique"):
         load_machine("gb200", clique=bad)
+
+
+def test_scenario_style_clique_names_are_accepted() -> None:
+    """The simulator's scenario schema names racks freely (``clique: cluster-abc.0``)."""
+    machine = load_machine("gb200", hostname="gb-0", clique="cluster-abc.0")
+    assert {g.fabric.clique for g in machine.gpus if g.fabric} == {"cluster-abc.0"}
 
 
 def test_unknown_profile_lists_known_ones() -> None:

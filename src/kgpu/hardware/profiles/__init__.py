@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import uuid as uuidlib
 from dataclasses import dataclass
 from importlib import resources
@@ -147,6 +148,9 @@ def _unknown(name: str) -> FieldError:
     )
 
 
+_CLUSTER_ID = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
 def stable_uuid(prefix: str, *parts: object) -> str:
     """A UUID in NVML's spelling (``GPU-xxxxxxxx-...``) that depends only on ``parts``.
 
@@ -158,18 +162,25 @@ def stable_uuid(prefix: str, *parts: object) -> str:
 
 
 def parse_clique(clique: str) -> tuple[str, int]:
-    """Split ``<clusterUUID>.<cliqueId>`` (the ``nvidia.com/gpu.clique`` label value)."""
+    """Split ``<clusterUUID>.<cliqueId>`` (the ``nvidia.com/gpu.clique`` label value).
+
+    Real fabric managers report a UUID for the cluster, but scenario files name racks freely
+    (``cluster-abc.0``), so any id that is a valid label value is accepted; the clique id must be
+    an integer, as NVML reports it.
+    """
     cluster, sep, clique_id = clique.rpartition(".")
     problem = None
     if not sep or not cluster:
         problem = "must be <clusterUUID>.<cliqueId>, e.g. 7bd2ae60-8d26-4a5a-b5a0-2b1d4ec1f0c5.1"
-    else:
-        try:
-            uuidlib.UUID(cluster)
-        except ValueError:
-            problem = f"cluster UUID {cluster!r} is not a UUID"
-        if problem is None and not clique_id.isdigit():
-            problem = f"clique id {clique_id!r} is not a non-negative integer"
+    elif not _CLUSTER_ID.fullmatch(cluster):
+        problem = (
+            f"cluster id {cluster!r} must be letters, digits, '-', '_' or '.', starting and "
+            "ending with a letter or digit (it becomes part of the nvidia.com/gpu.clique label)"
+        )
+    elif not clique_id.isdigit():
+        problem = f"clique id {clique_id!r} is not a non-negative integer"
+    elif len(clique) > 63:
+        problem = "must be at most 63 characters (it is the nvidia.com/gpu.clique label value)"
     if problem:
         raise FieldError(FieldProblem(problem, path="clique"))
     return cluster, int(clique_id)
