@@ -7,9 +7,9 @@ claims written for the upstream driver select the same devices here.
 (``compute-domain.nvidia.com``) daemon and channel devices. Upstream's channel class
 selects only ``channel-0`` (``id == 0``), which allows one ComputeDomain per node; kgpu's node
 side numbers IMEX channels per domain at prepare time, so its class selects any free channel
-slot and several domains can share a node. Claims naming the class work unchanged. Every selector tests
-``device.driver`` first, so a device of another driver is rejected before its attributes are
-read (a missing attribute would otherwise be a CEL runtime error).
+slot and several domains can share a node. Claims naming the class work unchanged. Every
+selector tests ``device.driver`` first, so a device of another driver is rejected before its
+attributes are read (a missing attribute would otherwise be a CEL runtime error).
 """
 
 from __future__ import annotations
