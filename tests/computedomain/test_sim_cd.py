@@ -98,9 +98,8 @@ def test_failed_node_heals_in_the_simulator(tmp_path: Path, step: str) -> None:
     names = sorted(n["name"] for n in cd["status"]["nodes"])
     assert "rack-a-0" not in names and len(names) == 4
     assert all(n.startswith("rack-a-") for n in names)
-    # A set: the simulator currently derives node IPs from list positions, which can repeat
-    # an address after a node is deleted (reported to the simulator's owner).
-    ips = sorted({n["ipAddress"] for n in cd["status"]["nodes"]})
+    ips = sorted(n["ipAddress"] for n in cd["status"]["nodes"])
+    assert len(set(ips)) == 4  # every node keeps its own address after rack-a-0 goes
     for node in names:
         assert sorted(_nodes_config(tmp_path, node, cd["metadata"]["uid"])) == ips
     reasons = [e.reason for e in sim.events if e.object == "ComputeDomain/default/train-4"]

@@ -189,3 +189,47 @@ def test_manual_steps_do_not_skip_scenario_steps(tmp_path: Path) -> None:
     sim.run()
     node = sim.node("g")
     assert node.labels["team"] == "a" and node.unschedulable
+
+
+def _internal_ips(sim: Simulation) -> dict[str, str]:
+    return {
+        n["metadata"]["name"]: next(
+            a["address"] for a in n["status"]["addresses"] if a["type"] == "InternalIP"
+        )
+        for n in sim.store.list("v1", "Node")
+    }
+
+
+def test_node_addresses_survive_node_deletion(tmp_path: Path) -> None:
+    """A node keeps the InternalIP it joined with; a deleted node's address is not handed to
+    another node, nor to one added later (IMEX peers are listed by address)."""
+    path = write(
+        tmp_path,
+        "s.yaml",
+        {
+            "nodes": [{"name": "rack-a", "count": 4, "machine": "t4"}],
+            "steps": [
+                {"deleteNode": "rack-a-1"},
+                {"addNodes": [{"name": "late", "count": 2, "machine": "t4"}]},
+                {"deleteNode": "late-0"},
+                {"addNodes": [{"name": "late-0", "machine": "t4"}]},
+            ],
+        },
+    )
+    sim = Simulation(load_scenario(path), plugins=False)
+    sim.start()
+    before = _internal_ips(sim)
+    assert len(set(before.values())) == 4
+    seen = set(before.values())
+    sim.step(sim.scenario.steps[0])
+    after = _internal_ips(sim)
+    assert after == {n: ip for n, ip in before.items() if n != "rack-a-1"}
+    for step in sim.scenario.steps[1:]:
+        sim.step(step)
+        now = _internal_ips(sim)
+        assert len(set(now.values())) == len(now)
+        assert all(now[n] == after[n] for n in after if n in now)
+        seen |= set(now.values())
+    # 4 + 2 + 1 nodes joined: each got its own address, none reused
+    assert len(seen) == 7
+    assert _internal_ips(sim)["late-0"] not in after.values()

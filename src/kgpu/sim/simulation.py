@@ -62,6 +62,14 @@ UNREACHABLE = "node.kubernetes.io/unreachable"
 ARM_PROFILES = frozenset({"gb200"})
 
 
+def _address(seq: int) -> str:
+    """The InternalIP of the ``seq``-th node to join (10.0.0.2, 10.0.0.3, ...): assigned once,
+    so a node keeps its address and a deleted node's address is never handed on (IMEX daemons
+    list their peers by address)."""
+    block = seq // 250
+    return f"10.{block // 256}.{block % 256}.{seq % 250 + 2}"
+
+
 def load_plugins(
     work_dir: Path,
 ) -> tuple[list[SchedulerPlugin], list[KubeletPlugin], list[Controller], list[str]]:
@@ -157,6 +165,8 @@ class Simulation:
         self._node_by_name: dict[str, SimNode] = {}
         self._base_machine: dict[str, Machine | None] = {}
         self._health: dict[str, HealthState] = {}
+        self._ips: dict[str, str] = {}  # InternalIP per node name, given when the node joins
+        self._ip_seq = itertools.count()
         self._seq = itertools.count()
         self._epoch = 0
         self._pending: dict[str, PodRecord] = {}
@@ -316,6 +326,7 @@ class Simulation:
             }
             self._base_machine[name] = machine
             self._health[name] = HealthState()
+            self._ips[name] = _address(next(self._ip_seq))
             self.nodes.append(node)
             self._node_by_name[name] = node
             self._refresh_node(node, register=True)
@@ -431,8 +442,7 @@ class Simulation:
             node.info.labels = node.labels
 
     def _node_ip(self, name: str) -> str:
-        index = list(self._node_by_name).index(name) if name in self._node_by_name else 0
-        return f"10.0.{index // 250}.{index % 250 + 2}"
+        return self._ips.get(name, "")
 
     def label_node(self, name: str, labels: Mapping[str, str | None]) -> None:
         node = self.node(name)
