@@ -233,3 +233,40 @@ def test_node_addresses_survive_node_deletion(tmp_path: Path) -> None:
     # 4 + 2 + 1 nodes joined: each got its own address, none reused
     assert len(seen) == 7
     assert _internal_ips(sim)["late-0"] not in after.values()
+
+
+def test_malformed_compute_domain_rejected_before_running(tmp_path: Path) -> None:
+    """A ComputeDomain typo stops the scenario at load time, like other kinds, instead of an
+    InvalidSpec warning once the controller meets it."""
+    good = {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomain",
+        "metadata": {"name": "ok"},
+        "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "ok-ch"}}},
+    }
+    bad = {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomain",
+        "metadata": {"name": "train"},
+        "spec": {
+            "numNode": 4,
+            "channel": {"resourceClaimTemplate": {"name": "Train_Channel"}, "allocationMode": "X"},
+        },
+    }
+    write(tmp_path, "cd.yaml", [good, bad])
+    path = write(tmp_path, "s.yaml", {"nodes": [], "apply": ["cd.yaml"]})
+    found = problems(path)
+    assert any(p.startswith("cd.yaml: document 1: spec.numNode: unknown field") for p in found)
+    assert any(
+        p.startswith("cd.yaml: document 1: spec.channel.resourceClaimTemplate.name: ")
+        and "'Train_Channel'" in p
+        for p in found
+    )
+    assert any(
+        p.startswith("cd.yaml: document 1: spec.channel.allocationMode: must be one of")
+        for p in found
+    )
+    assert not any("document 0" in p for p in found)
+    # inline objects of a step are checked the same way, before the first step runs
+    steps = write(tmp_path, "t.yaml", {"nodes": [], "steps": [{"apply": [bad]}]})
+    assert any("spec.numNode: unknown field" in p for p in problems(steps))

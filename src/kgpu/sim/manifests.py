@@ -16,6 +16,10 @@ from typing import Any
 
 import yaml
 
+from kgpu.cluster.store import group_of
+from kgpu.computedomain.api import GROUP as CD_GROUP
+from kgpu.computedomain.api import KIND as CD_KIND
+from kgpu.computedomain.api import parse_compute_domain
 from kgpu.errors import FieldError, FieldProblem, join_path
 from kgpu.sim.podspec import validate_pod_spec
 
@@ -243,6 +247,11 @@ def validate_manifest(obj: object) -> list[FieldProblem]:
                     "spec.launcherCreationPolicy",
                 )
             )
+    elif kind == CD_KIND and isinstance(api, str) and group_of(api) == CD_GROUP:
+        try:  # the parser the controller uses: a domain that loads here also reconciles
+            parse_compute_domain(obj)
+        except FieldError as exc:
+            out.extend(FieldProblem(p.message, p.path) for p in exc.problems)
     elif kind == "ConfigMap":
         data = obj.get("data")
         if data is not None and (
