@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,9 @@ class ComputeDomainHandler:
         self.clique = clique
         self.slots = slots
         self._claims: dict[str, dict[str, Any]] = {}
+        # The kubelet's gRPC calls and the agent's periodic sync_daemons run on different
+        # threads; one lock keeps a daemon directory from being rewritten while it is removed.
+        self._lock = threading.RLock()
 
     # -- DriverHandler ------------------------------------------------------------------------
     def resource_slices(self, node_name: str) -> list[Obj]:
@@ -135,73 +139,80 @@ class ComputeDomainHandler:
         return [node_slice(node_name, slots=self.slots)]
 
     def restore(self, states: Mapping[str, Mapping[str, Any]]) -> None:
-        self._claims = {uid: dict(state) for uid, state in states.items() if state}
+        with self._lock:
+            self._claims = {uid: dict(state) for uid, state in states.items() if state}
 
     def prepare(self, claim: ClaimInfo) -> PreparedClaim:
-        if claim.uid in self._claims:  # called again after a crash: same answer, no new channel
-            self.unprepare(claim.uid, self._claims[claim.uid])
-        devices: list[PreparedDevice] = []
-        state: dict[str, Any] = {}
-        for result in claim.results:
-            device = str(result.get("device", ""))
-            request = str(result.get("request", ""))
-            dtype = _device_type(device)
-            if dtype not in _KINDS:
-                raise ClaimError(f"unknown {DRIVER} device {device!r}")
-            configs = [c for c in claim.configs if c.applies_to(request)]
-            if not configs:
-                raise ClaimError(
-                    f"request {request!r}: no {_KINDS[dtype]} for driver {DRIVER}; claims for "
-                    "IMEX channels and daemons come from a ComputeDomain's claim templates"
-                )
-            kind, domain_uid, mode = _parse_config(configs[-1])
-            if kind != _KINDS[dtype]:
-                raise ClaimError(f"device {device} is a {dtype} but its config is a {kind}")
-            domain = self._domain(domain_uid)
-            if dtype == "channel":
-                if domain.namespace != claim.namespace:
+        with self._lock:
+            if claim.uid in self._claims:  # called again after a crash: same answer, no new channel
+                self.unprepare(claim.uid, self._claims[claim.uid])
+            devices: list[PreparedDevice] = []
+            state: dict[str, Any] = {}
+            for result in claim.results:
+                device = str(result.get("device", ""))
+                request = str(result.get("request", ""))
+                dtype = _device_type(device)
+                if dtype not in _KINDS:
+                    raise ClaimError(f"unknown {DRIVER} device {device!r}")
+                configs = [c for c in claim.configs if c.applies_to(request)]
+                if not configs:
                     raise ClaimError(
-                        "the ResourceClaim's namespace is different than the "
-                        "ComputeDomain's namespace"
+                        f"request {request!r}: no {_KINDS[dtype]} for driver {DRIVER}; claims for "
+                        "IMEX channels and daemons come from a ComputeDomain's claim templates"
                     )
-                edits, state = self._prepare_channel(domain, mode)
-            else:
-                edits, state = self._prepare_daemon(domain)
-            devices.append(
-                PreparedDevice(
-                    requests=(request,),
-                    pool=str(result.get("pool", self.node_name)),
-                    device=device,
-                    cdi_name=cdi_device_name(claim.uid, device),
-                    edits=edits,
+                kind, domain_uid, mode = _parse_config(configs[-1])
+                if kind != _KINDS[dtype]:
+                    raise ClaimError(f"device {device} is a {dtype} but its config is a {kind}")
+                domain = self._domain(domain_uid)
+                if dtype == "channel":
+                    if domain.namespace != claim.namespace:
+                        raise ClaimError(
+                            "the ResourceClaim's namespace is different than the "
+                            "ComputeDomain's namespace"
+                        )
+                    edits, state = self._prepare_channel(domain, mode)
+                else:
+                    edits, state = self._prepare_daemon(domain)
+                devices.append(
+                    PreparedDevice(
+                        requests=(request,),
+                        pool=str(result.get("pool", self.node_name)),
+                        device=device,
+                        cdi_name=cdi_device_name(claim.uid, device),
+                        edits=edits,
+                    )
                 )
-            )
-        self._claims[claim.uid] = state
-        return PreparedClaim(devices=tuple(devices), state=state)
+            self._claims[claim.uid] = state
+            return PreparedClaim(devices=tuple(devices), state=state)
 
     def unprepare(self, claim_uid: str, state: Mapping[str, Any] | None) -> None:
-        known = self._claims.pop(claim_uid, None)
-        state = state or known
-        if not state:
-            return
-        domain = str(state.get("domain", ""))
-        same = [s for s in self._claims.values() if s.get("domain") == domain]
-        if state.get("type") == "channel" and not any(s["type"] == "channel" for s in same):
-            self._set_label(domain, present=False)
-        if state.get("type") == "daemon" and not any(s["type"] == "daemon" for s in same):
-            shutil.rmtree(self.domain_dir(domain), ignore_errors=True)
+        with self._lock:
+            known = self._claims.pop(claim_uid, None)
+            state = state or known
+            if not state:
+                return
+            domain = str(state.get("domain", ""))
+            same = [s for s in self._claims.values() if s.get("domain") == domain]
+            if state.get("type") == "channel" and not any(s["type"] == "channel" for s in same):
+                self._set_label(domain, present=False)
+            if state.get("type") == "daemon" and not any(s["type"] == "daemon" for s in same):
+                shutil.rmtree(self.domain_dir(domain), ignore_errors=True)
 
     # -- queries --------------------------------------------------------------------------------
     def channels(self) -> dict[str, int]:
         """IMEX channel per domain uid on this node."""
-        return {
-            str(s["domain"]): int(s["channel"])
-            for s in self._claims.values()
-            if s.get("type") == "channel"
-        }
+        with self._lock:
+            return {
+                str(s["domain"]): int(s["channel"])
+                for s in self._claims.values()
+                if s.get("type") == "channel"
+            }
 
     def daemon_domains(self) -> list[str]:
-        return sorted({str(s["domain"]) for s in self._claims.values() if s["type"] == "daemon"})
+        """Domains whose IMEX daemon runs on this node."""
+        with self._lock:
+            claims = list(self._claims.values())
+        return sorted({str(s["domain"]) for s in claims if s["type"] == "daemon"})
 
     def domain_dir(self, domain_uid: str) -> Path:
         return self.work_dir / "domains" / domain_uid
@@ -210,15 +221,16 @@ class ComputeDomainHandler:
         """Rewrite each local IMEX daemon's ``nodes_config.cfg`` from the domain's current
         nodes, as upstream's daemon does when the domain's node list changes; returns the
         domains whose file changed."""
-        changed = []
-        for uid in self.daemon_domains():
-            path = self.domain_dir(uid) / NODES_CONFIG
-            text = render_nodes_config(self._peer_ips(uid))
-            old = path.read_text(encoding="utf-8") if path.exists() else None
-            if old != text:
-                write_atomic(path, text)
-                changed.append(uid)
-        return changed
+        with self._lock:
+            changed = []
+            for uid in self.daemon_domains():
+                path = self.domain_dir(uid) / NODES_CONFIG
+                text = render_nodes_config(self._peer_ips(uid))
+                old = path.read_text(encoding="utf-8") if path.exists() else None
+                if old != text:
+                    write_atomic(path, text)
+                    changed.append(uid)
+            return changed
 
     # -- internals --------------------------------------------------------------------------
     def _clique(self) -> str | None:

@@ -9,13 +9,20 @@ Per driver the component runs a :class:`DraPlugin` (checkpoint, CDI specs, resta
 reconciliation) behind a :class:`DriverServer` (DRAPlugin + registration sockets), and publishes
 the driver's ResourceSlices into the object store. A new hardware view republishes the GPU
 slices when they changed; a registration socket that vanished is re-created.
+
+Drivers that run node daemons configured from the cluster (the ComputeDomain driver's IMEX
+daemons list their peers in ``nodes_config.cfg``) expose ``sync_daemons()``; the component calls
+it on every new view and from a background thread, so a domain that gains or loses a node
+reaches the daemons without a kubelet call.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kgpu.cluster.store import MemoryStore, ObjectStore
 from kgpu.hardware.backend import Backend
@@ -57,6 +64,7 @@ class DraComponent:
         partitionable: bool = False,
         compute_domains: bool | None = None,
         watch_interval_s: float = 1.0,
+        daemon_sync_interval_s: float = 2.0,
     ) -> None:
         self.kubelet_root = Path(kubelet_root)
         self.cdi_root = Path(cdi_root)
@@ -73,6 +81,9 @@ class DraComponent:
         self._stop = threading.Event()
         self._watch_interval = watch_interval_s
         self._watcher: threading.Thread | None = None
+        self._sync_interval = daemon_sync_interval_s
+        self._syncer: threading.Thread | None = None
+        self._synced: dict[str, tuple[Any, ...]] = {}  # driver -> what its last sync saw
 
     def add_driver(self, handler: DriverHandler) -> None:
         """Serve another driver from this agent (now, if already started)."""
@@ -124,6 +135,10 @@ class DraComponent:
                 target=self._watch, name="dra-registration", daemon=True
             )
             self._watcher.start()
+            self._syncer = threading.Thread(
+                target=self._sync_loop, name="dra-daemon-sync", daemon=True
+            )
+            self._syncer.start()
 
     def _compute_domain_handler(self, machine: Machine) -> DriverHandler | None:
         clique = next((g.fabric.clique for g in machine.gpus if g.fabric is not None), None)
@@ -146,6 +161,48 @@ class DraComponent:
     def on_view(self, view: NodeView) -> None:
         if self.gpu is not None and self.gpu.update_machine(view.machine):
             publish(self.store, self.gpu, self.node_name)
+        self._sync_logged()
+
+    def sync_daemons(self, *, force: bool = False) -> list[str]:
+        """Let every driver with node daemons rewrite their configs from the cluster; returns
+        what changed (for the ComputeDomain driver: domain uids).
+
+        Cheap when nothing changed: with a store that counts writes per kind (the in-memory
+        store does), a driver is skipped while no Node was written and its set of daemons is
+        the same as at its last sync. ``force`` syncs regardless."""
+        changed: list[str] = []
+        for driver, plugin in list(self.plugins.items()):
+            sync: Callable[[], list[str]] | None = getattr(plugin.handler, "sync_daemons", None)
+            if sync is None:
+                continue
+            key = self._sync_key(plugin.handler)
+            if not force and key is not None and self._synced.get(driver) == key:
+                continue
+            changed.extend(sync())
+            if key is not None:
+                self._synced[driver] = key
+        return changed
+
+    def _sync_key(self, handler: DriverHandler) -> tuple[Any, ...] | None:
+        """What a daemon sync depends on, or None when the store cannot tell cheaply."""
+        revision = getattr(self.store, "kind_revision", None)
+        if revision is None:
+            return None
+        domains = getattr(handler, "daemon_domains", None)
+        return (revision("v1", "Node"), tuple(domains()) if domains is not None else None)
+
+    def _sync_logged(self) -> None:
+        try:
+            changed = self.sync_daemons()
+        except Exception:  # a store or disk error: the next tick tries again
+            log.exception("rewriting node daemon configs failed")
+            return
+        for uid in changed:
+            log.info("ComputeDomain %s: IMEX nodes_config.cfg rewritten", uid)
+
+    def _sync_loop(self) -> None:
+        while not self._stop.wait(self._sync_interval):
+            self._sync_logged()
 
     def _watch(self) -> None:
         while not self._stop.wait(self._watch_interval):
@@ -160,10 +217,12 @@ class DraComponent:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._watcher is not None:
-            self._watcher.join(timeout=5)
+        for thread in (self._watcher, self._syncer):
+            if thread is not None:
+                thread.join(timeout=5)
         with self._lock:
             for server in self.servers.values():
                 server.stop()
             self.servers.clear()
             self._watcher = None
+            self._syncer = None

@@ -1,0 +1,175 @@
+"""The agent keeps IMEX daemon configs current: when a ComputeDomain gains or loses a node in
+the API server, the node's ``nodes_config.cfg`` is rewritten without any kubelet call."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dra_kubelet_helpers import NODE
+
+from kgpu.cluster.store import MemoryStore
+from kgpu.computedomain.api import API_VERSION, node_label
+from kgpu.config.loader import ConfigSet
+from kgpu.hardware.model import Machine
+from kgpu.hardware.profiles import load_machine
+from kgpu.hardware.simulated import SimulatedBackend
+from kgpu.kubelet.dra.component import DraComponent
+from kgpu.kubelet.dra.handler import ClaimRef
+from kgpu.node.view import build_node_view
+
+CLIQUE = "5a3c1a2e-0000-4000-8000-000000000001.3"
+CD_DRIVER = "compute-domain.nvidia.com"
+PEER = "tray-2"
+
+
+def _node(store: MemoryStore, name: str, ip: str) -> None:
+    store.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"nvidia.com/gpu.clique": CLIQUE}},
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": ip}],
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+    )
+
+
+def _daemon_claim(domain_uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "train-daemon", "namespace": "default", "uid": "claim-d"},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "daemon",
+                            "driver": CD_DRIVER,
+                            "pool": NODE,
+                            "device": "daemon-0",
+                        }
+                    ],
+                    "config": [
+                        {
+                            "source": "FromClaim",
+                            "requests": ["daemon"],
+                            "opaque": {
+                                "driver": CD_DRIVER,
+                                "parameters": {
+                                    "apiVersion": API_VERSION,
+                                    "kind": "ComputeDomainDaemonConfig",
+                                    "domainID": domain_uid,
+                                },
+                            },
+                        }
+                    ],
+                }
+            }
+        },
+    }
+
+
+@pytest.fixture
+def gb200() -> Machine:
+    return load_machine("gb200", hostname=NODE, clique=CLIQUE)
+
+
+@pytest.fixture
+def started(
+    short_tmp: Path, store: MemoryStore, gb200: Machine
+) -> Iterator[Callable[[float], tuple[DraComponent, Path]]]:
+    """A running DRA component serving an IMEX daemon of one domain on NODE."""
+    components: list[DraComponent] = []
+
+    def start(interval: float) -> tuple[DraComponent, Path]:
+        _node(store, NODE, "10.1.0.1")
+        _node(store, PEER, "10.1.0.2")
+        domain = store.create(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ComputeDomain",
+                "metadata": {"name": "train"},
+                "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "t-ch"}}},
+            }
+        )
+        uid = domain["metadata"]["uid"]
+        component = DraComponent(
+            short_tmp / "kubelet",
+            short_tmp / "cdi",
+            NODE,
+            SimulatedBackend(gb200),
+            store,
+            daemon_sync_interval_s=interval,
+        )
+        component.start()
+        components.append(component)
+        claim = _daemon_claim(uid)
+        ref = ClaimRef("default", "claim-d", "train-daemon")
+        result = component.plugins[CD_DRIVER].prepare([ref], {ref.uid: claim})[ref.uid]
+        assert not result.error
+        (config,) = (short_tmp / "kubelet").rglob(f"domains/{uid}/nodes_config.cfg")
+        assert config.read_text() == "10.1.0.1\n"  # the peer is not in the domain yet
+        return component, config
+
+    yield start
+    for component in components:
+        component.stop()
+
+
+def _label_peer(store: MemoryStore, config: Path, present: bool) -> None:
+    uid = config.parent.name
+    node = store.get("v1", "Node", PEER)
+    if present:
+        node["metadata"]["labels"][node_label(uid)] = "true"
+    else:
+        node["metadata"]["labels"].pop(node_label(uid))
+    store.update(node)
+
+
+def _wait_for(config: Path, text: str, seconds: float = 10.0) -> str:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if config.read_text() == text:
+            break
+        time.sleep(0.02)
+    return config.read_text()
+
+
+def test_daemon_config_follows_the_domain_nodes_in_the_background(
+    started: Any, store: MemoryStore
+) -> None:
+    component, config = started(0.05)
+    _label_peer(store, config, present=True)
+    assert _wait_for(config, "10.1.0.1\n10.1.0.2\n") == "10.1.0.1\n10.1.0.2\n"
+
+    peer = store.get("v1", "Node", PEER)  # the peer fails: it leaves the daemon's list
+    peer["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+    store.update(peer)
+    assert _wait_for(config, "10.1.0.1\n") == "10.1.0.1\n"
+
+    component.stop()  # the sync thread ends with the component
+    _label_peer(store, config, present=False)
+    peer = store.get("v1", "Node", PEER)
+    peer["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    store.update(peer)
+    _label_peer(store, config, present=True)
+    time.sleep(0.3)
+    assert config.read_text() == "10.1.0.1\n"
+
+
+def test_a_new_view_rewrites_daemon_configs_at_once(
+    started: Any, store: MemoryStore, gb200: Machine
+) -> None:
+    component, config = started(3600.0)  # the periodic sync will not run during the test
+    _label_peer(store, config, present=True)
+    assert config.read_text() == "10.1.0.1\n"
+    component.on_view(build_node_view(gb200, ConfigSet(), {}))
+    assert config.read_text() == "10.1.0.1\n10.1.0.2\n"
+    assert component.sync_daemons() == []  # nothing changed since: nothing rewritten
