@@ -277,22 +277,39 @@ def _wait(predicate: Callable[[], bool], timeout_s: float = 10) -> bool:
     return False
 
 
-def test_mps_daemon_state_status_and_sighup(
-    acceptance: Path, kubelet: FakeKubelet, start_agent: Callable[..., AgentProcess]
+MPS_SPLIT = """
+version: v1
+flags:
+  mpsRoot: {root}
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      rename: nvidia.com/gpu.ts
+      devices: [0, 1]
+      replicas: 4
+  mps:
+    resources:
+    - name: nvidia.com/gpu
+      rename: nvidia.com/gpu.mps
+      devices: [4, 5]
+      replicas: 2
+"""
+
+
+def test_one_mps_daemon_per_mps_gpu_with_its_limits_and_pipe(
+    root: Path, kubelet: FakeKubelet, start_agent: Callable[..., AgentProcess]
 ) -> None:
     import subprocess
     import sys
 
-    config = acceptance / "seed-guides" / "gpu-sharing-config-any-mps.yaml"
-    agent = start_agent("--machine", "a100-80gb", "--config", str(config))
-    serving(kubelet, agent, ["nvidia.com/gpu"])
-    ids = sorted(kubelet.devices("nvidia.com/gpu"))
-    assert len(ids) == 4
-    alloc = kubelet.allocate("nvidia.com/gpu", ids[:1])
-    assert alloc.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/gpu/pipe"
-    assert alloc.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
-    assert alloc.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"
+    import grpc
 
+    mps_root = root / "mps"
+    config = root / "split.yaml"
+    config.write_text(MPS_SPLIT.format(root=mps_root))
+    agent = start_agent("--machine", "dgx-h100", "--config", str(config))
+    serving(kubelet, agent, ["nvidia.com/gpu", "nvidia.com/gpu.mps", "nvidia.com/gpu.ts"])
     shown = subprocess.run(
         [
             sys.executable,
@@ -307,13 +324,70 @@ def test_mps_daemon_state_status_and_sighup(
         text=True,
         check=True,
     )
-    (daemon,) = json.loads(shown.stdout)["mps"]
-    assert daemon["state"] == "modelled"
-    assert daemon["activeThreadPercentage"] == 25
-    assert daemon["pinnedDeviceMemoryLimits"] == {"0": "20480M"}
-    assert "set_default_active_thread_percentage 25" in daemon["controlCommands"]
+    daemons = json.loads(shown.stdout)["mps"]
+    # One daemon per MPS-shared GPU (4 and 5), none for the time-sliced or whole GPUs.
+    assert [(d["resource"], d["gpu"]) for d in daemons] == [
+        ("nvidia.com/gpu.mps", 4),
+        ("nvidia.com/gpu.mps", 5),
+    ]
+    machine = load_machine("dgx-h100", hostname=NODE)
+    share = machine.gpus[4].memory_mib // 2
+    for daemon in daemons:
+        uuid = machine.gpus[daemon["gpu"]].uuid
+        assert daemon["gpuUuid"] == daemon["visibleDevices"] == uuid
+        assert daemon["state"] == "modelled"
+        assert daemon["pipeDirectory"] == f"{mps_root}/nvidia.com/gpu.mps/{daemon['gpu']}/pipe"
+        assert daemon["maxClients"] == 2
+        assert daemon["activeThreadPercentage"] == 50
+        assert daemon["pinnedDeviceMemoryLimitMiB"] == share
+        assert daemon["controlCommands"] == [
+            f"set_default_device_pinned_mem_limit 0 {share}M",
+            "set_default_active_thread_percentage 50",
+        ]
+    assert not mps_root.exists()  # modelled: nothing written to the host
+
+    # Allocate mounts the allocated GPU's pipe at upstream's container path.
+    gpu5 = machine.gpus[5].uuid
+    alloc = kubelet.allocate("nvidia.com/gpu.mps", [f"{gpu5}::1"])
+    assert alloc.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/gpu.mps/pipe"
+    assert alloc.envs["NVIDIA_VISIBLE_DEVICES"] == gpu5
+    assert alloc.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={share}M"
+    mounts = {m.container_path: m.host_path for m in alloc.mounts}
+    assert mounts["/mps/nvidia.com/gpu.mps/pipe"] == daemons[1]["pipeDirectory"]
+    # Time-slicing on other GPUs of the same node is untouched by MPS.
+    ts = kubelet.allocate("nvidia.com/gpu.ts", [f"{machine.gpus[0].uuid}::3"])
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in ts.envs and not ts.mounts
+    # Replicas of two GPUs cannot share one pipe: refused with upstream's wording.
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.allocate("nvidia.com/gpu.mps", [f"{machine.gpus[4].uuid}::0", f"{gpu5}::0"])
+    assert "maximum request size for shared resources is 1" in str(refused.value.details())
 
     agent.proc.send_signal(signal.SIGHUP)
     assert _wait(lambda: "SIGHUP: node view unchanged" in agent.log()), agent.log()
-    assert kubelet.allocate("nvidia.com/gpu", ids[:1]).envs == alloc.envs
+    assert agent.status()["mps"] == daemons
+    assert kubelet.allocate("nvidia.com/gpu.mps", [f"{gpu5}::1"]).envs == alloc.envs
+    assert agent.terminate() == 0
+
+
+def test_row4_single_gpu_mps_daemon(
+    acceptance: Path, kubelet: FakeKubelet, start_agent: Callable[..., AgentProcess]
+) -> None:
+    config = acceptance / "seed-guides" / "gpu-sharing-config-any-mps.yaml"
+    agent = start_agent("--machine", "a100-80gb", "--config", str(config))
+    serving(kubelet, agent, ["nvidia.com/gpu"])
+    ids = sorted(kubelet.devices("nvidia.com/gpu"))
+    assert len(ids) == 4
+    alloc = kubelet.allocate("nvidia.com/gpu", ids[:1])
+    assert alloc.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/gpu/pipe"
+    assert alloc.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert alloc.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"
+    mounts = {m.container_path: m.host_path for m in alloc.mounts}
+    assert mounts == {
+        "/mps/nvidia.com/gpu/pipe": "/run/nvidia/mps/nvidia.com/gpu/0/pipe",
+        "/dev/shm": "/run/nvidia/mps/shm",
+    }
+    (daemon,) = agent.status()["mps"]
+    assert (daemon["gpu"], daemon["state"], daemon["maxClients"]) == (0, "modelled", 4)
+    assert daemon["pipeDirectory"] == "/run/nvidia/mps/nvidia.com/gpu/0/pipe"
+    assert "set_default_active_thread_percentage 25" in daemon["controlCommands"]
     assert agent.terminate() == 0

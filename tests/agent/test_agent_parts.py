@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import logging
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from kgpu.agent import components
+from kgpu.agent import components, mps
 from kgpu.agent.daemon import Agent, AgentOptions, merge_machines
 from kgpu.agent.inputs import parse_label_args, read_labels_file
 from kgpu.agent.mps import MpsManager, plans
 from kgpu.agent.nfd import FEATURES_FILE, write_features
+from kgpu.config import load_config_strings
 from kgpu.errors import FieldError
+from kgpu.hardware.profiles import load_machine
 from kgpu.hardware.simulated import SimulatedBackend
-from kgpu.node.model import NodeView, Sharing
+from kgpu.node.model import NodeView
+from kgpu.node.view import build_node_view
 from kgpu.testing.fake_kubelet import FakeKubelet
-from kgpu.testing.views import make_machine, make_view, replicas
+from kgpu.testing.views import make_machine
 
 
 def test_labels_file_formats(tmp_path: Path) -> None:
@@ -50,24 +54,113 @@ def test_a_gpu_missing_from_a_new_snapshot_stays_listed() -> None:
     assert [g.index for g in merged.gpus] == [0, 1, 2]
 
 
-def test_mps_plan_per_resource_with_per_gpu_limits() -> None:
-    machine = make_machine(2, memory_mib=40960)
-    view = make_view(machine, [replicas(machine, 4, sharing=Sharing.MPS)])
-    (plan,) = plans(view).values()
-    assert plan.active_thread_percentage == 25
-    assert plan.pinned_limits == ((0, "10240M"), (1, "10240M"))
+MPS_ON_SOME_GPUS = """
+version: v1
+sharing:
+  timeSlicing:
+    resources:
+    - {name: nvidia.com/gpu, rename: nvidia.com/gpu.ts, devices: [0], replicas: 3}
+  mps:
+    resources:
+    - {name: nvidia.com/gpu, devices: [1, 3], replicas: 4}
+"""
+
+
+def test_mps_plan_one_daemon_per_mps_gpu() -> None:
+    machine = load_machine("p4de.24xlarge")
+    view = build_node_view(machine, load_config_strings({"c.yaml": MPS_ON_SOME_GPUS}), {})
+    got = sorted(plans(view).values(), key=lambda p: p.gpu_index)
+    assert [(p.resource, p.gpu_index, p.gpu_uuid) for p in got] == [
+        ("nvidia.com/gpu", 1, machine.gpus[1].uuid),
+        ("nvidia.com/gpu", 3, machine.gpus[3].uuid),
+    ]
+    for plan in got:
+        assert plan.replicas == 4 and plan.active_thread_percentage == 25
+        assert plan.pinned_memory_limit_mib == machine.gpus[plan.gpu_index].memory_mib // 4
+        assert plan.pipe_directory == f"/run/nvidia/mps/nvidia.com/gpu/{plan.gpu_index}/pipe"
     manager = MpsManager(use_binary=False)
     manager.sync(view)
-    assert manager.status()[0]["state"] == "modelled"
-    manager.sync(make_view(machine, [replicas(machine, 2)]))  # no longer MPS
+    status = manager.status()
+    assert [(d["gpu"], d["state"], d["maxClients"]) for d in status] == [
+        (1, "modelled", 4),
+        (3, "modelled", 4),
+    ]
+    # A reload that moves MPS off GPU 3 stops only that GPU's daemon.
+    kept = manager.daemons[("nvidia.com/gpu", machine.gpus[1].uuid)]
+    fewer = MPS_ON_SOME_GPUS.replace("devices: [1, 3]", "devices: [1]")
+    manager.sync(build_node_view(machine, load_config_strings({"c.yaml": fewer}), {}))
+    assert [d["gpu"] for d in manager.status()] == [1]
+    assert manager.daemons[("nvidia.com/gpu", machine.gpus[1].uuid)] is kept
+    manager.sync(build_node_view(machine, load_config_strings({}), {}))  # no longer MPS
     assert manager.status() == []
+
+
+class _FakeControl:
+    """Stands in for ``nvidia-cuda-mps-control``: answers on its control pipe as the real
+    binary does (``-d`` starts, ``get_server_list`` / ``get_client_list PID`` print PIDs one a
+    line) and records every call with the environment it got."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], str, dict[str, str]]] = []
+
+    def __call__(self, args: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        env = kw.get("env")
+        assert isinstance(env, dict)
+        command = str(kw.get("input") or "")
+        self.calls.append((args, command, env))
+        out = ""
+        if command == "get_server_list":
+            out = "4242\n"
+        elif command == "get_client_list 4242":
+            out = "101\n102\n" if env["CUDA_VISIBLE_DEVICES"].endswith(self.busy) else ""
+        return subprocess.CompletedProcess(args, 0, out, "")
+
+    busy = ""
+
+
+def test_real_daemons_get_their_gpu_only_and_report_clients(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    machine = load_machine("p4de.24xlarge")
+    text = MPS_ON_SOME_GPUS.replace("version: v1", f"version: v1\nflags: {{mpsRoot: {tmp_path}}}")
+    view = build_node_view(machine, load_config_strings({"c.yaml": text}), {})
+    fake = _FakeControl()
+    fake.busy = machine.gpus[3].uuid
+    monkeypatch.setattr(mps.subprocess, "run", fake)
+    manager = MpsManager(use_binary=True)
+    manager.binary = "/usr/bin/nvidia-cuda-mps-control"
+    manager.sync(view)
+    starts = [
+        (env["CUDA_VISIBLE_DEVICES"], env["CUDA_MPS_PIPE_DIRECTORY"])
+        for a, _, env in fake.calls
+        if a[1:] == ["-d"]
+    ]
+    assert starts == [
+        (machine.gpus[1].uuid, f"{tmp_path}/nvidia.com/gpu/1/pipe"),
+        (machine.gpus[3].uuid, f"{tmp_path}/nvidia.com/gpu/3/pipe"),
+    ]
+    assert (tmp_path / "nvidia.com/gpu/3/pipe").is_dir() and (tmp_path / "shm").is_dir()
+    limit = machine.gpus[1].memory_mib // 4
+    sent = [
+        c for a, c, env in fake.calls if c and env["CUDA_VISIBLE_DEVICES"] == machine.gpus[1].uuid
+    ]
+    assert sent == [
+        f"set_default_device_pinned_mem_limit 0 {limit}M",
+        "set_default_active_thread_percentage 25",
+    ]
+    assert [d["state"] for d in manager.status()] == ["running", "running"]
+    assert manager.refresh_clients()
+    assert [d["clients"] for d in manager.status()] == [[], [101, 102]]
+    assert not manager.refresh_clients()  # unchanged
+    manager.stop_all()
+    assert [c for _, c, _ in fake.calls].count("quit") == 2
 
 
 def test_missing_component_module_warns_and_continues(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(components, "METRICS_MODULE", "kgpu.not_there.component")
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.WARNING, logger="kgpu"):
         got = components.load_metrics(
             "127.0.0.1:9400", SimulatedBackend(make_machine(1)), Path("/x"), "n"
         )

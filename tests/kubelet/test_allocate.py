@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from kgpu.node.allocate import AllocationError, container_allocation, preferred_allocation
-from kgpu.node.model import Sharing
+from kgpu.config import load_config_strings
+from kgpu.hardware.profiles import load_machine
+from kgpu.node.allocate import (
+    AllocationError,
+    container_allocation,
+    preferred_allocation,
+    strip_replica,
+)
+from kgpu.node.model import NodeView
+from kgpu.node.view import build_node_view
 from kgpu.testing.views import (
     gpu_uuid,
     make_machine,
@@ -18,6 +26,7 @@ from kgpu.testing.views import (
 
 # Two NVLink islands: 0-1 and 2-3 strongly joined, 1-2 weakly; NUMA 0 = {0, 2}, 1 = {1, 3}.
 ISLANDS = make_machine(4, nvlink_pairs=[(0, 1, 12), (2, 3, 12), (1, 2, 2)], numa=[0, 1, 0, 1])
+P4DE = load_machine("p4de.24xlarge")
 
 
 def test_whole_gpus_prefer_the_best_nvlink_pair() -> None:
@@ -90,18 +99,65 @@ def test_volume_mounts_and_cdi_strategies() -> None:
     assert alloc.cdi_devices == (name,)
 
 
-def test_mps_replicas_get_pipe_limits_and_mounts() -> None:
-    res = replicas(ISLANDS, 4, sharing=Sharing.MPS)  # pipe under /run/nvidia/mps/<resource>/
-    view = make_view(ISLANDS, [res])
-    alloc = container_allocation(view, "nvidia.com/gpu", [f"{gpu_uuid(2)}::1"])
-    assert alloc.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/gpu/pipe"
-    assert alloc.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
-    assert alloc.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"
-    hosts = {m.container_path: m.host_path for m in alloc.mounts}
-    assert hosts == {
-        "/mps/nvidia.com/gpu/pipe": "/run/nvidia/mps/nvidia.com/gpu/pipe",
-        "/dev/shm": "/run/nvidia/mps/shm",
-    }
+def _mps_view(*, fail_requests_greater_than_one: bool = True) -> NodeView:
+    """p4de: MPS (4 replicas) on GPUs 2 and 3, time-slicing on GPU 0, the rest whole."""
+    flag = "" if fail_requests_greater_than_one else "failRequestsGreaterThanOne: false, "
+    text = (
+        "sharing:\n"
+        "  timeSlicing: {resources: [{name: nvidia.com/gpu, rename: nvidia.com/gpu.ts, "
+        "devices: [0], replicas: 2}]}\n"
+        f"  mps: {{{flag}resources: [{{name: nvidia.com/gpu, rename: nvidia.com/gpu.mps, "
+        "devices: [2, 3], replicas: 4}]}\n"
+    )
+    return build_node_view(P4DE, load_config_strings({"mps.yaml": text}), {})
+
+
+def test_mps_replica_mounts_its_own_gpus_daemon_pipe() -> None:
+    view = _mps_view()
+    for index in (2, 3):
+        gpu = P4DE.gpus[index]
+        alloc = container_allocation(view, "nvidia.com/gpu.mps", [f"{gpu.uuid}::1"])
+        # The container path and env are upstream's, whatever GPU the replica is on...
+        assert alloc.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/gpu.mps/pipe"
+        assert alloc.envs["NVIDIA_VISIBLE_DEVICES"] == gpu.uuid
+        assert alloc.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+        assert alloc.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={gpu.memory_mib // 4}M"
+        # ...the host side is the pipe of the daemon serving that GPU only.
+        hosts = {m.container_path: m.host_path for m in alloc.mounts}
+        assert hosts == {
+            "/mps/nvidia.com/gpu.mps/pipe": f"/run/nvidia/mps/nvidia.com/gpu.mps/{index}/pipe",
+            "/dev/shm": "/run/nvidia/mps/shm",
+        }
+    ts = container_allocation(view, "nvidia.com/gpu.ts", [f"{P4DE.gpus[0].uuid}::0"])
+    assert not ts.mounts and "CUDA_MPS_PIPE_DIRECTORY" not in ts.envs
+
+
+def test_mps_requests_for_more_than_one_replica() -> None:
+    two_gpus = [f"{P4DE.gpus[2].uuid}::0", f"{P4DE.gpus[3].uuid}::0"]
+    one_gpu = [f"{P4DE.gpus[2].uuid}::0", f"{P4DE.gpus[2].uuid}::1"]
+    # Upstream forces failRequestsGreaterThanOne for MPS: any second replica is refused.
+    forced = _mps_view()
+    for ids in (two_gpus, one_gpu):
+        with pytest.raises(
+            AllocationError,
+            match=r"^request for 'nvidia.com/gpu.mps: 2' too large: maximum request size for "
+            r"shared resources is 1$",
+        ):
+            container_allocation(forced, "nvidia.com/gpu.mps", ids)
+    # Turned off, replicas of one GPU share its daemon; replicas of two GPUs cannot (a client
+    # talks to one daemon), so they are still refused, with upstream's wording first.
+    relaxed = _mps_view(fail_requests_greater_than_one=False)
+    alloc = container_allocation(relaxed, "nvidia.com/gpu.mps", one_gpu)
+    assert alloc.envs["NVIDIA_VISIBLE_DEVICES"] == P4DE.gpus[2].uuid
+    with pytest.raises(AllocationError, match="maximum request size for shared resources is 1 "):
+        container_allocation(relaxed, "nvidia.com/gpu.mps", two_gpus)
+    # The preferred allocation keeps such a request on one GPU instead of spreading it.
+    avail = [d.id for d in relaxed.resource("nvidia.com/gpu.mps").devices]
+    got = preferred_allocation(relaxed, "nvidia.com/gpu.mps", avail, [], 3)
+    assert len({strip_replica(i) for i in got}) == 1
+    must = [f"{P4DE.gpus[3].uuid}::2"]
+    got = preferred_allocation(relaxed, "nvidia.com/gpu.mps", avail, must, 2)
+    assert {strip_replica(i) for i in got} == {P4DE.gpus[3].uuid}
 
 
 def test_rejections_use_upstream_wording() -> None:

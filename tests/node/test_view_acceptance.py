@@ -39,7 +39,10 @@ def test_row4_any_mps_four_clients_with_limits(acceptance: Path) -> None:
     assert mps is not None
     assert mps.active_thread_percentage == 25
     assert mps.pinned_memory_limit_mib == machine.gpus[0].memory_mib // 4
-    assert mps.pipe_directory == "/run/nvidia/mps/nvidia.com/gpu/pipe"
+    # One control daemon per GPU: the pipe lives under the GPU's index (upstream: per resource).
+    assert mps.pipe_directory == "/run/nvidia/mps/nvidia.com/gpu/0/pipe"
+    assert mps.log_directory == "/run/nvidia/mps/nvidia.com/gpu/0/log"
+    assert mps.shm_directory == "/run/nvidia/mps/shm"
     assert view.labels["nvidia.com/mps.capable"] == "true"
 
 

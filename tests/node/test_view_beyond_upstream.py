@@ -39,7 +39,16 @@ def test_time_slicing_on_some_gpus_mps_on_others_whole_on_the_rest() -> None:
     assert plans[7].sharing is Sharing.NONE and plans[7].resources == ("nvidia.com/gpu",)
     mps = view.resource("nvidia.com/gpu.mps").devices[0].mps
     assert mps is not None and mps.active_thread_percentage == 50
-    assert mps.pipe_directory == "/run/nvidia/mps/nvidia.com/gpu.mps/pipe"
+    # Each MPS GPU has its own daemon, so its own pipe directory.
+    pipes = {
+        d.gpu_index: d.mps.pipe_directory
+        for d in view.resource("nvidia.com/gpu.mps").devices
+        if d.mps
+    }
+    assert pipes == {
+        4: "/run/nvidia/mps/nvidia.com/gpu.mps/4/pipe",
+        5: "/run/nvidia/mps/nvidia.com/gpu.mps/5/pipe",
+    }
     # Upstream ignores both; the plan says so.
     assert any("devices: [0, 1, 2, 3] is honoured by kgpu" in w for w in view.warnings)
     assert any("rename to nvidia.com/gpu.ts is honoured by kgpu" in w for w in view.warnings)

@@ -410,6 +410,9 @@ class Agent:
                     return health.on_probe(state, uuid, answered, now, quiet)
 
                 self._update_health(update)
+            # A running daemon's clients come and go without any event: ask every probe round.
+            if self.mps.running and self.mps.refresh_clients():
+                self._write_status()
 
     def _watch_loop(self) -> None:
         while not self._stopping.wait(self.options.watch_interval_s):

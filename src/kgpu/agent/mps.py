@@ -1,18 +1,22 @@
-"""MPS control daemons for MPS-shared resources.
+"""MPS control daemons: one per MPS-shared GPU.
 
-A control daemon is addressed by its pipe directory, and the node view gives every MPS resource
-one pipe directory (``<mpsRoot>/<resource>/pipe``, as upstream), so there is one daemon per MPS
-resource, covering that resource's GPUs, with per-GPU defaults: ``set_default_active_thread_
-percentage <100 // replicas>`` and ``set_default_device_pinned_mem_limit <index> <MiB>M``.
-Its pipe and log directories are the host paths the node view gives (``<mpsRoot>/<resource>/``,
-default ``/run/nvidia/mps``), which Allocate mounts into clients.
+Upstream runs one control daemon per MPS resource over all of that resource's GPUs. kgpu runs
+one per GPU, because every MPS client uses exactly one GPU (a request for MPS replicas of more
+than one GPU is refused, see ``kgpu.node.allocate``) and a daemon per GPU can carry that GPU's
+own per-client defaults, survives a neighbour GPU's trouble and says which GPU its clients use.
+Each daemon is addressed by the pipe directory the node view gives that GPU
+(``<mpsRoot>/<resource>/<gpu index>/pipe``, log next to it), which Allocate mounts into the
+GPU's clients at upstream's container path ``/mps/<resource>/pipe``.
 
 With ``nvidia-cuda-mps-control`` on PATH (a real node) the daemon is started with ``-d`` and
-configured through its control pipe. Without it (simulation) the daemon is modelled: the same
-directories, limits and control commands are recorded and reported (nothing is written to the
-host), and the state is ``modelled``. kgpu never
-changes the GPUs' compute mode (upstream sets EXCLUSIVE_PROCESS); set it in the node's
-provisioning if wanted.
+``CUDA_VISIBLE_DEVICES`` set to its GPU's UUID only, then configured through its control pipe:
+``set_default_active_thread_percentage <100 // replicas>`` and
+``set_default_device_pinned_mem_limit 0 <memory / replicas>M`` (ordinal 0: the daemon sees one
+GPU; upstream also sets the limit by ordinal because limits set by UUID were not applied).
+Without the binary (simulation) the daemon is modelled: the same directories, limits and
+control commands are recorded and reported (nothing is written to the host), and the state is
+``modelled``. kgpu never changes the GPUs' compute mode (upstream sets EXCLUSIVE_PROCESS); set
+it in the node's provisioning if wanted.
 """
 
 from __future__ import annotations
@@ -21,11 +25,11 @@ import logging
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from kgpu.node.allocate import mps_directories, mps_shm_directory
-from kgpu.node.model import NodeView, ResourceView, Sharing
+from kgpu.node.allocate import mps_shm_directory
+from kgpu.node.model import NodeView
 
 log = logging.getLogger(__name__)
 
@@ -34,151 +38,196 @@ CONTROL_BINARY = "nvidia-cuda-mps-control"
 
 @dataclass(frozen=True)
 class MpsPlan:
-    """What one control daemon should enforce (comparable, so a reload restarts only changes)."""
+    """What one GPU's control daemon should enforce (comparable: a reload restarts only the
+    daemons whose plan changed)."""
 
     resource: str
-    pipe_directory: str  # host path
+    gpu_index: int
+    gpu_uuid: str
+    replicas: int  # clients the GPU is shared between
+    pipe_directory: str  # host paths
     log_directory: str
     shm_directory: str
-    gpu_uuids: tuple[str, ...]
     active_thread_percentage: int
-    pinned_limits: tuple[tuple[int, str], ...]  # (GPU index, "<MiB>M")
+    pinned_memory_limit_mib: int
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.resource, self.gpu_uuid)
+
+    @property
+    def commands(self) -> list[str]:
+        return [
+            f"set_default_device_pinned_mem_limit 0 {self.pinned_memory_limit_mib}M",
+            f"set_default_active_thread_percentage {self.active_thread_percentage}",
+        ]
 
 
 @dataclass
 class MpsDaemon:
     plan: MpsPlan
-    host_pipe: Path
-    host_log: Path
     mode: str  # "nvidia-cuda-mps-control" | "modelled"
     state: str = "stopped"  # "running" | "modelled" | "failed" | "stopped"
     error: str = ""
     commands: list[str] = field(default_factory=list)
+    clients: list[int] | None = None  # client PIDs the running daemon reported; None: unknown
 
     def status(self) -> dict[str, object]:
+        plan = self.plan
         return {
-            "resource": self.plan.resource,
+            "resource": plan.resource,
+            "gpu": plan.gpu_index,
+            "gpuUuid": plan.gpu_uuid,
             "mode": self.mode,
             "state": self.state,
-            "pipeDirectory": str(self.host_pipe),
-            "logDirectory": str(self.host_log),
-            "gpus": list(self.plan.gpu_uuids),
-            "activeThreadPercentage": self.plan.active_thread_percentage,
-            "pinnedDeviceMemoryLimits": {str(i): v for i, v in self.plan.pinned_limits},
+            "pipeDirectory": plan.pipe_directory,
+            "logDirectory": plan.log_directory,
+            "visibleDevices": plan.gpu_uuid,
+            "maxClients": plan.replicas,
+            "clients": None if self.clients is None else list(self.clients),
+            "activeThreadPercentage": plan.active_thread_percentage,
+            "pinnedDeviceMemoryLimitMiB": plan.pinned_memory_limit_mib,
             "controlCommands": list(self.commands),
             "error": self.error,
         }
 
 
-def plans(view: NodeView) -> dict[str, MpsPlan]:
-    out = {}
+def plans(view: NodeView) -> dict[tuple[str, str], MpsPlan]:
+    """One plan per (MPS resource, GPU), from the MPS limits the view gives each replica."""
+    out: dict[tuple[str, str], MpsPlan] = {}
+    counts: dict[tuple[str, str], int] = {}
     for res in view.resources:
-        plan = _plan(res)
-        if plan is not None:
-            out[res.name] = plan
-    return out
-
-
-def _plan(res: ResourceView) -> MpsPlan | None:
-    mps_devices = [d for d in res.devices if d.mps is not None]
-    if res.sharing is not Sharing.MPS and not mps_devices:
-        return None
-    pipe, logdir = mps_directories(res)
-    per_gpu: dict[int, tuple[str, int, int]] = {}
-    for dev in mps_devices:
-        assert dev.mps is not None
-        per_gpu.setdefault(
-            dev.gpu_index,
-            (dev.gpu_uuid, dev.mps.pinned_memory_limit_mib, dev.mps.active_thread_percentage),
-        )
-    pct = min((p for _, _, p in per_gpu.values()), default=100)
-    return MpsPlan(
-        resource=res.name,
-        pipe_directory=pipe,
-        log_directory=logdir,
-        shm_directory=mps_shm_directory(res),
-        gpu_uuids=tuple(u for _, (u, _, _) in sorted(per_gpu.items())),
-        active_thread_percentage=pct,
-        pinned_limits=tuple((i, f"{m}M") for i, (_, m, _) in sorted(per_gpu.items())),
-    )
+        for dev in res.devices:
+            if dev.mps is None:
+                continue
+            key = (res.name, dev.gpu_uuid)
+            counts[key] = counts.get(key, 0) + 1
+            out.setdefault(
+                key,
+                MpsPlan(
+                    resource=res.name,
+                    gpu_index=dev.gpu_index,
+                    gpu_uuid=dev.gpu_uuid,
+                    replicas=0,
+                    pipe_directory=dev.mps.pipe_directory,
+                    log_directory=dev.mps.log_directory,
+                    shm_directory=mps_shm_directory(dev.mps),
+                    active_thread_percentage=dev.mps.active_thread_percentage,
+                    pinned_memory_limit_mib=dev.mps.pinned_memory_limit_mib,
+                ),
+            )
+    return {key: replace(plan, replicas=counts[key]) for key, plan in out.items()}
 
 
 class MpsManager:
-    """Keeps one daemon per MPS resource in line with the current view."""
+    """Keeps one daemon per MPS-shared GPU in line with the current view."""
 
     def __init__(self, *, use_binary: bool | None = None) -> None:
         binary = shutil.which(CONTROL_BINARY)
         self.binary = binary if (use_binary is None or use_binary) else None
-        self.daemons: dict[str, MpsDaemon] = {}
+        self.daemons: dict[tuple[str, str], MpsDaemon] = {}
 
     def sync(self, view: NodeView) -> None:
         wanted = plans(view)
-        for name in list(self.daemons):
-            if name not in wanted or wanted[name] != self.daemons[name].plan:
-                self._stop(self.daemons.pop(name))
-        for name, plan in wanted.items():
-            if name not in self.daemons:
-                self.daemons[name] = self._start(plan)
+        for key in list(self.daemons):
+            if key not in wanted or wanted[key] != self.daemons[key].plan:
+                self._stop(self.daemons.pop(key))
+        for key, plan in sorted(wanted.items(), key=lambda kv: (kv[0][0], kv[1].gpu_index)):
+            if key not in self.daemons:
+                self.daemons[key] = self._start(plan)
 
     def stop_all(self) -> None:
-        for name in list(self.daemons):
-            self._stop(self.daemons.pop(name))
+        for key in list(self.daemons):
+            self._stop(self.daemons.pop(key))
 
     def status(self) -> list[dict[str, object]]:
-        return [d.status() for _, d in sorted(self.daemons.items())]
+        ordered = sorted(self.daemons.values(), key=lambda d: (d.plan.resource, d.plan.gpu_index))
+        return [d.status() for d in ordered]
+
+    @property
+    def running(self) -> bool:
+        return any(d.state == "running" for d in self.daemons.values())
+
+    def refresh_clients(self) -> bool:
+        """Ask every running daemon for its clients (``get_server_list``, then
+        ``get_client_list`` per server). True if any list changed."""
+        changed = False
+        for daemon in list(self.daemons.values()):
+            if daemon.state != "running":
+                continue
+            try:
+                servers = self._control(daemon, "get_server_list").split()
+                pids = sorted(
+                    int(pid)
+                    for server in servers
+                    for pid in self._control(daemon, f"get_client_list {server}").split()
+                    if pid.isdigit()
+                )
+            except (OSError, subprocess.SubprocessError, ValueError) as exc:
+                log.debug("MPS daemon of GPU %d: no client list: %s", daemon.plan.gpu_index, exc)
+                continue
+            if pids != daemon.clients:
+                daemon.clients = pids
+                changed = True
+        return changed
 
     # -- one daemon --------------------------------------------------------------------------
 
     def _start(self, plan: MpsPlan) -> MpsDaemon:
-        daemon = MpsDaemon(
-            plan=plan,
-            host_pipe=Path(plan.pipe_directory),
-            host_log=Path(plan.log_directory),
-            mode=CONTROL_BINARY if self.binary else "modelled",
-        )
-        commands = [
-            f"set_default_device_pinned_mem_limit {i} {limit}" for i, limit in plan.pinned_limits
-        ]
-        commands.append(f"set_default_active_thread_percentage {plan.active_thread_percentage}")
-        daemon.commands = commands
+        daemon = MpsDaemon(plan=plan, mode=CONTROL_BINARY if self.binary else "modelled")
+        daemon.commands = plan.commands
         try:
             if self.binary:
                 for directory in (plan.pipe_directory, plan.log_directory, plan.shm_directory):
                     Path(directory).mkdir(parents=True, exist_ok=True)
                 subprocess.run([self.binary, "-d"], env=self._env(daemon), check=True, timeout=10)
-                for command in commands:
+                for command in daemon.commands:
                     self._control(daemon, command)
                 daemon.state = "running"
+                daemon.clients = []
             else:
                 daemon.state = "modelled"
             log.info(
-                "MPS daemon for %s %s: %d%% threads, pinned %s on %s",
+                "MPS daemon for %s on GPU %d %s: %d clients, %d%% threads, pinned %dM, pipe %s",
                 plan.resource,
+                plan.gpu_index,
                 daemon.state,
+                plan.replicas,
                 plan.active_thread_percentage,
-                dict(plan.pinned_limits),
-                daemon.host_pipe,
+                plan.pinned_memory_limit_mib,
+                plan.pipe_directory,
             )
         except (OSError, subprocess.SubprocessError) as exc:
             daemon.state = "failed"
             daemon.error = str(exc)
-            log.error("MPS daemon for %s failed to start: %s", plan.resource, exc)
+            log.error(
+                "MPS daemon for %s on GPU %d failed to start: %s",
+                plan.resource,
+                plan.gpu_index,
+                exc,
+            )
         return daemon
 
     def _stop(self, daemon: MpsDaemon) -> None:
+        plan = daemon.plan
         if daemon.state == "running":
             try:
                 self._control(daemon, "quit")
             except (OSError, subprocess.SubprocessError) as exc:
-                log.warning("MPS daemon for %s did not quit: %s", daemon.plan.resource, exc)
+                log.warning(
+                    "MPS daemon for %s on GPU %d did not quit: %s",
+                    plan.resource,
+                    plan.gpu_index,
+                    exc,
+                )
         daemon.state = "stopped"
-        log.info("MPS daemon for %s stopped", daemon.plan.resource)
+        log.info("MPS daemon for %s on GPU %d stopped", plan.resource, plan.gpu_index)
 
     def _env(self, daemon: MpsDaemon) -> dict[str, str]:
         env = dict(os.environ)
-        env["CUDA_MPS_PIPE_DIRECTORY"] = str(daemon.host_pipe)
-        env["CUDA_MPS_LOG_DIRECTORY"] = str(daemon.host_log)
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(daemon.plan.gpu_uuids)
+        env["CUDA_MPS_PIPE_DIRECTORY"] = daemon.plan.pipe_directory
+        env["CUDA_MPS_LOG_DIRECTORY"] = daemon.plan.log_directory
+        env["CUDA_VISIBLE_DEVICES"] = daemon.plan.gpu_uuid
         return env
 
     def _control(self, daemon: MpsDaemon, command: str) -> str:

@@ -14,12 +14,18 @@ Facts carried over from NVIDIA's device plugin (so containers and runtimes behav
 * ``cdi-annotations`` adds ``cdi.k8s.io/nvidia-device-plugin_<response id>`` with the
   comma-joined CDI names ``k8s.device-plugin.nvidia.com/gpu=<id>``; ``cdi-cri`` sends the same
   names as ``cdi_devices``.
-* MPS replicas get ``CUDA_MPS_PIPE_DIRECTORY=/mps/<resource>/pipe``, with the daemon's host pipe
-  directory (``<mpsRoot>/<resource>/pipe``, from the view) mounted there and ``<mpsRoot>/shm``
-  mounted at ``/dev/shm``. Upstream enforces the per-client limits only through the control
-  daemon's defaults; kgpu also sets ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and
-  ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (``<ordinal>=<MiB>M`` per visible device), which MPS
-  clients honour, so a client cannot ask for more than its share.
+* MPS replicas get ``CUDA_MPS_PIPE_DIRECTORY=/mps/<resource>/pipe`` and ``<mpsRoot>/shm``
+  mounted at ``/dev/shm``. Upstream mounts one pipe directory per resource there (its one control
+  daemon covers all of the resource's GPUs); kgpu runs one daemon per GPU and mounts the pipe
+  directory of the allocated replica's GPU (``<mpsRoot>/<resource>/<gpu index>/pipe``, from the
+  view) at the same container path, so images written for upstream work unchanged. A client
+  process can only talk to one control daemon, which is why a request for MPS replicas of more
+  than one GPU is refused with upstream's ``failRequestsGreaterThanOne`` wording even when that
+  flag is turned off (upstream forces it on for MPS). Upstream enforces the per-client limits
+  only through the control daemon's defaults; kgpu also sets
+  ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``
+  (``0=<MiB>M``: the container sees its one GPU as ordinal 0), which MPS clients honour and
+  which can only lower the daemon's defaults, so a client cannot ask for more than its share.
 """
 
 from __future__ import annotations
@@ -149,16 +155,27 @@ def _pick_replicas(
         load[dev.gpu_index] += 1
     remaining = list(candidates)
     picked: list[AdvertisedDevice] = []
-    for _ in range(need):
+    # MPS replicas of one request must share a GPU (a client talks to one GPU's daemon): stay
+    # on a GPU the request already holds, else one with room for the whole request.
+    mps = any(d.mps is not None for d in res.devices)
+    free: Counter[int] = Counter(d.gpu_index for d in candidates)
+    held = {d.gpu_index for d in fixed}
+    for step in range(need):
+        left = need - step
 
-        def key(d: AdvertisedDevice) -> tuple[int, int, int]:
+        def key(d: AdvertisedDevice, left: int = left) -> tuple[int, int, int, int]:
             busy = load[d.gpu_index]
-            return (-busy if pack else busy, d.gpu_index, d.replica or 0)
+            apart = 0
+            if mps:
+                apart = 2 * (d.gpu_index not in held) + (free[d.gpu_index] < left)
+            return (apart, -busy if pack else busy, d.gpu_index, d.replica or 0)
 
         best = min(remaining, key=key)
         remaining.remove(best)
         picked.append(best)
         load[best.gpu_index] += 1
+        free[best.gpu_index] -= 1
+        held.add(best.gpu_index)
     return picked
 
 
@@ -244,11 +261,12 @@ def container_allocation(
     """
     res = _resource(view, resource)
     by_id = {dev.id: dev for dev in res.devices}
+    too_large = (
+        f"request for '{resource}: {len(ids)}' too large: "
+        "maximum request size for shared resources is 1"
+    )
     if res.fail_requests_greater_than_one and any("::" in i for i in ids) and len(ids) > 1:
-        raise AllocationError(
-            f"request for '{resource}: {len(ids)}' too large: "
-            "maximum request size for shared resources is 1"
-        )
+        raise AllocationError(too_large)
     devices: list[AdvertisedDevice] = []
     for device_id in ids:
         dev = by_id.get(device_id)
@@ -261,6 +279,12 @@ def container_allocation(
                 f"invalid allocation request for '{resource}': unhealthy device: {device_id}"
             )
         devices.append(dev)
+    mps_gpus = {d.gpu_uuid for d in devices if d.mps is not None}
+    if len(mps_gpus) > 1:
+        raise AllocationError(
+            f"{too_large} (MPS replicas of {len(mps_gpus)} GPUs: a client talks to one GPU's "
+            "MPS control daemon)"
+        )
 
     visible = list(dict.fromkeys(strip_replica(d.visible_id) for d in devices))
     strategies = set(view.device_list_strategy)
@@ -288,10 +312,10 @@ def container_allocation(
         if "cdi-cri" in strategies:
             cdi_names = names
 
-    mps = [d for d in devices if d.mps is not None]
-    if res.sharing is Sharing.MPS or mps:
-        envs.update(_mps_envs(res, devices))
-        mounts.extend(_mps_mounts(res))
+    mps = next((d.mps for d in devices if d.mps is not None), None)
+    if mps is not None:
+        envs.update(mps_client_envs(resource, mps))
+        mounts.extend(mps_mounts(resource, mps))
 
     return ContainerAllocation(
         envs=envs,
@@ -306,46 +330,32 @@ def cdi_device_name(device_id: str) -> str:
     return f"{CDI_VENDOR}/{CDI_CLASS}={device_id}"
 
 
-def mps_directories(res: ResourceView) -> tuple[str, str]:
-    """Host pipe and log directories of the MPS daemon serving ``res`` (from the view)."""
-    for dev in res.devices:
-        if dev.mps is not None:
-            return dev.mps.pipe_directory, dev.mps.log_directory
-    return f"/run/nvidia/mps/{res.name}/pipe", f"/run/nvidia/mps/{res.name}/log"
+def mps_shm_directory(limits: MpsLimits) -> str:
+    """Host directory shared as ``/dev/shm`` by the daemons and their clients: ``<mpsRoot>/shm``."""
+    if limits.shm_directory:
+        return limits.shm_directory
+    # Hand-made limits without it: <root>/<resource...>/[<gpu>/]pipe -> <root>/shm is not
+    # recoverable in general; the pipe directory's grandparent is the best guess.
+    return f"{limits.pipe_directory.rstrip('/').rsplit('/', 2)[0]}/shm"
 
 
-def mps_shm_directory(res: ResourceView) -> str:
-    """Host directory shared as ``/dev/shm`` by the daemon and its clients: ``<mpsRoot>/shm``."""
-    pipe, _ = mps_directories(res)
-    suffix = f"/{res.name}/pipe"
-    root = pipe[: -len(suffix)] if pipe.endswith(suffix) else pipe.rsplit("/", 2)[0]
-    return f"{root}/shm"
+def mps_container_pipe(resource: str) -> str:
+    """Where clients find the pipe: ``/mps/<resource>/pipe``, upstream's container path."""
+    return f"{MPS_CONTAINER_ROOT}/{resource}/pipe"
 
 
-def mps_container_pipe(res: ResourceView) -> str:
-    return f"{MPS_CONTAINER_ROOT}/{res.name}/pipe"
+def mps_client_envs(resource: str, limits: MpsLimits) -> dict[str, str]:
+    """The environment an MPS client of one GPU gets (its GPU is ordinal 0 in the container)."""
+    return {
+        "CUDA_MPS_PIPE_DIRECTORY": mps_container_pipe(resource),
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(limits.active_thread_percentage),
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={limits.pinned_memory_limit_mib}M",
+    }
 
 
-def _mps_envs(res: ResourceView, devices: Sequence[AdvertisedDevice]) -> dict[str, str]:
-    envs = {"CUDA_MPS_PIPE_DIRECTORY": mps_container_pipe(res)}
-    limits: dict[str, MpsLimits] = {}
-    for dev in devices:
-        if dev.mps is not None:
-            limits.setdefault(strip_replica(dev.visible_id), dev.mps)
-    if limits:
-        envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(
-            min(lim.active_thread_percentage for lim in limits.values())
-        )
-        envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
-            f"{ordinal}={lim.pinned_memory_limit_mib}M"
-            for ordinal, lim in enumerate(limits.values())
-        )
-    return envs
-
-
-def _mps_mounts(res: ResourceView) -> list[Mount]:
-    pipe, _ = mps_directories(res)
+def mps_mounts(resource: str, limits: MpsLimits) -> list[Mount]:
+    """The GPU's daemon pipe directory at upstream's container path, and the shared shm."""
     return [
-        Mount(container_path=mps_container_pipe(res), host_path=pipe),
-        Mount(container_path=MPS_SHM_CONTAINER_PATH, host_path=mps_shm_directory(res)),
+        Mount(container_path=mps_container_pipe(resource), host_path=limits.pipe_directory),
+        Mount(container_path=MPS_SHM_CONTAINER_PATH, host_path=mps_shm_directory(limits)),
     ]

@@ -28,13 +28,18 @@ class MpsLimits:
     """Per-client limits an MPS control daemon enforces for one replica of a GPU.
 
     Upstream derives both from the replica count: ``100 // replicas`` percent of the SMs and
-    ``memory / replicas`` of pinned device memory per client.
+    ``memory / replicas`` of pinned device memory per client. kgpu runs one control daemon per
+    MPS-shared GPU, so ``pipe_directory``/``log_directory`` are that GPU's daemon's host
+    directories (``<mpsRoot>/<resource>/<gpu index>/pipe``); ``shm_directory`` is the host
+    directory every daemon and client shares as ``/dev/shm`` (``<mpsRoot>/shm``; empty: derived
+    from the pipe directory).
     """
 
     active_thread_percentage: int
     pinned_memory_limit_mib: int
     pipe_directory: str
     log_directory: str
+    shm_directory: str = ""
 
 
 @dataclass(frozen=True)

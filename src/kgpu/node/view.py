@@ -11,7 +11,10 @@ Resource names and device ids are formed the way NVIDIA/k8s-device-plugin forms 
 * ``NVIDIA_VISIBLE_DEVICES`` gets the UUID, or the index (``<gpu>`` / ``<gpu>:<mig>``) under
   ``deviceIDStrategy: index``;
 * MPS: ``100 // replicas`` percent of the SMs and ``memory / replicas`` pinned memory per
-  client, pipe and log directories under ``<mpsRoot>/<resource>/``.
+  client. Upstream runs one control daemon per resource (pipe ``<mpsRoot>/<resource>/pipe``);
+  kgpu runs one per GPU, so each MPS-shared GPU gets its own pipe and log directories under
+  ``<mpsRoot>/<resource>/<gpu index>/`` (every MPS client uses exactly one GPU: requests for more
+  than one MPS replica are refused, as upstream, see ``kgpu.node.allocate``).
 
 Beyond upstream, which drops custom ``rename`` and non-``all`` ``devices`` and runs one strategy
 per node: kgpu honours both, so time-slicing can cover some GPUs and MPS others on one node;
@@ -380,8 +383,9 @@ def _build(
             mps = MpsLimits(
                 active_thread_percentage=100 // replicas,
                 pinned_memory_limit_mib=base.gpu.memory_mib // replicas,
-                pipe_directory=f"{root}/{name}/pipe",
-                log_directory=f"{root}/{name}/log",
+                pipe_directory=f"{root}/{name}/{base.gpu.index}/pipe",
+                log_directory=f"{root}/{name}/{base.gpu.index}/log",
+                shm_directory=f"{root}/shm",
             )
         devices = grouped.setdefault(name, [])
         rule_of.setdefault(name, []).append(rule)

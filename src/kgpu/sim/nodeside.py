@@ -23,7 +23,7 @@ from kgpu.hardware.profiles import load_machine
 from kgpu.kubelet.deviceplugin.servicer import DevicePluginServicer
 from kgpu.kubelet.proto.deviceplugin.v1beta1 import api_pb2
 from kgpu.node.health import HealthState, on_event
-from kgpu.node.model import NodeView, Sharing
+from kgpu.node.model import AdvertisedDevice, NodeView
 from kgpu.node.view import build_node_view
 from kgpu.sim.state import MpsDaemon, SimNode
 
@@ -109,25 +109,44 @@ def servicers_for(node: SimNode) -> dict[str, DevicePluginServicer]:
 
 
 def mps_daemons(view: NodeView | None) -> list[MpsDaemon]:
-    """The MPS control daemons the plugin starts: one per MPS-shared resource."""
+    """The MPS control daemons the agent starts: one per MPS-shared GPU (upstream runs one per
+    resource; see :mod:`kgpu.agent.mps`), each with that GPU's per-client limits and its own
+    pipe directory, in resource then GPU order."""
     if view is None:
         return []
     out = []
     for res in view.resources:
-        if res.sharing is not Sharing.MPS or not res.devices:
-            continue
-        limits = next((d.mps for d in res.devices if d.mps is not None), None)
-        out.append(
-            MpsDaemon(
-                resource=res.name,
-                gpus=sorted({d.backing_uuid for d in res.devices}),
-                replicas=res.replicas,
-                active_thread_percentage=limits.active_thread_percentage if limits else 100,
-                pinned_memory_limit_mib=limits.pinned_memory_limit_mib if limits else 0,
-                pipe_directory=limits.pipe_directory if limits else "",
+        per_gpu: dict[str, list[AdvertisedDevice]] = {}
+        for dev in res.devices:
+            if dev.mps is not None:
+                per_gpu.setdefault(dev.gpu_uuid, []).append(dev)
+        for uuid, devices in sorted(per_gpu.items(), key=lambda kv: kv[1][0].gpu_index):
+            limits = devices[0].mps
+            assert limits is not None
+            out.append(
+                MpsDaemon(
+                    resource=res.name,
+                    gpus=[uuid],
+                    replicas=len(devices),
+                    active_thread_percentage=limits.active_thread_percentage,
+                    pinned_memory_limit_mib=limits.pinned_memory_limit_mib,
+                    pipe_directory=limits.pipe_directory,
+                )
             )
-        )
     return out
+
+
+def mps_clients(node: SimNode, daemon: MpsDaemon) -> list[str]:
+    """Pods ("ns/name") holding a replica of ``daemon``'s resource on its GPU: the clients
+    that talk to that daemon (Allocate mounted its pipe directory into them)."""
+    if node.view is None:
+        return []
+    try:
+        res = node.view.resource(daemon.resource)
+    except KeyError:
+        return []
+    gpu_of = {dev.id: dev.gpu_uuid for dev in res.devices}
+    return sorted({pod for i, pod in node.device_owner.items() if gpu_of.get(i) in daemon.gpus})
 
 
 @dataclass

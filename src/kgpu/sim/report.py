@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from kgpu.sim import nodeside
 from kgpu.sim.quantity import format_units
 from kgpu.sim.state import PodRecord, SimNode
 
@@ -50,16 +51,26 @@ def node_json(node: SimNode) -> dict[str, Any]:
     out["mps"] = [
         {
             "resource": d.resource,
+            "gpu": d.gpus[0] if len(d.gpus) == 1 else None,
             "gpus": d.gpus,
             "replicas": d.replicas,
             "activeThreadPercentage": d.active_thread_percentage,
             "pinnedMemoryLimitMiB": d.pinned_memory_limit_mib,
             "pipeDirectory": d.pipe_directory,
-            "clients": list(d.clients),
+            "clients": nodeside.mps_clients(node, d),
         }
         for d in node.mps
     ]
     return out
+
+
+def _gpu_name(node: SimNode, uuids: list[str]) -> str:
+    """``GPU 1`` for a daemon of one GPU (the index a user sees in nvidia-smi)."""
+    if node.machine is not None:
+        index = [g.index for g in node.machine.gpus if g.uuid in uuids]
+        if index:
+            return "GPU " + ",".join(map(str, index))
+    return ",".join(uuids)
 
 
 def pod_json(rec: PodRecord) -> dict[str, Any]:
@@ -201,7 +212,8 @@ def render(sim: Simulation, console: Console, *, max_pods: int = 40, max_events:
             if n.view.mig_config_name:
                 config += f"\nmig: {n.view.mig_config_name}"
         mps = "".join(
-            f"\n[cyan]MPS daemon[/cyan] {len(d.clients)}/{d.replicas} clients, "
+            f"\n[cyan]MPS daemon[/cyan] {_gpu_name(n, d.gpus)}: "
+            f"{len(nodeside.mps_clients(n, d))}/{d.replicas} clients, "
             f"{d.active_thread_percentage}% SMs each"
             for d in n.mps
         )
