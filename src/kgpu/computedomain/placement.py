@@ -16,43 +16,15 @@ from fractions import Fraction
 from typing import Any
 
 from kgpu.computedomain.api import CLIQUE_LABEL
+from kgpu.quantity import parse_quantity
 
 Obj = Mapping[str, Any]
 
-_SUFFIXES = {
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 1000),
-    "": Fraction(1),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
-}
-
 
 def quantity(value: Any) -> Fraction:
-    """A Kubernetes resource quantity (``100m``, ``4``, ``16Gi``, ``1e3``) as an exact number."""
-    text = str(value).strip()
-    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
-        if suffix and text.endswith(suffix):
-            number = text[: -len(suffix)]
-            try:
-                return Fraction(number) * _SUFFIXES[suffix]
-            except (ValueError, ZeroDivisionError):
-                break
-    try:
-        return Fraction(text)
-    except (ValueError, ZeroDivisionError):
-        return Fraction(float(text)) if text else Fraction(0)
+    """A Kubernetes resource quantity (``100m``, ``4``, ``16Gi``, ``1e3``) as an exact number;
+    :class:`kgpu.quantity.QuantityError` (a ValueError) when it is none."""
+    return Fraction(parse_quantity(value))
 
 
 def pod_requests(pod: Obj) -> dict[str, Fraction]:

@@ -37,12 +37,13 @@ import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 import cel
 
 from kgpu.errors import KgpuError
+from kgpu.quantity import parse_quantity as parse_quantity  # re-exported for the allocator
 
 TYPE_KEY = "@kgpu.type"
 
@@ -99,42 +100,8 @@ def _semver_key(v: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 # -- quantity ----------------------------------------------------------------------------------
-
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-}
-
-
-def parse_quantity(text: str) -> Decimal:
-    """The value of a Kubernetes resource quantity ("80Gi", "1.5", "500m", "1e3")."""
-    m = _QUANTITY.match(text.strip()) if isinstance(text, str) else None
-    if not m:
-        raise ValueError(
-            f"quantities must match the regular expression "
-            f"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text!r}"
-        )
-    try:
-        number = Decimal(m.group(1))
-    except InvalidOperation as exc:  # pragma: no cover - the regex admits only numbers
-        raise ValueError(f"invalid quantity {text!r}") from exc
-    suffix = m.group(2) or ""
-    if suffix in _BINARY:
-        number *= _BINARY[suffix]
-    elif suffix in _DECIMAL:
-        number *= _DECIMAL[suffix]
-    elif suffix:
-        number *= Decimal(10) ** int(suffix[1:])
-    return number
+# Parsing is kgpu.quantity's (the API server's grammar and wording); ``parse_quantity`` stays
+# importable from here for the allocator.
 
 
 def _canonical(d: Decimal) -> str:

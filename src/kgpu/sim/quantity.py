@@ -1,5 +1,7 @@
 """Kubernetes resource quantities (``100m``, ``64Mi``, ``1e3``, ``2``) as integers.
 
+Parsing is :mod:`kgpu.quantity`'s (shared with the DRA code); this module counts and prints.
+
 The scheduler compares requests with allocatable capacity thousands of times per second, so
 quantities become plain ints once, at admission: CPU in millicores, everything else in base
 units (bytes for memory, a count for extended resources), rounded up as the API server rounds a
@@ -9,50 +11,8 @@ request that is finer than the unit.
 from __future__ import annotations
 
 import math
-import re
-from decimal import Decimal, InvalidOperation
 
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-}
-_RE = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
-
-
-class QuantityError(ValueError):
-    """Not a Kubernetes quantity."""
-
-
-def parse_quantity(value: object) -> Decimal:
-    """The exact value of a quantity (``"64Mi"`` -> 67108864)."""
-    if isinstance(value, bool):
-        raise QuantityError(f"{value!r} is not a quantity")
-    if isinstance(value, int):
-        return Decimal(value)
-    if isinstance(value, float):
-        return Decimal(str(value))
-    if not isinstance(value, str):
-        raise QuantityError(f"{value!r} is not a quantity")
-    match = _RE.match(value.strip())
-    if not match:
-        raise QuantityError(f"{value!r} is not a quantity (e.g. 1, 500m, 64Mi, 1Gi)")
-    try:
-        number = Decimal(match.group(1))
-    except InvalidOperation as exc:
-        raise QuantityError(f"{value!r} is not a quantity") from exc
-    suffix = match.group(2) or ""
-    if suffix in _BINARY:
-        return number * _BINARY[suffix]
-    return number * _DECIMAL[suffix]
+from kgpu.quantity import QuantityError, parse_quantity
 
 
 def to_units(resource: str, value: object) -> int:
@@ -74,3 +34,6 @@ def format_units(resource: str, units: int) -> str:
             if units and units % size == 0:
                 return f"{units // size}{suffix}"
     return str(units)
+
+
+__all__ = ["QuantityError", "format_units", "parse_quantity", "to_units"]
