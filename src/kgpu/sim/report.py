@@ -51,7 +51,7 @@ def node_json(node: SimNode) -> dict[str, Any]:
     out["mps"] = [
         {
             "resource": d.resource,
-            "gpu": d.gpus[0] if len(d.gpus) == 1 else None,
+            "gpu": next(iter(_gpu_indices(node, d.gpus)), None),
             "gpus": d.gpus,
             "replicas": d.replicas,
             "activeThreadPercentage": d.active_thread_percentage,
@@ -64,13 +64,16 @@ def node_json(node: SimNode) -> dict[str, Any]:
     return out
 
 
+def _gpu_indices(node: SimNode, uuids: list[str]) -> list[int]:
+    """The indices (as nvidia-smi shows them) of the GPUs with these UUIDs."""
+    if node.machine is None:
+        return []
+    return [g.index for g in node.machine.gpus if g.uuid in uuids]
+
+
 def _gpu_name(node: SimNode, uuids: list[str]) -> str:
-    """``GPU 1`` for a daemon of one GPU (the index a user sees in nvidia-smi)."""
-    if node.machine is not None:
-        index = [g.index for g in node.machine.gpus if g.uuid in uuids]
-        if index:
-            return "GPU " + ",".join(map(str, index))
-    return ",".join(uuids)
+    indices = _gpu_indices(node, uuids)
+    return "GPU " + ",".join(map(str, indices)) if indices else ",".join(uuids)
 
 
 def pod_json(rec: PodRecord) -> dict[str, Any]:
