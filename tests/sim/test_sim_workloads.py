@@ -217,3 +217,41 @@ def test_mps_refuses_multi_gpu_requests_at_admission(acceptance: Path) -> None:
     assert [r.phase for r in sim.pods.values()] == ["Failed", "Failed"]
     status = sim.store.get("batch/v1", "Job", "j")["status"]
     assert status["failed"] == 2 and status["conditions"][0]["reason"] == "BackoffLimitExceeded"
+
+
+def test_no_execute_taints_evict_pods_that_do_not_tolerate_them() -> None:
+    def pod(name: str, *tolerate: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": "n",
+                "containers": [{"name": "c", "image": "i"}],
+                "tolerations": [
+                    {"key": key, "operator": "Exists", "effect": "NoExecute"} for key in tolerate
+                ],
+            },
+        }
+
+    sim = sim_for(
+        [{"name": "n", "machine": "t4"}],
+        pod("plain"),
+        pod("maint", "maintenance"),
+        pod("both", "maintenance", "node.kubernetes.io/unreachable"),
+    )
+    assert {r.name for r in sim.pods.values()} == {"plain", "maint", "both"}
+    sim.taint_node(
+        "n",
+        [
+            {"key": "maintenance", "value": "true", "effect": "NoExecute"},
+            {"key": "soft", "value": "true", "effect": "NoSchedule"},
+        ],
+    )
+    assert {r.name for r in sim.pods.values()} == {"maint", "both"}
+    evicted = [e.object for e in sim.events if e.reason == "TaintManagerEviction"]
+    assert evicted == ["Pod/default/plain"]
+    sim.fail_node("n")  # unreachable, NoExecute: only the pod that tolerates it too stays
+    assert {r.name for r in sim.pods.values()} == {"both"}
+    evicted = [e.object for e in sim.events if e.reason == "TaintManagerEviction"]
+    assert evicted == ["Pod/default/plain", "Pod/default/maint"]

@@ -467,18 +467,22 @@ class Simulation:
         node = self.node(name)
         node.taints = parse_taints(taints)
         self._refresh_node(node)
-        for taint in node.taints:
-            if taint.effect != "NoExecute":
+        self._evict_intolerant(node, node.taints)
+
+    def _evict_intolerant(self, node: SimNode, taints: Iterable[Taint]) -> None:
+        """The taint manager: pods that do not tolerate every NoExecute taint among ``taints``
+        are deleted at once (upstream waits their ``tolerationSeconds``)."""
+        no_execute = [t for t in taints if t.effect == "NoExecute"]
+        for rec in list(node.pods.values()):
+            if all(any(tolerates(t, taint) for t in rec.req.tolerations) for taint in no_execute):
                 continue
-            for rec in list(node.pods.values()):
-                if not any(tolerates(t, taint) for t in rec.req.tolerations):
-                    self.emit(
-                        "Normal",
-                        "TaintManagerEviction",
-                        f"Pod/{rec.key}",
-                        f"Marking for deletion Pod {rec.key}",
-                    )
-                    self.delete_pod(rec.key)
+            self.emit(
+                "Normal",
+                "TaintManagerEviction",
+                f"Pod/{rec.key}",
+                f"Marking for deletion Pod {rec.key}",
+            )
+            self.delete_pod(rec.key)
 
     def cordon(self, name: str, on: bool = True) -> None:
         node = self.node(name)
@@ -538,17 +542,7 @@ class Simulation:
         self.emit(
             "Normal", "NodeNotReady", f"Node/{name}", f"Node {name} status is now: NodeNotReady"
         )
-        noexec = Taint(UNREACHABLE, "", "NoExecute")
-        for rec in list(node.pods.values()):
-            if any(tolerates(t, noexec) for t in rec.req.tolerations):
-                continue
-            self.emit(
-                "Normal",
-                "TaintManagerEviction",
-                f"Pod/{rec.key}",
-                f"Marking for deletion Pod {rec.key}",
-            )
-            self.delete_pod(rec.key)
+        self._evict_intolerant(node, [Taint(UNREACHABLE, "", "NoExecute")])
 
     def recover_node(self, name: str) -> None:
         node = self.node(name)
