@@ -270,3 +270,26 @@ def test_malformed_compute_domain_rejected_before_running(tmp_path: Path) -> Non
     # inline objects of a step are checked the same way, before the first step runs
     steps = write(tmp_path, "t.yaml", {"nodes": [], "steps": [{"apply": [bad]}]})
     assert any("spec.numNode: unknown field" in p for p in problems(steps))
+
+
+def test_sim_and_validate_number_documents_alike(tmp_path: Path) -> None:
+    """An empty document between two others does not make ``kgpu sim`` and ``kgpu validate``
+    disagree about which document is wrong."""
+    from typer.testing import CliRunner
+
+    from kgpu.cli import app
+
+    objs = tmp_path / "objs.yaml"
+    objs.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"
+        "---\n"
+        "---\n"
+        "apiVersion: resource.nvidia.com/v1beta1\nkind: ComputeDomain\nmetadata: {name: cd}\n"
+        "spec: {numNodes: 2, channel: {resourceClaimTemplate: {name: c}, allocationMode: X}}\n"
+    )
+    path = write(tmp_path, "s.yaml", {"nodes": [], "apply": ["objs.yaml"]})
+    (found,) = problems(path)
+    assert found.startswith("objs.yaml: document 1: spec.channel.allocationMode:")
+    validated = CliRunner().invoke(app, ["validate", str(objs)])
+    assert validated.exit_code == 1
+    assert f"{objs}: document 1: spec.channel.allocationMode:" in validated.output

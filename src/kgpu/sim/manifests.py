@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kgpu.cluster.store import group_of
 from kgpu.computedomain.api import GROUP as CD_GROUP
 from kgpu.computedomain.api import KIND as CD_KIND
 from kgpu.computedomain.api import parse_compute_domain
+from kgpu.config.fields import load_yaml_documents
 from kgpu.errors import FieldError, FieldProblem, join_path
 from kgpu.sim.podspec import validate_pod_spec
 
@@ -273,23 +272,15 @@ def check(obj: object, file: str, index: int) -> Manifest:
 
 
 def load_manifest_file(path: Path, shown: str | None = None) -> list[Manifest]:
-    """Every document of a YAML file, validated (empty documents are skipped but counted)."""
+    """Every document of a YAML file, validated. Empty documents are dropped before counting,
+    as ``kgpu validate`` counts them, so both name the same document."""
     name = shown or str(path)
     try:
         text = path.read_text()
     except OSError as exc:
         raise FieldError(FieldProblem(f"cannot read: {exc.strerror or exc}", file=name)) from None
-    try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise FieldError(FieldProblem(f"{where}not valid YAML: {problem}", file=name)) from None
     out: list[Manifest] = []
-    for index, doc in enumerate(docs):
-        if doc is None:
-            continue
+    for index, doc in enumerate(load_yaml_documents(text, file=name)):
         if (
             isinstance(doc, Mapping)
             and doc.get("kind") == "List"
