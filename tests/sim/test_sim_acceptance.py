@@ -126,23 +126,27 @@ def test_row4_mps_four_clients_fifth_waits(tmp_path: Path, acceptance: Path) -> 
     assert "CUDA_MPS_PIPE_DIRECTORY" in env
 
 
+def vks_shared_cluster(acceptance: Path) -> dict[str, Any]:
+    """The VKS guide's cluster after ``multiple-gpu-sharing.yaml``: a 2080 Ti time-sliced 4
+    ways and a 4090 shared by MPS 8 ways, each chosen by its node's config label."""
+    return {
+        "nodes": [
+            {
+                "name": f"node-{gpu}",
+                "machine": f"rtx-{gpu}",
+                "labels": {"nvidia.com/device-plugin.config": f"rtx-{gpu}"},
+            }
+            for gpu in ("2080ti", "4090")
+        ],
+        "configs": [str(acceptance / "vks-samples/multiple-gpu-sharing.yaml")],
+    }
+
+
 def test_row5_per_node_configs(tmp_path: Path, acceptance: Path) -> None:
     sim = run(
         tmp_path,
         {
-            "nodes": [
-                {
-                    "name": "node-2080ti",
-                    "machine": "rtx-2080ti",
-                    "labels": {"nvidia.com/device-plugin.config": "rtx-2080ti"},
-                },
-                {
-                    "name": "node-4090",
-                    "machine": "rtx-4090",
-                    "labels": {"nvidia.com/device-plugin.config": "rtx-4090"},
-                },
-            ],
-            "configs": [str(acceptance / "vks-samples/multiple-gpu-sharing.yaml")],
+            **vks_shared_cluster(acceptance),
             "apply": [str(acceptance / "vks-samples/tensorflow-mnist-sample.yaml")],
             "steps": [
                 {"scale": {"kind": "Deployment", "name": "tensorflow-mnist", "replicas": 13}}
@@ -184,19 +188,7 @@ def test_row6_after_sharing_config_selector_matches_nothing(
     sim = run(
         tmp_path,
         {
-            "nodes": [
-                {
-                    "name": "node-2080ti",
-                    "machine": "rtx-2080ti",
-                    "labels": {"nvidia.com/device-plugin.config": "rtx-2080ti"},
-                },
-                {
-                    "name": "node-4090",
-                    "machine": "rtx-4090",
-                    "labels": {"nvidia.com/device-plugin.config": "rtx-4090"},
-                },
-            ],
-            "configs": [str(acceptance / "vks-samples/multiple-gpu-sharing.yaml")],
+            **vks_shared_cluster(acceptance),
             "apply": [str(acceptance / "vks-samples/cuda-vectoradd-test.yaml")],
         },
     )
