@@ -10,7 +10,7 @@ is wrong.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeGuard
 
 import typer
 
@@ -25,32 +25,63 @@ KINDS = {
 
 
 def load_input(path: Path) -> dict[str, Any]:
-    """Read and check the file; :class:`FieldError` names the entry and field at fault."""
+    """Read and check the file; :class:`FieldError` names the entry and field at fault.
+
+    The allocator trusts its input the way kube-scheduler trusts objects the API server has
+    validated, so everything the API server would refuse is refused here first: wrong shapes and
+    types (against the official schema when kubernetes-validate is installed, and by the
+    structural checks below in any case), counts below 1 and CEL that does not compile.
+    """
     import json
 
-    import yaml
+    from kgpu.config.fields import load_yaml_documents
 
     file = str(path)
     try:
         text = path.read_text()
     except OSError as exc:
         raise FieldError(FieldProblem(f"cannot read: {exc.strerror}", file=file)) from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise FieldError(FieldProblem(f"not valid YAML/JSON: {exc}", file=file)) from None
+    except UnicodeDecodeError:
+        raise FieldError(FieldProblem("not a text file (YAML or JSON)", file=file)) from None
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise FieldError(FieldProblem(f"not valid JSON: {exc}", file=file)) from None
+    else:
+        docs = load_yaml_documents(text, file=file)
+        if len(docs) > 1:
+            raise FieldError(
+                FieldProblem(
+                    f"{len(docs)} YAML documents; kgpu allocate reads one mapping with keys "
+                    "node, classes, slices, allocated, claims",
+                    file=file,
+                )
+            )
+        data = docs[0] if docs else None
     problems: list[FieldProblem] = []
     if not isinstance(data, dict):
         raise FieldError(
             FieldProblem(
-                "must be a mapping with keys node, classes, slices, allocated, claims", file=file
+                "must be a mapping with keys node, classes, slices, allocated, claims "
+                "(see examples/dra/allocate-gb200.yaml)",
+                file=file,
+            )
+        )
+    if isinstance(data.get("kind"), str) and "apiVersion" in data:
+        raise FieldError(
+            FieldProblem(
+                f"this is a single {data['kind']} manifest; kgpu allocate reads one mapping with "
+                "keys node, classes, slices, allocated, claims, each a list of objects "
+                "(see examples/dra/allocate-gb200.yaml)",
+                file=file,
             )
         )
     unknown = sorted(set(data) - {"node", *KINDS})
     for key in unknown:
         problems.append(
             FieldProblem(
-                "unknown key; allowed: node, classes, slices, allocated, claims", key, file
+                "unknown key; allowed: node, classes, slices, allocated, claims", str(key), file
             )
         )
     node = data.get("node")
@@ -64,63 +95,191 @@ def load_input(path: Path) -> dict[str, Any]:
             problems.append(FieldProblem(f"must be a list of {kind} objects", key, file))
             continue
         for i, obj in enumerate(items):
-            where = f"{key}[{i}]"
-            if not isinstance(obj, dict):
-                problems.append(FieldProblem(f"must be a {kind} object", where, file))
-                continue
-            if obj.get("kind", kind) != kind:
-                problems.append(
-                    FieldProblem(
-                        f"kind {obj.get('kind')!r}, expected {kind}", f"{where}.kind", file
-                    )
-                )
-            api = obj.get("apiVersion", "resource.k8s.io/v1")
-            if api != "resource.k8s.io/v1":
-                problems.append(
-                    FieldProblem(
-                        f"apiVersion {api!r}; kgpu allocate reads resource.k8s.io/v1",
-                        f"{where}.apiVersion",
-                        file,
-                    )
-                )
-            if not (obj.get("metadata") or {}).get("name"):
-                problems.append(FieldProblem("required", f"{where}.metadata.name", file))
-            if not isinstance(obj.get("spec"), dict):
-                problems.append(FieldProblem("required", f"{where}.spec", file))
-                continue
-            if key == "claims":
-                problems += _check_claim(obj, where, file)
+            problems += _check_object(key, kind, obj, f"{key}[{i}]", file)
     if problems:
         raise FieldError(problems)
     return data
 
 
-def _check_claim(claim: dict[str, Any], where: str, file: str) -> list[FieldProblem]:
-    problems = []
-    requests = ((claim["spec"].get("devices") or {}).get("requests")) or []
-    if not isinstance(requests, list) or not requests:
-        return [
-            FieldProblem("at least one request is required", f"{where}.spec.devices.requests", file)
-        ]
-    for j, req in enumerate(requests):
-        at = f"{where}.spec.devices.requests[{j}]"
-        if not isinstance(req, dict) or not req.get("name"):
-            problems.append(FieldProblem("required", f"{at}.name", file))
-            continue
-        if bool(req.get("exactly")) == bool(req.get("firstAvailable")):
-            problems.append(
-                FieldProblem("exactly one of exactly, firstAvailable is required", at, file)
+def _check_object(key: str, kind: str, obj: Any, where: str, file: str) -> list[FieldProblem]:
+    if not isinstance(obj, dict):
+        return [FieldProblem(f"must be a {kind} object", where, file)]
+    problems: list[FieldProblem] = []
+    if obj.get("kind", kind) != kind:
+        problems.append(
+            FieldProblem(f"kind {obj.get('kind')!r}, expected {kind}", f"{where}.kind", file)
+        )
+    api = obj.get("apiVersion", "resource.k8s.io/v1")
+    if api != "resource.k8s.io/v1":
+        problems.append(
+            FieldProblem(
+                f"apiVersion {api!r}; kgpu allocate reads resource.k8s.io/v1",
+                f"{where}.apiVersion",
+                file,
             )
-        elif req.get("exactly") and not req["exactly"].get("deviceClassName"):
-            problems.append(FieldProblem("required", f"{at}.exactly.deviceClassName", file))
-        mode = (req.get("exactly") or {}).get("allocationMode", "ExactCount")
+        )
+    if not isinstance(obj.get("metadata"), dict) or not obj["metadata"].get("name"):
+        problems.append(FieldProblem("required", f"{where}.metadata.name", file))
+    if not isinstance(obj.get("spec"), dict):
+        problems.append(FieldProblem("required (a mapping)", f"{where}.spec", file))
+        return problems
+    if problems:
+        return problems
+    shape = _Shape(where, file)
+    spec = obj["spec"]
+    if key == "classes":
+        shape.selectors(spec.get("selectors"), "spec.selectors")
+    elif key == "slices":
+        shape.slice_spec(spec)
+    else:
+        shape.claim_spec(spec, require_requests=key == "claims")
+        if key == "allocated":
+            shape.allocation(obj.get("status"))
+    # the schema's wording is rawer; it speaks only when the structural checks found nothing
+    return shape.problems or _schema_problems(obj, kind, where, file)
+
+
+def _schema_problems(obj: dict[str, Any], kind: str, where: str, file: str) -> list[FieldProblem]:
+    """What the official resource.k8s.io/v1 schema says (nothing when it is not installed)."""
+    from kgpu.config.manifests import validate_manifest
+
+    full = {"apiVersion": "resource.k8s.io/v1", "kind": kind, **obj}
+    return [
+        FieldProblem(p.message, f"{where}.{p.path}" if p.path else where, file)
+        for p in validate_manifest(full, file=file, entry="")
+    ]
+
+
+class _Shape:
+    """Structural checks of the fields the allocator reads, with the API server's limits."""
+
+    def __init__(self, where: str, file: str) -> None:
+        self.where = where
+        self.file = file
+        self.problems: list[FieldProblem] = []
+
+    def bad(self, path: str, message: str) -> None:
+        self.problems.append(FieldProblem(message, f"{self.where}.{path}", self.file))
+
+    def is_(
+        self, value: Any, want: type, path: str, what: str, required: bool = False
+    ) -> TypeGuard[Any]:
+        if value is None:
+            if required:
+                self.bad(path, f"required ({what})")
+            return False
+        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+            self.bad(path, f"must be {what}, not {type(value).__name__}: {value!r}")
+            return False
+        return True
+
+    def selectors(self, value: Any, path: str) -> None:
+        from kgpu.dra.cel import CelCompileError, compile_selector
+
+        if not self.is_(value, list, path, "a list of {cel: {expression: ...}}"):
+            return
+        for i, sel in enumerate(value):
+            at = f"{path}[{i}]"
+            if not self.is_(sel, dict, at, "a mapping with cel.expression", True):
+                continue
+            if not self.is_(sel.get("cel"), dict, f"{at}.cel", "a mapping with expression", True):
+                continue
+            expr = sel["cel"].get("expression")
+            if not self.is_(expr, str, f"{at}.cel.expression", "a CEL expression string", True):
+                continue
+            try:
+                compile_selector(expr)
+            except CelCompileError as exc:
+                self.bad(f"{at}.cel.expression", f"CEL does not compile: {exc}")
+
+    def slice_spec(self, spec: dict[str, Any]) -> None:
+        self.is_(spec.get("driver"), str, "spec.driver", "a driver name", True)
+        if self.is_(spec.get("pool"), dict, "spec.pool", "a mapping with name", True):
+            pool = spec["pool"]
+            self.is_(pool.get("name"), str, "spec.pool.name", "a string", True)
+            for f in ("generation", "resourceSliceCount"):
+                self.is_(pool.get(f), int, f"spec.pool.{f}", "an integer")
+        devices = spec.get("devices")
+        if not self.is_(devices, list, "spec.devices", "a list of devices"):
+            return
+        for i, dev in enumerate(devices):
+            at = f"spec.devices[{i}]"
+            if not self.is_(dev, dict, at, "a device mapping", True):
+                continue
+            self.is_(dev.get("name"), str, f"{at}.name", "a string", True)
+            for f in ("attributes", "capacity"):
+                entries = dev.get(f)
+                if self.is_(entries, dict, f"{at}.{f}", "a mapping"):
+                    for name, v in entries.items():
+                        self.is_(v, dict, f"{at}.{f}.{name}", "a mapping such as {int: 1}")
+            consumes = dev.get("consumesCounters")
+            if self.is_(consumes, list, f"{at}.consumesCounters", "a list"):
+                for j, c in enumerate(consumes):
+                    cat = f"{at}.consumesCounters[{j}]"
+                    if self.is_(c, dict, cat, "a mapping with counterSet, counters", True):
+                        self.is_(c.get("counters"), dict, f"{cat}.counters", "a mapping")
+
+    def claim_spec(self, spec: dict[str, Any], require_requests: bool) -> None:
+        devices = spec.get("devices")
+        if not self.is_(devices, dict, "spec.devices", "a mapping with requests", require_requests):
+            return
+        requests = devices.get("requests")
+        if not self.is_(requests, list, "spec.devices.requests", "a list of requests"):
+            if require_requests and requests is None:
+                self.bad("spec.devices.requests", "at least one request is required")
+            return
+        if require_requests and not requests:
+            self.bad("spec.devices.requests", "at least one request is required")
+        for j, req in enumerate(requests):
+            at = f"spec.devices.requests[{j}]"
+            if not self.is_(req, dict, at, "a request mapping", True):
+                continue
+            self.is_(req.get("name"), str, f"{at}.name", "a string", True)
+            exactly, first = req.get("exactly"), req.get("firstAvailable")
+            if bool(exactly) == bool(first):
+                self.bad(at, "exactly one of exactly, firstAvailable is required")
+            elif exactly is not None:
+                self.request(exactly, f"{at}.exactly")
+            elif self.is_(first, list, f"{at}.firstAvailable", "a list of subrequests"):
+                for k, sub in enumerate(first):
+                    sat = f"{at}.firstAvailable[{k}]"
+                    if self.is_(sub, dict, sat, "a subrequest mapping", True):
+                        self.is_(sub.get("name"), str, f"{sat}.name", "a string", True)
+                        self.request(sub, sat)
+        for key in ("constraints", "config"):
+            items = devices.get(key)
+            if self.is_(items, list, f"spec.devices.{key}", "a list"):
+                for k, item in enumerate(items):
+                    self.is_(item, dict, f"spec.devices.{key}[{k}]", "a mapping", True)
+
+    def request(self, req: Any, at: str) -> None:
+        if not self.is_(req, dict, at, "a mapping with deviceClassName", True):
+            return
+        self.is_(req.get("deviceClassName"), str, f"{at}.deviceClassName", "a string", True)
+        mode = req.get("allocationMode", "ExactCount")
         if mode not in ("ExactCount", "All"):
-            problems.append(
-                FieldProblem(
-                    f"{mode!r}; allowed: ExactCount, All", f"{at}.exactly.allocationMode", file
-                )
-            )
-    return problems
+            self.bad(f"{at}.allocationMode", f"{mode!r}; allowed: ExactCount, All")
+        count = req.get("count")
+        if self.is_(count, int, f"{at}.count", "an integer") and count < 1:
+            self.bad(f"{at}.count", f"must be at least 1, not {count}")
+        self.selectors(req.get("selectors"), f"{at}.selectors")
+
+    def allocation(self, status: Any) -> None:
+        if not self.is_(status, dict, "status", "a mapping with allocation", True):
+            return
+        alloc = status.get("allocation")
+        if not self.is_(alloc, dict, "status.allocation", "a mapping with devices.results", True):
+            return
+        devices = alloc.get("devices")
+        if not self.is_(devices, dict, "status.allocation.devices", "a mapping with results"):
+            return
+        results = devices.get("results")
+        if self.is_(results, list, "status.allocation.devices.results", "a list"):
+            for k, res in enumerate(results):
+                at = f"status.allocation.devices.results[{k}]"
+                if self.is_(res, dict, at, "a mapping with driver, pool, device", True):
+                    for f in ("driver", "pool", "device"):
+                        self.is_(res.get(f), str, f"{at}.{f}", "a string", True)
 
 
 def run(data: dict[str, Any]) -> dict[str, Any]:
@@ -190,23 +349,34 @@ def _print_table(console: Any, answer: dict[str, Any]) -> None:
     if answer["allocations"] is None:
         console.print(f"[red]not allocated:[/red] {answer['error']}", highlight=False)
         return
-    table = Table(title="Allocation")
-    for col in ("Claim", "Request", "Driver", "Pool", "Device", "Node selector"):
-        table.add_column(col)
+    # nothing is cut with an ellipsis: at 80 columns long pool and device names fold instead
+    rows: list[tuple[str, str, str, str]] = []
+    where: list[str] = []
     for entry in answer["allocations"]:
         sel = entry.get("nodeSelector")
-        where = _describe_selector(sel) if sel else "any node"
+        where.append(f"{entry['claim']}: " + (_describe_selector(sel) if sel else "any node"))
         for i, res in enumerate(entry["results"]):
-            device = res["device"] + (" (admin)" if res.get("adminAccess") else "")
-            table.add_row(
-                entry["claim"] if i == 0 else "",
-                res["request"],
-                res["driver"],
-                res["pool"],
-                device,
-                where if i == 0 else "",
-            )
+            admin = " (admin)" if res.get("adminAccess") else ""
+            device = f"{res['pool']}/{res['device']}{admin}"
+            rows.append((entry["claim"] if i == 0 else "", res["request"], device, res["driver"]))
+    table = Table(title="Allocation")
+    wide = console.width >= 100  # narrower: the driver goes under the device, in one column
+    widest = max((len(r[2]) for r in rows), default=0)
+    table.add_column("Claim", overflow="fold")
+    table.add_column("Request", overflow="fold")
+    header = "Device (pool/device)" if wide else "Device (pool/device, driver)"
+    table.add_column(header, overflow="fold", min_width=min(widest, 40))
+    if wide:
+        table.add_column("Driver", overflow="fold")
+    for claim, request, device, driver in rows:
+        if wide:
+            table.add_row(claim, request, device, driver)
+        else:
+            table.add_row(claim, request, f"{device}\n{driver}")
     console.print(table)
+    console.print("Node selectors:", highlight=False)
+    for line in where:
+        console.print(f"  {line}", highlight=False, soft_wrap=True)
 
 
 def _describe_selector(sel: dict[str, Any]) -> str:

@@ -91,31 +91,54 @@ def register(app: typer.Typer) -> None:
 def _profiles_table(console: Any, rows: list[dict[str, object]]) -> None:
     from rich.table import Table
 
+    # below 110 columns the compute capability and driver (`kgpu machines NAME`, -o json) go,
+    # so what remains reads without folding; the name, what the user types next, never folds
+    wide = console.width >= 110
     table = Table(title="Simulated machines (use with --machine NAME)")
-    for column in ("NAME", "GPUS", "PRODUCT", "MEMORY", "CC", "MIG", "INTERCONNECT", "DRIVER"):
-        table.add_column(column, justify="right" if column in ("GPUS", "MEMORY") else "left")
-    for row in rows:
-        table.add_row(
-            str(row["name"]),
-            str(row["gpus"]),
-            str(row["product"]),
-            f"{row['memoryMiB']} MiB",
-            str(row["computeCapability"]),
-            "yes" if row["migCapable"] else "no",
-            str(row["interconnect"]),
-            f"{row['driverVersion']} / CUDA {row['cudaVersion']}",
+    table.add_column("NAME", no_wrap=True, min_width=max(len(str(r["name"])) for r in rows))
+    columns = ["GPUS", "PRODUCT", "MEMORY", "CC", "MIG", "INTERCONNECT", "DRIVER"]
+    if not wide:
+        columns = [c for c in columns if c not in ("CC", "DRIVER")]
+    for column in columns:
+        table.add_column(
+            column, justify="right" if column in ("GPUS", "MEMORY") else "left", overflow="fold"
         )
+    for row in rows:
+        cells = {
+            "GPUS": str(row["gpus"]),
+            "PRODUCT": str(row["product"]),
+            "MEMORY": f"{row['memoryMiB']} MiB",
+            "CC": str(row["computeCapability"]),
+            "MIG": "yes" if row["migCapable"] else "no",
+            "INTERCONNECT": str(row["interconnect"]),
+            "DRIVER": f"{row['driverVersion']} / CUDA {row['cudaVersion']}",
+        }
+        table.add_row(str(row["name"]), *(cells[c] for c in columns))
     console.print(table)
+    if not wide:
+        console.print(
+            "(compute capability and driver: kgpu machines NAME, or a wider terminal)",
+            highlight=False,
+        )
 
 
 def _machine_tables(console: Any, report: dict[str, Any]) -> None:
     from rich.table import Table
 
+    # below 120 columns the UUID shares a cell with the product and PCI/NUMA/CC/memory go
+    # (-o json has them), so a 40-character UUID stays on one line
+    wide = console.width >= 120
     title = f"{report['profile']}" + (f" ({report['hostname']})" if report["hostname"] else "")
     cuda = ".".join(str(v) for v in report["cuda_driver_version"])
     table = Table(title=f"{title}: driver {report['driver_version']}, CUDA {cuda}")
-    for column in ("GPU", "UUID", "PRODUCT", "MEMORY", "CC", "PCI", "NUMA", "NVLINK", "MIG"):
-        table.add_column(column)
+    columns = ["GPU", "UUID", "PRODUCT", "MEMORY", "CC", "PCI", "NUMA", "NVLINK", "MIG"]
+    if not wide:
+        columns = ["GPU", "UUID / PRODUCT", "NVLINK", "MIG"]
+    for column in columns:
+        if column.startswith("UUID"):
+            table.add_column(column, no_wrap=True, min_width=40)
+        else:
+            table.add_column(column, overflow="fold")
     for gpu in report["gpus"]:
         links = gpu["nvlinks"]
         nvlink = ", ".join(
@@ -131,17 +154,19 @@ def _machine_tables(console: Any, report: dict[str, Any]) -> None:
             mig = "enabled" if gpu["mig_enabled"] else "capable"
             if gpu["mig_devices"]:
                 mig += ": " + ", ".join(d["profile"] for d in gpu["mig_devices"])
-        table.add_row(
-            str(gpu["index"]),
-            gpu["uuid"],
-            gpu["product_name"],
-            f"{gpu['memory_mib']} MiB",
-            ".".join(str(v) for v in gpu["compute_capability"]),
-            gpu["pci_bus_id"],
-            "-" if gpu["numa_node"] is None else str(gpu["numa_node"]),
-            nvlink or "-",
-            mig,
-        )
+        cells = {
+            "GPU": str(gpu["index"]),
+            "UUID": gpu["uuid"],
+            "UUID / PRODUCT": f"{gpu['uuid']}\n{gpu['product_name']}, {gpu['memory_mib']} MiB",
+            "PRODUCT": gpu["product_name"],
+            "MEMORY": f"{gpu['memory_mib']} MiB",
+            "CC": ".".join(str(v) for v in gpu["compute_capability"]),
+            "PCI": gpu["pci_bus_id"],
+            "NUMA": "-" if gpu["numa_node"] is None else str(gpu["numa_node"]),
+            "NVLINK": nvlink or "-",
+            "MIG": mig,
+        }
+        table.add_row(*(cells[c] for c in columns))
     console.print(table)
     for product, geometry in report["migGeometry"].items():
         mig_table = Table(

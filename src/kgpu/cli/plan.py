@@ -135,25 +135,44 @@ def _print_tables(view: NodeView, slices: list[Any] | None) -> None:
         gpus.add_row(str(g.index), g.product, describe_gpu(view, g.index))
     console.print(gpus)
 
-    devs = Table(title="Devices")
-    for col in ("id", "resource", "backing", "replica", "sharing", "health"):
-        devs.add_column(col, overflow="fold")
+    # one row per physical device (a GPU or a MIG device); its replicas are a range, so a
+    # time-sliced DGX is 8 readable rows instead of 32 folded ones (-o json lists every id)
+    groups: dict[tuple[str, str], list[Any]] = {}
     for r in view.resources:
         for d in r.devices:
-            backing = f"GPU {d.gpu_index}" + (f" MIG {d.mig_profile}" if d.mig_profile else "")
-            devs.add_row(
-                d.id,
-                d.resource,
-                backing,
-                "" if d.replica is None else str(d.replica),
-                str(d.sharing),
-                "Healthy" if d.healthy else "Unhealthy",
-            )
+            groups.setdefault((d.resource, d.backing_uuid), []).append(d)
+    devs = Table(title="Devices")
+    # a UUID is 40 characters and stays on one line; below 120 columns the table has two
+    # columns (device + ids | resource + place + health) so 80 columns still fit unfolded
+    wide = console.width >= 120
+    if wide:
+        devs.add_column("device", no_wrap=True, min_width=40)
+        for col in ("resource", "on", "advertised ids", "health"):
+            devs.add_column(col, overflow="fold")
+    else:
+        devs.add_column("device / advertised ids", no_wrap=True, min_width=40)
+        devs.add_column("resource / on / health", overflow="fold")
+    for (resource, uuid), members in groups.items():
+        d = members[0]
+        backing = f"GPU {d.gpu_index}" + (f" MIG {d.mig_profile}" if d.mig_profile else "")
+        replicas = [m.replica for m in members if m.replica is not None]
+        if replicas:
+            ids = f"<device>::{min(replicas)}..{max(replicas)} ({d.sharing})"
+        else:
+            ids = "<device>"
+        healthy = sum(1 for m in members if m.healthy)
+        health = "Healthy" if healthy == len(members) else f"Unhealthy ({healthy} ok)"
+        if wide:
+            devs.add_row(uuid, resource, backing, ids, health)
+        else:
+            devs.add_row(f"{uuid}\n  {ids}", f"{resource}\n  on {backing}\n  {health}")
     console.print(devs)
 
     labels = Table(title="Labels")
-    labels.add_column("label")
-    labels.add_column("value")
+    # a label key is what users paste into nodeSelectors: whole, on one line; values fold
+    longest = max((len(k) for k in view.labels), default=5)
+    labels.add_column("label", no_wrap=True, min_width=min(longest, 63))
+    labels.add_column("value", overflow="fold")
     for k, v in sorted(view.labels.items()):
         labels.add_row(k, v)
     console.print(labels)

@@ -8,6 +8,7 @@ that names it, so a typo such as ``replica: 4`` no longer vanishes without a tra
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,6 +52,18 @@ def _message(error: Any) -> str:
     return msg
 
 
+def _did_you_mean(error: Any) -> str:
+    """For a missing field, the misspelt key the user probably meant (``replica`` for
+    ``replicas``): upstream would drop the typo silently and then complain about the field."""
+    loc = tuple(error.get("loc", ()))
+    given = error.get("input")
+    if error.get("type") != "missing" or not loc or not isinstance(given, dict):
+        return ""
+    wanted = str(loc[-1])
+    close = difflib.get_close_matches(wanted, [str(k) for k in given], n=1, cutoff=0.6)
+    return f" (found {close[0]!r}: did you mean {wanted!r}?)" if close else ""
+
+
 def _loc_path(prefix: str, loc: tuple[Any, ...]) -> str:
     parts: list[str | int] = [prefix] if prefix else []
     for item in loc:
@@ -74,7 +87,7 @@ def problems_from(exc: ValidationError, *, file: str, entry: str, prefix: str = 
     seen: set[tuple[str, str]] = set()
     for error in exc.errors():
         path = _loc_path(prefix, tuple(error.get("loc", ())))
-        message = _message(error)
+        message = _message(error) + _did_you_mean(error)
         if (path, message) in seen:
             continue
         seen.add((path, message))
@@ -119,15 +132,27 @@ def unknown_warnings(model: BaseModel, *, file: str, entry: str, prefix: str = "
     ]
 
 
+def yaml_error_message(exc: yaml.YAMLError) -> str:
+    """One line: where the YAML breaks and why (PyYAML's own text spans several lines)."""
+    mark = getattr(exc, "problem_mark", None)
+    if isinstance(exc, yaml.reader.ReaderError):
+        char = exc.character
+        shown = f"#x{char:04x}" if isinstance(char, int) else f"#x{ord(char):04x}"
+        return (
+            f"position {exc.position}: not valid YAML: character {shown} is not allowed "
+            "(is this a binary file?)"
+        )
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"{where}not valid YAML: {problem}"
+
+
 def load_yaml_documents(text: str, *, file: str) -> list[Any]:
     """Every document in a YAML stream (empty ones dropped), or a FieldError with the line."""
     try:
         docs = list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise FieldError(FieldProblem(f"{where}not valid YAML: {problem}", file=file)) from None
+        raise FieldError(FieldProblem(yaml_error_message(exc), file=file)) from None
     return [doc for doc in docs if doc is not None]
 
 
@@ -136,12 +161,7 @@ def load_yaml_mapping(text: str, *, file: str, entry: str = "") -> dict[str, Any
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise FieldError(
-            FieldProblem(f"{where}not valid YAML: {problem}", file=file, entry=entry)
-        ) from None
+        raise FieldError(FieldProblem(yaml_error_message(exc), file=file, entry=entry)) from None
     if doc is None:
         return {}
     if not isinstance(doc, dict):

@@ -151,6 +151,20 @@ def classify(doc: Any) -> str:
     return "unknown"
 
 
+def other_kgpu_input(doc: Any) -> str:
+    """A hint when ``doc`` is a kgpu input of another command (a scenario, an allocate file)."""
+    if not isinstance(doc, dict):
+        return ""
+    keys = set(doc)
+    if keys & {"nodes", "apply", "steps"}:
+        return "it looks like a kgpu sim scenario (nodes/apply/steps): run it with kgpu sim FILE"
+    if "node" in keys and keys & {"classes", "slices", "claims"}:
+        return (
+            "it looks like a kgpu allocate input (node/classes/slices/claims): kgpu allocate FILE"
+        )
+    return ""
+
+
 def _configmap_entry_kind(text: str, *, file: str, entry: str) -> tuple[str, dict[str, Any]]:
     data = load_yaml_mapping(text, file=file, entry=entry)
     if "mig-configs" in data:
@@ -165,16 +179,25 @@ def _add_configmap(builder: _Builder, doc: dict[str, Any], *, file: str, where: 
         return
     if not isinstance(data, dict):
         raise FieldError(FieldProblem("must be a mapping of names to strings", "data", file, where))
+    problems: list[FieldProblem] = []
     for key, text in data.items():
         if not isinstance(text, str):
-            raise FieldError(
-                FieldProblem("must be a string (a YAML document)", join_path("data", key), file)
+            problems.append(
+                FieldProblem(
+                    "must be a string (a YAML document)", join_path("data", str(key)), file, where
+                )
             )
-        kind, parsed = _configmap_entry_kind(text, file=file, entry=str(key))
-        if kind == "mig-parted":
-            builder.add_mig(parsed, file=file, entry=str(key))
-        else:
-            builder.add_plugin(str(key), parsed, file=file, entry=str(key))
+            continue
+        try:
+            kind, parsed = _configmap_entry_kind(text, file=file, entry=str(key))
+            if kind == "mig-parted":
+                builder.add_mig(parsed, file=file, entry=str(key))
+            else:
+                builder.add_plugin(str(key), parsed, file=file, entry=str(key))
+        except FieldError as exc:  # every bad entry is reported, not just the first
+            problems.extend(exc.problems)
+    if problems:
+        raise FieldError(problems)
 
 
 def _get(doc: Mapping[str, Any], *path: str) -> Any:
@@ -262,11 +285,17 @@ def _add_document(
             )
         )
     else:
+        hint = other_kgpu_input(doc)
         raise FieldError(
             FieldProblem(
                 "not a device-plugin config, ConfigMap, mig-parted config or GPU Operator "
-                "Helm values (expected keys such as version/sharing/flags, mig-configs, "
-                "apiVersion/kind, or mig/migManager/devicePlugin)",
+                "Helm values "
+                + (
+                    f"({hint})"
+                    if hint
+                    else "(expected keys such as version/sharing/flags, mig-configs, "
+                    "apiVersion/kind, or mig/migManager/devicePlugin)"
+                ),
                 file=file,
                 entry=where,
             )
@@ -277,6 +306,8 @@ def _add_document(
 def _load_text(builder: _Builder, text: str, *, file: str) -> None:
     docs = load_yaml_documents(text, file=file)
     name = Path(file).stem
+    if not docs:
+        builder.warnings.append(str(FieldProblem("empty file: nothing loaded from it", file=file)))
     kinds = [
         _add_document(builder, doc, file=file, name=name, index=i, count=len(docs))
         for i, doc in enumerate(docs)
@@ -340,11 +371,14 @@ def select_plugin_config(
         return None
     if len(choices) == 1:
         return next(iter(choices.values()))
+    sources = sorted({entry.source for entry in choices.values()})
     raise FieldError(
         FieldProblem(
             f"{len(choices)} device-plugin configs and none selected: label the node "
-            f"{PLUGIN_CONFIG_LABEL}=<name> or pass a config name; choices: "
-            f"{', '.join(sorted(choices))}"
+            f"{PLUGIN_CONFIG_LABEL}=<name>, or name the default (--config-name NAME for "
+            "kgpu plan and kgpu agent, defaultConfig in a scenario, devicePlugin.config.default "
+            f"in Helm values); choices: {', '.join(sorted(choices))}",
+            file=", ".join(sources),
         )
     )
 

@@ -11,13 +11,22 @@ validated with the same rules the node view applies.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from kgpu.config.fields import load_yaml_documents
-from kgpu.config.loader import ConfigSet, _add_configmap, _add_operator_values, _Builder, classify
+from kgpu.config.loader import (
+    ConfigSet,
+    _add_configmap,
+    _add_operator_values,
+    _Builder,
+    classify,
+    other_kgpu_input,
+)
 from kgpu.config.migparted import parse_mig_parted
 from kgpu.config.plugin import parse_plugin_config
 from kgpu.errors import FieldError, FieldProblem, join_path
@@ -70,12 +79,128 @@ def _pod_spec_problems(spec: Any, path: str) -> list[tuple[str, str]]:
     if problems is None:
         if not isinstance(spec.get("containers"), list) or not spec["containers"]:
             return [(join_path(path, "containers"), "is required (a non-empty list)")]
-        return []
+        return extended_resource_problems(spec, path)
     out = []
     for p, msg in problems:
         rel = p[len("spec") :].lstrip(".") if p.startswith("spec") else p
         out.append((join_path(path, rel) if rel else path, msg))
+    return out or extended_resource_problems(spec, path)
+
+
+_QUANTITY = re.compile(
+    r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|([numkMGTPE]|[KMGTPE]i))?$"
+)
+_SUFFIX = {
+    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
+    "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12),
+    "P": Decimal(10**15), "E": Decimal(10**18), "Ki": Decimal(2**10), "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30), "Ti": Decimal(2**40), "Pi": Decimal(2**50), "Ei": Decimal(2**60),
+}  # fmt: skip
+
+
+def _quantity(value: Any) -> Decimal | None:
+    """A Kubernetes quantity's value (``2``, ``"2"``, ``500m``, ``1Gi``); None when invalid."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return Decimal(str(value))
+    if not isinstance(value, str):
+        return None
+    m = _QUANTITY.match(value.strip())
+    if m is None:
+        return None
+    number, exponent, suffix = m.groups()
+    if exponent:
+        return Decimal(number + exponent)
+    return Decimal(number) * _SUFFIX[suffix or ""]
+
+
+def _is_extended(name: str) -> bool:
+    """Extended resources (``nvidia.com/gpu``): a domain prefix outside kubernetes.io."""
+    if "/" not in name:
+        return False
+    domain = name.split("/", 1)[0]
+    return not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
+
+
+def extended_resource_problems(spec: Any, path: str = "spec") -> list[tuple[str, str]]:
+    """What the API server refuses in a pod's extended resources (``nvidia.com/gpu``) that the
+    OpenAPI schema lets through: a quantity that is not a whole number, a request without a
+    limit, a request different from its limit. kubectl reports these only at apply time."""
+    out: list[tuple[str, str]] = []
+    if not isinstance(spec, dict):
+        return out
+    for group in ("initContainers", "containers"):
+        containers = spec.get(group)
+        if not isinstance(containers, list):
+            continue
+        for i, container in enumerate(containers):
+            resources = container.get("resources") if isinstance(container, dict) else None
+            if not isinstance(resources, dict):
+                continue
+            at = join_path(path, group, i, "resources")
+            raw_limits, raw_requests = resources.get("limits"), resources.get("requests")
+            limits: dict[str, Any] = raw_limits if isinstance(raw_limits, dict) else {}
+            requests: dict[str, Any] = raw_requests if isinstance(raw_requests, dict) else {}
+            values: dict[tuple[str, str], Decimal] = {}
+            for kind, entries in (("limits", limits), ("requests", requests)):
+                for name, raw in entries.items():
+                    if not _is_extended(str(name)):
+                        continue
+                    field = f"{at}.{kind}.{name}"
+                    qty = _quantity(raw)
+                    if qty is None:
+                        out.append((field, f"{raw!r} is not a quantity (for example 1 or 2)"))
+                    elif qty != qty.to_integral_value() or qty < 0:
+                        out.append((field, f"{raw!r}: must be a whole number of devices"))
+                    else:
+                        values[(kind, str(name))] = qty
+            for name in requests:
+                if not _is_extended(str(name)):
+                    continue
+                if name not in limits:
+                    out.append(
+                        (
+                            f"{at}.limits.{name}",
+                            f"is required: {name} is requested, and extended resources cannot "
+                            "be overcommitted (set limits; requests may then be left out)",
+                        )
+                    )
+                elif (
+                    ("requests", name) in values
+                    and ("limits", name) in values
+                    and values[("requests", name)] != values[("limits", name)]
+                ):
+                    out.append(
+                        (
+                            f"{at}.requests.{name}",
+                            f"must be equal to the {name} limit of {limits[name]}",
+                        )
+                    )
     return out
+
+
+def _pod_specs(doc: dict[str, Any]) -> list[tuple[Any, str]]:
+    """The pod specs inside a core workload object, with their paths."""
+    kind = doc.get("kind")
+    raw_spec = doc.get("spec")
+    spec: dict[str, Any] = raw_spec if isinstance(raw_spec, dict) else {}
+    if kind == "Pod":
+        return [(doc.get("spec"), "spec")]
+    if kind in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job",
+                "ReplicationController"):  # fmt: skip
+        template = spec.get("template")
+        return [(template.get("spec"), "spec.template.spec")] if isinstance(template, dict) else []
+    if kind == "CronJob":
+        job = spec.get("jobTemplate")
+        job_spec = job.get("spec") if isinstance(job, dict) else None
+        template = job_spec.get("template") if isinstance(job_spec, dict) else None
+        if isinstance(template, dict):
+            return [(template.get("spec"), "spec.jobTemplate.spec.template.spec")]
+    if kind == "PodTemplate":
+        template = doc.get("template")
+        return [(template.get("spec"), "template.spec")] if isinstance(template, dict) else []
+    return []
 
 
 def _check_compute_domain(doc: dict[str, Any], _: str) -> list[tuple[str, str]]:
@@ -341,8 +466,14 @@ def validate_manifest(doc: dict[str, Any], *, file: str, entry: str) -> list[Fie
                 out.append(("kind", _unknown_kind(api_version, kind)))
             elif kind == "Pod":
                 out.extend(_pod_spec_problems(doc.get("spec"), "spec"))
+            else:
+                for pod_spec, at in _pod_specs(doc):
+                    out.extend(extended_resource_problems(pod_spec, at))
         else:
             out.extend(schema)
+            if not schema:
+                for pod_spec, at in _pod_specs(doc):
+                    out.extend(extended_resource_problems(pod_spec, at))
     return [FieldProblem(msg, path, file, entry) for path, msg in out]
 
 
@@ -409,10 +540,11 @@ def validate_text(text: str, *, file: str) -> FileReport:
         elif kind == "dra-values":
             report.ok.append(f"{entry}: {_KIND_LABELS[kind]}")
         elif kind == "unknown":
+            hint = other_kgpu_input(doc)
             report.problems.append(
                 FieldProblem(
                     "not a Kubernetes manifest (apiVersion/kind), device-plugin config, "
-                    "mig-parted config or GPU Operator Helm values",
+                    "mig-parted config or GPU Operator Helm values" + (f"; {hint}" if hint else ""),
                     file=file,
                     entry=entry,
                 )

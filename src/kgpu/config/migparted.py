@@ -116,11 +116,55 @@ def parse_mig_parted(data: Any, *, file: str = "", entry: str = "") -> ParsedMig
     except ValidationError as exc:
         raise problems_from(exc, file=file, entry=entry) from None
     warnings = unknown_warnings(spec, file=file, entry=entry)
+    warnings += _hardware_warnings(spec, file=file, entry=entry)
     configs = {
         name: MigConfig(name, tuple(entries), file or entry)
         for name, entries in spec.mig_configs.items()
     }
     return ParsedMigParted(configs, tuple(warnings))
+
+
+def _hardware_warnings(spec: MigPartedSpec, *, file: str, entry: str) -> list[str]:
+    """Names no known GPU has: a profile typo or a wrong PCI id would otherwise only show when
+    the layout meets a machine (``kgpu plan``), not in ``kgpu validate``."""
+    from kgpu.hardware.mig import known_profile_names
+
+    profiles = known_profile_names()
+    ids = set(_PCI_DEVICE_IDS.values())
+    out: list[str] = []
+    for name, entries in spec.mig_configs.items():
+        for i, item in enumerate(entries):
+            at = join_path("mig-configs", name, i)
+            for profile in item.mig_devices or {}:
+                if profile not in profiles:
+                    out.append(
+                        str(
+                            FieldProblem(
+                                f"profile {profile} is offered by no MIG-capable GPU kgpu knows "
+                                f"(for example {', '.join(sorted(profiles)[:6])}, ...; "
+                                "`kgpu machines <machine>` lists a GPU's profiles)",
+                                join_path(at, "mig-devices", profile),
+                                file,
+                                entry,
+                            )
+                        )
+                    )
+            raw = item.device_filter
+            for f in [raw] if isinstance(raw, str) else raw or []:
+                if f.upper().replace("0X", "0x") not in ids:
+                    out.append(
+                        str(
+                            FieldProblem(
+                                f"{f!r} is not the PCI device id of a MIG-capable GPU kgpu knows "
+                                "(0x<device><vendor>, e.g. 0x20B210DE for NVIDIA "
+                                "A100-SXM4-80GB); this entry applies to no GPU",
+                                join_path(at, "device-filter"),
+                                file,
+                                entry,
+                            )
+                        )
+                    )
+    return out
 
 
 def layout_for(

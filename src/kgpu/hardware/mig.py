@@ -93,6 +93,11 @@ def geometry_for_product(product_name: str) -> MigGeometry | None:
     return _geometries().get(product_name)
 
 
+def known_profile_names() -> frozenset[str]:
+    """Every MIG profile name some product kgpu knows offers (to flag typos in configs)."""
+    return frozenset(name for g in _geometries().values() for name in g.profiles)
+
+
 def geometry_for(gpu: Gpu) -> MigGeometry | None:
     """The MIG geometry of ``gpu``; None when it is not MIG capable or its product is unknown."""
     if not gpu.mig_capable:

@@ -143,7 +143,7 @@ def _unknown(name: str) -> FieldError:
     return FieldError(
         FieldProblem(
             f"unknown machine profile {name!r}; known profiles: {', '.join(profile_names())}",
-            path="machine",
+            path="--machine",
         )
     )
 

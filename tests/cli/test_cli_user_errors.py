@@ -1,0 +1,314 @@
+"""Mistakes a new user makes, and what kgpu says back: the file, the entry, the field and the fix,
+exit status 1, never a traceback. Also: tables that stay readable at 80 columns."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from kgpu.cli import app, output
+
+REPO = Path(__file__).resolve().parents[2]
+ALLOCATE_EXAMPLE = REPO / "examples" / "dra" / "allocate-gb200.yaml"
+runner = CliRunner()
+
+
+def _run(*args: str, columns: int = 200) -> tuple[int, str]:
+    """Run kgpu as a terminal of ``columns`` columns would. (The rich consoles are created once
+    per process and keep the width they first saw, so the width is set on them directly.)"""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(output.console, "_width", columns)
+        mp.setattr(output.err_console, "_width", columns)
+        result = runner.invoke(app, list(args), env={"COLUMNS": str(columns)})
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, result.output
+
+
+def _write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+# -- kgpu allocate: malformed objects never reach the allocator -----------------------------
+
+
+def _request(d: dict[str, Any]) -> dict[str, Any]:
+    return d["claims"][0]["spec"]["devices"]["requests"][0]  # type: ignore[no-any-return]
+
+
+BAD_ALLOCATE_INPUTS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
+    "slice devices not a list": (
+        lambda d: d["slices"][0]["spec"].__setitem__("devices", "gpu-0"),
+        "slices[0].spec.devices: must be a list of devices",
+    ),
+    "slice pool not a mapping": (
+        lambda d: d["slices"][0]["spec"].__setitem__("pool", "p"),
+        "slices[0].spec.pool: must be a mapping",
+    ),
+    "slice attribute without a type": (
+        lambda d: d["slices"][0]["spec"]["devices"][0]["attributes"].__setitem__("index", 5),
+        "slices[0].spec.devices[0].attributes.index: must be a mapping such as {int: 1}",
+    ),
+    "claim devices a list": (
+        lambda d: d["claims"][0]["spec"].__setitem__("devices", [1]),
+        "claims[0].spec.devices: must be a mapping with requests",
+    ),
+    "exactly a string": (
+        lambda d: _request(d).__setitem__("exactly", "x"),
+        "claims[0].spec.devices.requests[0].exactly: must be a mapping",
+    ),
+    "selectors a string": (
+        lambda d: _request(d)["exactly"].__setitem__("selectors", "x"),
+        "claims[0].spec.devices.requests[0].exactly.selectors: must be a list",
+    ),
+    "firstAvailable a string": (
+        lambda d: (_request(d).pop("exactly"), _request(d).__setitem__("firstAvailable", "x")),
+        "claims[0].spec.devices.requests[0].firstAvailable: must be a list of subrequests",
+    ),
+    "count as a string": (
+        lambda d: _request(d)["exactly"].__setitem__("count", "2"),
+        "claims[0].spec.devices.requests[0].exactly.count: must be an integer",
+    ),
+    "count below one": (
+        lambda d: _request(d)["exactly"].__setitem__("count", -1),
+        "claims[0].spec.devices.requests[0].exactly.count: must be at least 1",
+    ),
+    "CEL that does not parse": (
+        lambda d: _request(d)["exactly"].__setitem__(
+            "selectors", [{"cel": {"expression": "device.attributes[ ==="}}]
+        ),
+        "claims[0].spec.devices.requests[0].exactly.selectors[0].cel.expression: "
+        "CEL does not compile",
+    ),
+    "allocated claim with a bad status": (
+        lambda d: d.__setitem__(
+            "allocated", [{"metadata": {"name": "x"}, "spec": {}, "status": {"allocation": "x"}}]
+        ),
+        "allocated[0].status.allocation: must be a mapping",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ALLOCATE_INPUTS))
+def test_allocate_rejects_malformed_objects_by_field(tmp_path: Path, case: str) -> None:
+    mutate, expected = BAD_ALLOCATE_INPUTS[case]
+    data = yaml.safe_load(ALLOCATE_EXAMPLE.read_text())
+    mutate(data)
+    path = _write(tmp_path, "in.yaml", yaml.safe_dump(data))
+    code, out = _run("allocate", path, "-o", "json")
+    assert code == 1, out
+    assert f"{path}: {expected}" in out
+
+
+def test_allocate_explains_a_single_manifest(tmp_path: Path) -> None:
+    claim = yaml.safe_load(ALLOCATE_EXAMPLE.read_text())["claims"][0]
+    path = _write(tmp_path, "claim.yaml", yaml.safe_dump(copy.deepcopy(claim)))
+    code, out = _run("allocate", path)
+    assert code == 1
+    assert "single ResourceClaim manifest" in out and "node, classes, slices" in out
+
+
+def test_allocate_yaml_error_is_one_line_with_position(tmp_path: Path) -> None:
+    path = _write(tmp_path, "bad.yaml", "node: [\n  : x\n")
+    code, out = _run("allocate", path)
+    assert code == 1
+    assert f"{path}: line 2, column 3: not valid YAML" in out
+    assert "<unicode string>" not in out
+
+
+def test_allocate_table_at_80_columns_cuts_nothing() -> None:
+    code, out = _run("allocate", str(ALLOCATE_EXAMPLE), columns=80)
+    assert code == 0
+    assert "…" not in out
+    assert all(len(line) <= 80 for line in out.splitlines())
+    assert "default/inference-gpus: metadata.name In gb200-rack1-0" in out
+
+
+# -- configs: kgpu plan and kgpu validate ----------------------------------------------------
+
+TWO_ENTRIES = """\
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: sharing}
+data:
+  small: |
+    sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 2}]}}
+  big: |
+    sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 1}]}}
+  broken: |
+    sharing: [
+"""
+
+
+def test_plan_with_several_entries_and_no_selection_names_file_and_flag(tmp_path: Path) -> None:
+    good = TWO_ENTRIES.replace("replicas: 1", "replicas: 4").replace(
+        "  broken: |\n    sharing: [\n", ""
+    )
+    path = _write(tmp_path, "cm.yaml", good)
+    code, out = _run("plan", "-m", "t4", "-c", path)
+    assert code == 1
+    assert f"{path}: 2 device-plugin configs and none selected" in out
+    assert "--config-name" in out and "choices: big, small" in out
+    code, out = _run("plan", "-m", "t4", "-c", path, "--config-name", "big", "-o", "json")
+    assert code == 0 and json.loads(out)["resources"] == {"nvidia.com/gpu": 4}
+
+
+def test_validate_reports_every_bad_configmap_entry(tmp_path: Path) -> None:
+    path = _write(tmp_path, "cm.yaml", TWO_ENTRIES)
+    code, out = _run("validate", path)
+    assert code == 1
+    assert f"{path}: big: sharing.timeSlicing.resources[0].replicas: must be >= 2" in out
+    assert f"{path}: broken: line 2, column 1: not valid YAML" in out
+
+
+def test_misspelt_field_suggests_the_right_one(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path, "ts.yaml", "sharing: {timeSlicing: {resources: [{name: gpu, replica: 4}]}}\n"
+    )
+    code, out = _run("plan", "-m", "t4", "-c", path)
+    assert code == 1
+    assert (
+        "sharing.timeSlicing.resources[0].replicas: is required "
+        "(found 'replica': did you mean 'replicas'?)"
+    ) in out
+
+
+def test_binary_file_is_one_line_error(tmp_path: Path) -> None:
+    path = _write(tmp_path, "blob.yaml", "\x00\x01binary")
+    for command in (["plan", "-m", "t4", "-c", path], ["validate", path]):
+        code, out = _run(*command)
+        assert code == 1
+        assert f"{path}: position 0: not valid YAML" in out and "binary" in out
+        assert "<unicode string>" not in out
+
+
+def test_empty_config_file_is_a_visible_warning(tmp_path: Path) -> None:
+    path = _write(tmp_path, "empty.yaml", "")
+    code, out = _run("plan", "-m", "t4", "-c", path)
+    assert code == 0
+    assert f"warning: {path}: empty file: nothing loaded from it" in out
+
+
+def test_unknown_machine_names_the_flag() -> None:
+    code, out = _run("plan", "-m", "rtx-9090")
+    assert code == 1
+    assert "--machine: unknown machine profile 'rtx-9090'; known profiles:" in out
+
+
+def test_validate_flags_mig_names_no_gpu_has(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "mig.yaml",
+        "version: v1\nmig-configs:\n  c:\n    - devices: all\n      device-filter: '0x1234'\n"
+        "      mig-enabled: true\n      mig-devices: {5g.50gb: 1}\n",
+    )
+    code, out = _run("validate", path)
+    assert code == 0  # upstream accepts the file; the hardware refuses it later
+    assert "mig-configs.c[0].mig-devices.5g.50gb: profile 5g.50gb is offered by no" in out
+    assert "mig-configs.c[0].device-filter: '0x1234' is not the PCI device id" in out
+
+
+POD = """\
+apiVersion: v1
+kind: Pod
+metadata: {{name: p}}
+spec:
+  containers:
+  - name: c
+    image: i
+    resources: {resources}
+"""
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    [
+        ("{limits: {nvidia.com/gpu: two}}", "limits.nvidia.com/gpu: 'two' is not a quantity"),
+        ("{limits: {nvidia.com/gpu: 0.5}}", "limits.nvidia.com/gpu: 0.5: must be a whole number"),
+        ("{requests: {nvidia.com/gpu: 1}}", "limits.nvidia.com/gpu: is required"),
+        (
+            "{requests: {nvidia.com/gpu: 1}, limits: {nvidia.com/gpu: 2}}",
+            "requests.nvidia.com/gpu: must be equal to the nvidia.com/gpu limit of 2",
+        ),
+    ],
+)
+def test_validate_checks_gpu_requests_as_the_api_server_does(
+    tmp_path: Path, resources: str, expected: str
+) -> None:
+    path = _write(tmp_path, "pod.yaml", POD.format(resources=resources))
+    code, out = _run("validate", path)
+    assert code == 1
+    assert f"{path}: document 0: spec.containers[0].resources.{expected}" in out
+
+
+def test_validate_gpu_requests_inside_a_deployment(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "deploy.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n"
+        "  selector: {matchLabels: {a: b}}\n  template:\n    metadata: {labels: {a: b}}\n"
+        "    spec:\n      containers:\n      - name: c\n        image: i\n"
+        "        resources: {limits: {nvidia.com/gpu: 1.5}}\n",
+    )
+    code, out = _run("validate", path)
+    assert code == 1
+    assert "spec.template.spec.containers[0].resources.limits.nvidia.com/gpu" in out
+
+
+def test_scenario_given_to_validate_or_plan_points_to_sim() -> None:
+    scenario = str(REPO / "examples" / "mps-job.yaml")
+    for command in (["validate", scenario], ["plan", "-c", scenario]):
+        code, out = _run(*command)
+        assert code == 1
+        assert "kgpu sim scenario" in out and "kgpu sim FILE" in out
+
+
+# -- tables at 80 and 150 columns ------------------------------------------------------------
+
+
+def test_machines_table_at_80_columns_shows_every_name_whole() -> None:
+    code, out = _run("machines", columns=80)
+    assert code == 0
+    assert "…" not in out and all(len(line) <= 80 for line in out.splitlines())
+    for name in ("p4de.24xlarge", "rtx-2080ti", "dgx-h100", "a100-40gb"):
+        assert f"│ {name} " in out
+
+
+def test_machine_gpus_table_keeps_uuids_on_one_line_at_80_and_150() -> None:
+    _, raw = _run("machines", "gb200", "-o", "json")
+    uuids = [g["uuid"] for g in json.loads(raw)["gpus"]]
+    for columns in (80, 150):
+        code, out = _run("machines", "gb200", columns=columns)
+        assert code == 0 and "…" not in out
+        assert all(len(line) <= columns for line in out.splitlines())
+        assert all(uuid in out for uuid in uuids)
+
+
+@pytest.mark.parametrize("columns", [80, 150])
+def test_plan_tables_fit_and_keep_warnings(acceptance: Path, columns: int) -> None:
+    args = [
+        "plan", "-m", "a100-40gb",
+        "-c", str(acceptance / "seed-guides/time-slicing-config-t4-a100.yaml"),
+        "--config-name", "a100-40gb", "--mig-config", "all-balanced", "--mig-strategy", "mixed",
+    ]  # fmt: skip
+    code, out = _run(*args, columns=columns)
+    assert code == 0
+    assert "…" not in out
+    table_lines = [line for line in out.splitlines() if not line.startswith("warning:")]
+    assert all(len(line) <= columns for line in table_lines)
+    assert "warning:" in out
+    # one row per MIG device; its replicas are a range (-o json lists every id)
+    assert "<device>::0..1 (time-slicing)" in out
+    if columns >= 120:
+        code, raw = _run(*args, "-o", "json")
+        for device in json.loads(raw)["devices"]:
+            assert (device["migUUID"] or device["gpuUUID"]) in out
