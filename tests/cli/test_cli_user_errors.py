@@ -214,7 +214,19 @@ def test_validate_flags_mig_names_no_gpu_has(tmp_path: Path) -> None:
     code, out = _run("validate", path)
     assert code == 0  # upstream accepts the file; the hardware refuses it later
     assert "mig-configs.c[0].mig-devices.5g.50gb: profile 5g.50gb is offered by no" in out
-    assert "mig-configs.c[0].device-filter: '0x1234' is not the PCI device id" in out
+    assert "mig-configs.c[0].device-filter: '0x1234' is not a PCI device id" in out
+
+
+def test_gpu_operator_default_mig_config_validates_without_warnings() -> None:
+    upstream = REPO / "src" / "kgpu" / "config" / "data" / "default-mig-parted-config.yaml"
+    code, out = _run("validate", str(upstream))
+    assert code == 0 and "warning" not in out
+
+
+def test_mig_config_that_selects_no_gpu_is_a_visible_warning() -> None:
+    code, out = _run("plan", "-m", "t4", "--mig-config", "all-balanced")
+    assert code == 0
+    assert "mig-configs.all-balanced: mig config 'all-balanced' selects no GPU" in out
 
 
 POD = """\
@@ -312,3 +324,32 @@ def test_plan_tables_fit_and_keep_warnings(acceptance: Path, columns: int) -> No
         code, raw = _run(*args, "-o", "json")
         for device in json.loads(raw)["devices"]:
             assert (device["migUUID"] or device["gpuUUID"]) in out
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--mig-strategy", "mixd"], "--mig-strategy: 'mixd': allowed none, single, mixed"),
+        (["--config-name", "any"], "--config-name: 'any' names a device-plugin config, but none"),
+        (["-m", "gb200", "--clique", "bad"], "--clique: must be <clusterUUID>.<cliqueId>"),
+        (["-m", "missing.json"], "missing.json: cannot read: No such file or directory"),
+    ],
+)
+def test_plan_option_mistakes_name_the_option(args: list[str], expected: str) -> None:
+    code, out = _run("plan", *args)
+    assert code == 1
+    assert f"error: {expected}" in out
+
+
+def test_plan_reads_a_recorded_snapshot_like_the_agent_does() -> None:
+    snapshot = REPO / "tests" / "data" / "h100-nvml-snapshot.json"
+    code, out = _run(
+        "plan", "-m", str(snapshot), "-l", "nvidia.com/mig.config=all-balanced",
+        "--mig-strategy", "mixed", "-o", "json",
+    )  # fmt: skip
+    assert code == 0
+    assert json.loads(out)["resources"] == {
+        "nvidia.com/mig-1g.10gb": 2,
+        "nvidia.com/mig-2g.20gb": 1,
+        "nvidia.com/mig-3g.40gb": 1,
+    }

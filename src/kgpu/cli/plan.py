@@ -231,6 +231,35 @@ def _nvml_snapshot(hostname: str) -> Any:
     return replace(machine, hostname=hostname) if hostname else machine
 
 
+def _machine(machine: str, hostname: str, clique: str | None) -> Any:
+    """The snapshot ``--machine`` names: ``nvml``, a recorded ``.json`` snapshot (as the agent
+    and the exporter take it) or a built-in profile; errors name the option at fault."""
+    from dataclasses import replace
+
+    from kgpu.errors import FieldError, FieldProblem
+    from kgpu.hardware.profiles import load_machine
+    from kgpu.hardware.serialize import load_snapshot
+
+    if machine == "nvml":
+        return _nvml_snapshot(hostname)
+    if machine.endswith(".json"):
+        if clique is not None:
+            raise FieldError(
+                FieldProblem("applies to built-in profiles, not to a snapshot", path="--clique")
+            )
+        snapshot = load_snapshot(machine)
+        return replace(snapshot, hostname=hostname) if hostname else snapshot
+    try:
+        return load_machine(machine, hostname=hostname, clique=clique)
+    except FieldError as exc:
+        raise FieldError(
+            [
+                FieldProblem(p.message, "--clique" if p.path == "clique" else p.path, p.file)
+                for p in exc.problems
+            ]
+        ) from None
+
+
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan(
@@ -239,7 +268,8 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--machine",
                 "-m",
-                help="Machine profile (see `kgpu machines`), or nvml for this host's GPUs.",
+                help="Machine profile (see `kgpu machines`), a recorded snapshot .json, or "
+                "nvml for this host's GPUs.",
             ),
         ] = "rtx-2080ti",
         config: Annotated[
@@ -291,20 +321,31 @@ def register(app: typer.Typer) -> None:
         """What one node would advertise: resources, devices, per-GPU plan, labels, warnings."""
         from kgpu.cli.output import fail, print_json
         from kgpu.config.loader import load_config_files
-        from kgpu.errors import KgpuError
-        from kgpu.hardware.profiles import load_machine
+        from kgpu.config.plugin import MIG_STRATEGIES
+        from kgpu.errors import FieldError, FieldProblem, KgpuError
         from kgpu.node.view import build_node_view
 
         if output not in ("table", "json"):
             fail(f"--output must be table or json, not {output!r}")
         try:
             labels = parse_labels(label or [])
+            if mig_strategy is not None and mig_strategy not in MIG_STRATEGIES:
+                raise FieldError(
+                    FieldProblem(
+                        f"{mig_strategy!r}: allowed {', '.join(MIG_STRATEGIES)}",
+                        path="--mig-strategy",
+                    )
+                )
             configs = load_config_files(config or [])
-            snapshot = (
-                _nvml_snapshot(hostname)
-                if machine == "nvml"
-                else load_machine(machine, hostname=hostname, clique=clique)
-            )
+            if config_name and not configs.plugin_configs:
+                raise FieldError(
+                    FieldProblem(
+                        f"{config_name!r} names a device-plugin config, but none was given: "
+                        "add --config FILE (a config file, ConfigMap or Helm values)",
+                        path="--config-name",
+                    )
+                )
+            snapshot = _machine(machine, hostname, clique)
             view = build_node_view(
                 snapshot,
                 configs,

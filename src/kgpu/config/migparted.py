@@ -124,25 +124,42 @@ def parse_mig_parted(data: Any, *, file: str = "", entry: str = "") -> ParsedMig
     return ParsedMigParted(configs, tuple(warnings))
 
 
-def _hardware_warnings(spec: MigPartedSpec, *, file: str, entry: str) -> list[str]:
-    """Names no known GPU has: a profile typo or a wrong PCI id would otherwise only show when
-    the layout meets a machine (``kgpu plan``), not in ``kgpu validate``."""
+_PCI_ID = re.compile(r"^0[xX][0-9a-fA-F]{8}$")
+
+
+def _known_profiles() -> frozenset[str]:
+    """Profile names NVIDIA GPUs offer: kgpu's geometry tables plus every name the GPU
+    Operator's default configs use (B200, H100 NVL... that kgpu has no machine for)."""
     from kgpu.hardware.mig import known_profile_names
 
-    profiles = known_profile_names()
-    ids = set(_PCI_DEVICE_IDS.values())
+    builtin = {
+        name
+        for cfg in builtin_mig_configs().values()
+        for item in cfg.entries
+        for name in item.mig_devices or {}
+    }
+    return known_profile_names() | builtin
+
+
+def _hardware_warnings(spec: MigPartedSpec, *, file: str, entry: str) -> list[str]:
+    """A profile name no NVIDIA GPU has, or a device-filter that is not a PCI id, would
+    otherwise only show when the layout meets a machine (``kgpu plan``), not in validate."""
+    if file == BUILTIN_SOURCE:
+        return []
+    profiles = _known_profiles()
     out: list[str] = []
     for name, entries in spec.mig_configs.items():
         for i, item in enumerate(entries):
             at = join_path("mig-configs", name, i)
             for profile in item.mig_devices or {}:
                 if profile not in profiles:
+                    sample = ", ".join(sorted(profiles)[:4])
                     out.append(
                         str(
                             FieldProblem(
-                                f"profile {profile} is offered by no MIG-capable GPU kgpu knows "
-                                f"(for example {', '.join(sorted(profiles)[:6])}, ...; "
-                                "`kgpu machines <machine>` lists a GPU's profiles)",
+                                f"profile {profile} is offered by no NVIDIA GPU kgpu knows of "
+                                f"({sample}, ...; `kgpu machines <machine>` lists a GPU's "
+                                "profiles)",
                                 join_path(at, "mig-devices", profile),
                                 file,
                                 entry,
@@ -151,13 +168,13 @@ def _hardware_warnings(spec: MigPartedSpec, *, file: str, entry: str) -> list[st
                     )
             raw = item.device_filter
             for f in [raw] if isinstance(raw, str) else raw or []:
-                if f.upper().replace("0X", "0x") not in ids:
+                if not _PCI_ID.match(f):
                     out.append(
                         str(
                             FieldProblem(
-                                f"{f!r} is not the PCI device id of a MIG-capable GPU kgpu knows "
-                                "(0x<device><vendor>, e.g. 0x20B210DE for NVIDIA "
-                                "A100-SXM4-80GB); this entry applies to no GPU",
+                                f"{f!r} is not a PCI device id (0x<device><vendor>, 8 hex "
+                                "digits, e.g. 0x20B210DE for NVIDIA A100-SXM4-80GB); this "
+                                "entry applies to no GPU",
                                 join_path(at, "device-filter"),
                                 file,
                                 entry,
@@ -206,6 +223,17 @@ def layout_for(
                 )
             else:
                 layout[gpu.index] = {k: v for k, v in (spec.mig_devices or {}).items() if v}
+    if not layout and gpus:
+        warnings.append(
+            str(
+                FieldProblem(
+                    f"mig config {config.name!r} selects no GPU on this machine (no entry's "
+                    "devices and device-filter match one); MIG is left as it is",
+                    join_path("mig-configs", config.name),
+                    config.source,
+                )
+            )
+        )
     return layout, warnings
 
 
