@@ -198,8 +198,12 @@ def test_in_process_agent_feeds_components_and_serves(root: Path) -> None:
             assert kubelet.wait_for(lambda: len(kubelet.healthy("nvidia.com/gpu")) == 2)
             backend.inject_xid(1, 79)
             assert kubelet.wait_for(lambda: len(kubelet.healthy("nvidia.com/gpu")) == 1)
-            assert (
-                recorder.views and recorder.views[-1].resource("nvidia.com/gpu").healthy_count == 1
+            # Components hear of the view right after the servers' streams do.
+            assert kubelet.wait_for(
+                lambda: (
+                    bool(recorder.views)
+                    and recorder.views[-1].resource("nvidia.com/gpu").healthy_count == 1
+                )
             )
         finally:
             agent.stop()
