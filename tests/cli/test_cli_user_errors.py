@@ -353,3 +353,37 @@ def test_plan_reads_a_recorded_snapshot_like_the_agent_does() -> None:
         "nvidia.com/mig-2g.20gb": 1,
         "nvidia.com/mig-3g.40gb": 1,
     }
+
+
+# -- kgpu agent / kgpu metrics: command-line mistakes fail before anything is served ---------
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--metrics-address", "9400"], "--metrics-address: '9400' is not HOST:PORT"),
+        (["--log-level", "loud"], "--log-level 'loud': allowed debug, info, warning, error"),
+    ],
+)
+def test_agent_option_mistakes_fail_before_serving(
+    tmp_path: Path, args: list[str], expected: str
+) -> None:
+    code, out = _run(
+        "agent", "--machine", "t4", "--kubelet-root", str(tmp_path), "--cdi-root",
+        str(tmp_path / "cdi"), *args,
+    )  # fmt: skip
+    assert code == 1
+    assert f"error: {expected}" in out
+    assert not (tmp_path / "device-plugins").exists()
+
+
+def test_metrics_port_in_use_names_the_address() -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        address = f"127.0.0.1:{busy.getsockname()[1]}"
+        code, out = _run("metrics", "--machine", "t4", "--kubelet-root", "", "--address", address)
+    assert code == 1
+    assert f"error: cannot serve metrics on {address}: Address already in use" in out

@@ -152,6 +152,20 @@ def register(app: typer.Typer) -> None:
 
         from kgpu.agent.daemon import Agent
         from kgpu.agent.inputs import parse_label_args
+        from kgpu.metrics.server import parse_address
+
+        # mistakes in the command line fail here, before any socket exists, rather than as a
+        # log line from a half-started daemon
+        levels = ("debug", "info", "warning", "error")
+        if log_level.lower() not in levels:
+            fail(f"--log-level {log_level!r}: allowed {', '.join(levels)}")
+        if metrics_address is not None:
+            try:
+                parse_address(metrics_address, "--metrics-address")
+            except KgpuError as exc:
+                fail(exc)
+        if labels_file is not None and labels_file.is_dir():
+            fail(f"--labels-file {labels_file}: is a directory, not a file")
 
         logging.basicConfig(
             level=getattr(logging, log_level.upper(), logging.INFO),

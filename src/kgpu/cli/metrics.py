@@ -82,7 +82,8 @@ def register(app: typer.Typer) -> None:
         try:
             component.start()
         except OSError as exc:
-            fail(f"cannot serve on {address}: {exc}")
+            said = exc.strerror or ""
+            fail(said if address in said else f"cannot serve on {address}: {exc}")
         typer.echo(f"serving /metrics on {address} ({machine})", err=True)
         try:
             threading.Event().wait()

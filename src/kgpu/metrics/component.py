@@ -153,7 +153,12 @@ class MetricsComponent:
         self._current_machine()
         if self.cache is not None:
             self.cache.start()
-        self._server = MetricsServer(self.address, self.scrape)
+        try:
+            self._server = MetricsServer(self.address, self.scrape)  # binds here
+        except OSError as exc:  # say where: the daemon's log line names no address otherwise
+            raise OSError(
+                exc.errno, f"cannot serve metrics on {self.address}: {exc.strerror}"
+            ) from None
         self._server.start()
         log.info("metrics: serving /metrics on %s:%d", self._server.host, self._server.port)
 
