@@ -387,3 +387,16 @@ def test_metrics_port_in_use_names_the_address() -> None:
         code, out = _run("metrics", "--machine", "t4", "--kubelet-root", "", "--address", address)
     assert code == 1
     assert f"error: cannot serve metrics on {address}: Address already in use" in out
+
+
+def test_duplicated_key_is_an_error_as_in_kubectl(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "dup.yaml",
+        "sharing:\n  timeSlicing:\n    resources:\n    - name: gpu\n      replicas: 4\n"
+        "      replicas: 1\n",
+    )
+    for command in (["plan", "-m", "t4", "-c", path], ["validate", path]):
+        code, out = _run(*command)
+        assert code == 1
+        assert f"{path}: line 6, column 7: not valid YAML: mapping key 'replicas' already " in out

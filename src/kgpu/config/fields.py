@@ -132,6 +132,33 @@ def unknown_warnings(model: BaseModel, *, file: str, entry: str, prefix: str = "
     ]
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys without a word; Go's YAML decoders (kubectl, the
+    device plugin) refuse the document. A duplicated ``resources:`` or ``replicas:`` is a typo
+    that would otherwise silently drop half a config."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, yaml.Node] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: SafeLoader reports it itself
+                    continue
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"mapping key {key!r} already defined at line {first.start_mark.line + 1}",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)  # type: ignore[arg-type]
+
+
 def yaml_error_message(exc: yaml.YAMLError) -> str:
     """One line: where the YAML breaks and why (PyYAML's own text spans several lines)."""
     mark = getattr(exc, "problem_mark", None)
@@ -150,7 +177,7 @@ def yaml_error_message(exc: yaml.YAMLError) -> str:
 def load_yaml_documents(text: str, *, file: str) -> list[Any]:
     """Every document in a YAML stream (empty ones dropped), or a FieldError with the line."""
     try:
-        docs = list(yaml.safe_load_all(text))
+        docs = list(yaml.load_all(text, Loader=_StrictLoader))
     except yaml.YAMLError as exc:
         raise FieldError(FieldProblem(yaml_error_message(exc), file=file)) from None
     return [doc for doc in docs if doc is not None]
@@ -159,7 +186,7 @@ def load_yaml_documents(text: str, *, file: str) -> list[Any]:
 def load_yaml_mapping(text: str, *, file: str, entry: str = "") -> dict[str, Any]:
     """A single YAML document that must be a mapping (a ConfigMap entry, for instance)."""
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as exc:
         raise FieldError(FieldProblem(yaml_error_message(exc), file=file, entry=entry)) from None
     if doc is None:
