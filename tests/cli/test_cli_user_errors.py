@@ -400,3 +400,18 @@ def test_duplicated_key_is_an_error_as_in_kubectl(tmp_path: Path) -> None:
         code, out = _run(*command)
         assert code == 1
         assert f"{path}: line 6, column 7: not valid YAML: mapping key 'replicas' already " in out
+
+
+def test_helm_default_without_its_configmap_names_the_value(
+    tmp_path: Path, acceptance: Path
+) -> None:
+    values = _write(
+        tmp_path, "values.yaml", "devicePlugin:\n  config:\n    name: time-slicing-config\n"
+        "    default: any\n",
+    )  # fmt: skip
+    code, out = _run("plan", "-m", "t4", "-c", values)
+    assert code == 1
+    assert f"{values}: devicePlugin.config.default: names device-plugin config 'any'" in out
+    sharing = str(acceptance / "seed-guides/gpu-sharing-config-any.yaml")
+    code, out = _run("plan", "-m", "t4", "-c", values, "-c", sharing, "-o", "json")
+    assert code == 0 and json.loads(out)["resources"] == {"nvidia.com/gpu": 4}

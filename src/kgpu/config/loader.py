@@ -61,6 +61,7 @@ class ConfigSet:
 
     plugin_configs: dict[str, PluginConfigEntry] = field(default_factory=dict)
     default_plugin_config: str | None = None
+    default_plugin_source: str = ""  # the Helm values file that set default_plugin_config
     mig_configs: dict[str, MigConfig] = field(default_factory=dict)
     default_mig_config: str | None = None
     mig_strategy: str | None = None  # from GPU Operator Helm values (overrides config files)
@@ -81,6 +82,7 @@ class _Builder:
     def __init__(self) -> None:
         self.plugin: dict[str, PluginConfigEntry] = {}
         self.default_plugin: str | None = None
+        self.default_plugin_source = ""
         self.mig: dict[str, MigConfig] = {}
         self.default_mig: str | None = None
         self.strategy: str | None = None
@@ -124,6 +126,7 @@ class _Builder:
         return ConfigSet(
             plugin_configs=self.plugin,
             default_plugin_config=self.default_plugin,
+            default_plugin_source=self.default_plugin_source,
             mig_configs=self.mig,
             default_mig_config=self.default_mig,
             mig_strategy=self.strategy,
@@ -250,6 +253,7 @@ def _add_operator_values(builder: _Builder, doc: dict[str, Any], *, file: str) -
     dp_default = _get(doc, "devicePlugin", "config", "default")
     if isinstance(dp_default, str) and dp_default:
         builder.default_plugin = dp_default
+        builder.default_plugin_source = file
 
 
 def _add_document(
@@ -352,6 +356,15 @@ def select_plugin_config(
                 FieldProblem(
                     f"node label {PLUGIN_CONFIG_LABEL}={name} names a device-plugin config, "
                     "but no device-plugin config was given"
+                )
+            )
+        if not choices and not default and name == configs.default_plugin_config:
+            raise FieldError(
+                FieldProblem(
+                    f"names device-plugin config {name!r}, but no device-plugin config was "
+                    "given: add the ConfigMap that devicePlugin.config.name points to",
+                    "devicePlugin.config.default",
+                    configs.default_plugin_source,
                 )
             )
         if choices:
