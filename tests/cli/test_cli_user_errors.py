@@ -89,6 +89,28 @@ BAD_ALLOCATE_INPUTS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         "claims[0].spec.devices.requests[0].exactly.selectors[0].cel.expression: "
         "CEL does not compile",
     ),
+    "GPU driver parameters the driver refuses": (
+        lambda d: d["claims"][0]["spec"]["devices"].__setitem__(
+            "config",
+            [
+                {
+                    "opaque": {
+                        "driver": "gpu.nvidia.com",
+                        "parameters": {
+                            "apiVersion": "resource.nvidia.com/v1beta1",
+                            "kind": "GpuConfig",
+                            "sharing": {
+                                "strategy": "TimeSlicing",
+                                "timeSlicingConfig": {"interval": "Forever"},
+                            },
+                        },
+                    }
+                }
+            ],
+        ),
+        "claims[0].spec.devices.config[0].opaque.parameters.sharing.timeSlicingConfig.interval: "
+        "unknown time-slice interval 'Forever'",
+    ),
     "allocated claim with a bad status": (
         lambda d: d.__setitem__(
             "allocated", [{"metadata": {"name": "x"}, "spec": {}, "status": {"allocation": "x"}}]

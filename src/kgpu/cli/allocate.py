@@ -250,7 +250,23 @@ class _Shape:
             items = devices.get(key)
             if self.is_(items, list, f"spec.devices.{key}", "a list"):
                 for k, item in enumerate(items):
-                    self.is_(item, dict, f"spec.devices.{key}[{k}]", "a mapping", True)
+                    ok = self.is_(item, dict, f"spec.devices.{key}[{k}]", "a mapping", True)
+                    if ok and key == "config":
+                        self.opaque(item.get("opaque"), f"spec.devices.config[{k}].opaque")
+
+    def opaque(self, opaque: Any, at: str) -> None:
+        """The GPU driver's own parameters, checked as NVIDIA's admission webhook checks them
+        (a bad GpuConfig would otherwise surface only when the kubelet prepares the claim)."""
+        from kgpu.dra.classes import GPU_DRIVER
+        from kgpu.dra.opaque import parse_config
+
+        if not isinstance(opaque, dict) or opaque.get("driver") != GPU_DRIVER:
+            return
+        try:
+            parse_config(opaque.get("parameters"), f"{at}.parameters")
+        except FieldError as exc:
+            for problem in exc.problems:
+                self.bad(problem.path, problem.message)
 
     def request(self, req: Any, at: str) -> None:
         if not self.is_(req, dict, at, "a mapping with deviceClassName", True):
