@@ -174,7 +174,7 @@ class _Shape:
         return True
 
     def selectors(self, value: Any, path: str) -> None:
-        from kgpu.dra.cel import CelCompileError, compile_selector
+        from kgpu.dra.checks import selector_problems
 
         if not self.is_(value, list, path, "a list of {cel: {expression: ...}}"):
             return
@@ -185,12 +185,9 @@ class _Shape:
             if not self.is_(sel.get("cel"), dict, f"{at}.cel", "a mapping with expression", True):
                 continue
             expr = sel["cel"].get("expression")
-            if not self.is_(expr, str, f"{at}.cel.expression", "a CEL expression string", True):
-                continue
-            try:
-                compile_selector(expr)
-            except CelCompileError as exc:
-                self.bad(f"{at}.cel.expression", f"CEL does not compile: {exc}")
+            self.is_(expr, str, f"{at}.cel.expression", "a CEL expression string", True)
+        for problem in selector_problems(value, path):
+            self.bad(problem.path, problem.message)
 
     def slice_spec(self, spec: dict[str, Any]) -> None:
         self.is_(spec.get("driver"), str, "spec.driver", "a driver name", True)
@@ -255,18 +252,10 @@ class _Shape:
                         self.opaque(item.get("opaque"), f"spec.devices.config[{k}].opaque")
 
     def opaque(self, opaque: Any, at: str) -> None:
-        """The GPU driver's own parameters, checked as NVIDIA's admission webhook checks them
-        (a bad GpuConfig would otherwise surface only when the kubelet prepares the claim)."""
-        from kgpu.dra.classes import GPU_DRIVER
-        from kgpu.dra.opaque import parse_config
+        from kgpu.dra.checks import opaque_problems
 
-        if not isinstance(opaque, dict) or opaque.get("driver") != GPU_DRIVER:
-            return
-        try:
-            parse_config(opaque.get("parameters"), f"{at}.parameters")
-        except FieldError as exc:
-            for problem in exc.problems:
-                self.bad(problem.path, problem.message)
+        for problem in opaque_problems(opaque, at):
+            self.bad(problem.path, problem.message)
 
     def request(self, req: Any, at: str) -> None:
         if not self.is_(req, dict, at, "a mapping with deviceClassName", True):
