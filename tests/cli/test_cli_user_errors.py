@@ -139,6 +139,13 @@ def test_allocate_explains_a_single_manifest(tmp_path: Path) -> None:
     assert "single ResourceClaim manifest" in out and "node, classes, slices" in out
 
 
+def test_allocate_points_a_scenario_to_sim() -> None:
+    code, out = _run("allocate", str(REPO / "examples" / "mps-job.yaml"))
+    assert code == 1
+    assert "this is a kgpu sim scenario (nodes/apply/steps): run it with kgpu sim FILE" in out
+    assert "unknown key" not in out
+
+
 def test_allocate_yaml_error_is_one_line_with_position(tmp_path: Path) -> None:
     path = _write(tmp_path, "bad.yaml", "node: [\n  : x\n")
     code, out = _run("allocate", path)

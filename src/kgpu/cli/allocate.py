@@ -77,6 +77,14 @@ def load_input(path: Path) -> dict[str, Any]:
                 file=file,
             )
         )
+    if {"nodes", "apply", "steps"} & set(data) and "node" not in data:
+        raise FieldError(
+            FieldProblem(
+                "this is a kgpu sim scenario (nodes/apply/steps): run it with kgpu sim FILE; "
+                "kgpu allocate reads node, classes, slices, allocated, claims",
+                file=file,
+            )
+        )
     unknown = sorted(set(data) - {"node", *KINDS})
     for key in unknown:
         problems.append(
