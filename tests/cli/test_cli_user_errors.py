@@ -444,3 +444,15 @@ def test_helm_default_without_its_configmap_names_the_value(
     sharing = str(acceptance / "seed-guides/gpu-sharing-config-any.yaml")
     code, out = _run("plan", "-m", "t4", "-c", values, "-c", sharing, "-o", "json")
     assert code == 0 and json.loads(out)["resources"] == {"nvidia.com/gpu": 4}
+
+
+def test_unknown_config_names_say_where_the_choices_are(acceptance: Path) -> None:
+    sharing = str(acceptance / "vks-samples/multiple-gpu-sharing.yaml")
+    code, out = _run("plan", "-m", "t4", "-c", sharing, "--config-name", "nope")
+    assert code == 1
+    assert f"{sharing}: config name 'nope' (--config-name" in out
+    assert "choices: rtx-2080ti, rtx-4090" in out
+    code, out = _run("plan", "-m", "a100-80gb", "--mig-config", "nope")
+    assert code == 1
+    assert "mig config 'nope' (--mig-config) names no mig-parted config; yours: none given" in out
+    assert "all-balanced" in out and "all-1g.10gb.me" not in out  # summarised, not 38 names

@@ -368,15 +368,18 @@ def select_plugin_config(
                 )
             )
         if choices:
-            where = (
-                f"node label {PLUGIN_CONFIG_LABEL}={name}"
-                if labels.get(PLUGIN_CONFIG_LABEL)
-                else f"default config {name!r}"
-            )
+            if labels.get(PLUGIN_CONFIG_LABEL):
+                where = f"node label {PLUGIN_CONFIG_LABEL}={name}"
+            elif default:
+                where = f"config name {name!r} (--config-name, or defaultConfig in a scenario)"
+            else:
+                where = f"devicePlugin.config.default {name!r}"
+            sources = sorted({entry.source for entry in choices.values()})
             raise FieldError(
                 FieldProblem(
                     f"{where} matches no device-plugin config entry; choices: "
-                    f"{', '.join(sorted(choices))}"
+                    f"{', '.join(sorted(choices))}",
+                    file=", ".join(sources),
                 )
             )
         return None
@@ -407,13 +410,20 @@ def select_mig_config(
     available = configs.all_mig_configs()
     if name in available:
         return available[name]
-    source = (
-        f"node label {MIG_CONFIG_LABEL}={name}"
-        if labels.get(MIG_CONFIG_LABEL)
-        else f"mig config {name!r}"
-    )
+    if labels.get(MIG_CONFIG_LABEL):
+        source = f"node label {MIG_CONFIG_LABEL}={name}"
+    elif default:
+        source = f"mig config {name!r} (--mig-config)"
+    else:
+        source = f"migManager.config.default {name!r}"
+    # the GPU Operator's defaults are dozens of all-<profile> names: summarised, not listed
+    builtin = sorted(n for n in builtin_mig_configs() if n not in configs.mig_configs)
+    named = [n for n in builtin if n.count(".") == 0]
+    yours = ", ".join(sorted(configs.mig_configs)) or "none given"
     raise FieldError(
         FieldProblem(
-            f"{source} names no mig-parted config; choices: {', '.join(sorted(available))}"
+            f"{source} names no mig-parted config; yours: {yours}; built in: "
+            f"{', '.join(named)}, and all-<profile> for each MIG profile (all-1g.10gb, "
+            "all-3g.40gb, ...: `kgpu machines <machine>` lists a GPU's profiles)"
         )
     )
