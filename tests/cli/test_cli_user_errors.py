@@ -456,3 +456,12 @@ def test_unknown_config_names_say_where_the_choices_are(acceptance: Path) -> Non
     assert code == 1
     assert "mig config 'nope' (--mig-config) names no mig-parted config; yours: none given" in out
     assert "all-balanced" in out and "all-1g.10gb.me" not in out  # summarised, not 38 names
+
+
+def test_top_level_list_or_text_is_named_as_such(tmp_path: Path) -> None:
+    listed = _write(tmp_path, "list.yaml", "- name: gpu\n  replicas: 4\n")
+    text = _write(tmp_path, "text.yaml", "just some text\n")
+    code, out = _run("plan", "-m", "t4", "-c", listed)
+    assert code == 1 and f"{listed}: " in out and "the document is a YAML list" in out
+    code, out = _run("validate", text)
+    assert code == 1 and f"{text}: document 0: " in out and "a single text value" in out

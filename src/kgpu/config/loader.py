@@ -155,9 +155,15 @@ def classify(doc: Any) -> str:
 
 
 def other_kgpu_input(doc: Any) -> str:
-    """A hint when ``doc`` is a kgpu input of another command (a scenario, an allocate file)."""
+    """A hint when ``doc`` is a kgpu input of another command (a scenario, an allocate file),
+    or not a mapping at all."""
+    if isinstance(doc, list):
+        return "the document is a YAML list; every format kgpu reads is a mapping (key: value)"
     if not isinstance(doc, dict):
-        return ""
+        what = {str: "text", int: "number", float: "number", bool: "true/false"}.get(
+            type(doc), type(doc).__name__
+        )
+        return f"the document is a single {what} value, not a mapping (key: value)"
     keys = set(doc)
     if keys & {"nodes", "apply", "steps"}:
         return "it looks like a kgpu sim scenario (nodes/apply/steps): run it with kgpu sim FILE"
