@@ -465,3 +465,16 @@ def test_top_level_list_or_text_is_named_as_such(tmp_path: Path) -> None:
     assert code == 1 and f"{listed}: " in out and "the document is a YAML list" in out
     code, out = _run("validate", text)
     assert code == 1 and f"{text}: document 0: " in out and "a single text value" in out
+
+
+def test_directory_instead_of_file_says_what_to_pass(tmp_path: Path) -> None:
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    for command in (["plan", "-m", "t4", "-c", str(folder)], ["validate", str(folder)]):
+        code, out = _run(*command)
+        assert code == 1
+        assert (
+            f"{folder}: is a directory; pass the files in it (for example {folder}/*.yaml)" in out
+        )
+    code, out = _run("allocate", str(folder))
+    assert code == 1 and f"{folder}: is a directory; kgpu allocate reads one file" in out

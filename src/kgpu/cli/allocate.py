@@ -34,13 +34,18 @@ def load_input(path: Path) -> dict[str, Any]:
     """
     import json
 
-    from kgpu.config.fields import load_yaml_documents
+    from kgpu.config.fields import load_yaml_documents, read_problem
 
     file = str(path)
     try:
         text = path.read_text()
     except OSError as exc:
-        raise FieldError(FieldProblem(f"cannot read: {exc.strerror}", file=file)) from None
+        why = (
+            "is a directory; kgpu allocate reads one file"
+            if isinstance(exc, IsADirectoryError)
+            else read_problem(exc, file)
+        )
+        raise FieldError(FieldProblem(why, file=file)) from None
     except UnicodeDecodeError:
         raise FieldError(FieldProblem("not a text file (YAML or JSON)", file=file)) from None
     if path.suffix == ".json":

@@ -159,6 +159,13 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)  # type: ignore[arg-type]
 
 
+def read_problem(exc: OSError, path: str | object) -> str:
+    """Why a file could not be read, with the fix for the common case of a directory."""
+    if isinstance(exc, IsADirectoryError):
+        return f"is a directory; pass the files in it (for example {path}/*.yaml)"
+    return f"cannot read: {exc.strerror or exc}"
+
+
 def yaml_error_message(exc: yaml.YAMLError) -> str:
     """One line: where the YAML breaks and why (PyYAML's own text spans several lines)."""
     mark = getattr(exc, "problem_mark", None)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kgpu.config.fields import load_yaml_documents, load_yaml_mapping
+from kgpu.config.fields import load_yaml_documents, load_yaml_mapping, read_problem
 from kgpu.config.migparted import MigConfig, builtin_mig_configs, parse_mig_parted
 from kgpu.config.plugin import MIG_STRATEGIES, DevicePluginConfig, parse_plugin_config
 from kgpu.errors import FieldError, FieldProblem, join_path
@@ -333,7 +333,7 @@ def load_config_files(paths: Iterable[str | Path]) -> ConfigSet:
         try:
             text = p.read_text()
         except OSError as exc:
-            raise FieldError(FieldProblem(f"cannot read: {exc.strerror}", file=str(path))) from None
+            raise FieldError(FieldProblem(read_problem(exc, path), file=str(path))) from None
         _load_text(builder, text, file=str(path))
     return builder.build()
 

@@ -18,7 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from kgpu.config.fields import load_yaml_documents
+from kgpu.config.fields import load_yaml_documents, read_problem
 from kgpu.config.loader import (
     ConfigSet,
     _add_configmap,
@@ -573,7 +573,7 @@ def validate_file(path: str | Path) -> FileReport:
         text = Path(path).read_text()
     except OSError as exc:
         report = FileReport(str(path))
-        report.problems.append(FieldProblem(f"cannot read: {exc.strerror}", file=str(path)))
+        report.problems.append(FieldProblem(read_problem(exc, path), file=str(path)))
         return report
     return validate_text(text, file=str(path))
 
