@@ -165,7 +165,8 @@ def _print_tables(view: NodeView, slices: list[Any] | None) -> None:
         if wide:
             devs.add_row(uuid, resource, backing, ids, health)
         else:
-            devs.add_row(f"{uuid}\n  {ids}", f"{resource}\n  on {backing}\n  {health}")
+            first = f"{uuid}\n  {ids}" if replicas else uuid
+            devs.add_row(first, f"{resource}\n  on {backing}\n  {health}")
     console.print(devs)
 
     labels = Table(title="Labels")
