@@ -478,3 +478,34 @@ def test_directory_instead_of_file_says_what_to_pass(tmp_path: Path) -> None:
         )
     code, out = _run("allocate", str(folder))
     assert code == 1 and f"{folder}: is a directory; kgpu allocate reads one file" in out
+
+
+def test_bracketed_user_text_is_printed_literally(tmp_path: Path) -> None:
+    # rich would read "[/x]" as a closing style tag and raise instead of printing the error
+    path = _write(
+        tmp_path,
+        "a[bold]b.yaml",
+        'sharing: {timeSlicing: {resources: [{name: "gpu[/x]", replicas: 2}]}}\n',
+    )
+    code, out = _run("plan", "-m", "t4", "-c", path)
+    assert code == 1
+    assert (
+        f"{path}: sharing.timeSlicing.resources[0].name: incorrect format for resource name " in out
+    )
+    assert "'nvidia.com/gpu[/x]'" in out
+    code, out = _run("plan", "-m", "t4", "--hostname", "node[/x]")
+    assert code == 0 and out.startswith("node[/x] (t4)")
+
+
+@pytest.mark.parametrize(
+    ("label", "expected"),
+    [
+        ("bad key!=v", "'bad key!' is not a valid label key"),
+        ("nvidia.com/mig.config=all balanced", "'all balanced' is not a valid label value"),
+        ("novalue", "'novalue' is not key=value"),
+    ],
+)
+def test_plan_labels_must_be_valid_kubernetes_labels(label: str, expected: str) -> None:
+    code, out = _run("plan", "-m", "t4", "--label", label)
+    assert code == 1
+    assert f"error: --label: {expected}" in out

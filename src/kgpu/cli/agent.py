@@ -120,7 +120,8 @@ def register(app: typer.Typer) -> None:
         import threading
 
         from kgpu.agent.daemon import AgentOptions
-        from kgpu.cli.output import fail, print_json
+        from kgpu.cli.output import print_json
+        from kgpu.cli.plain import fail
         from kgpu.errors import KgpuError
         from kgpu.node.health import parse_xid_list
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any, TypeGuard
 
 import typer
 
+from kgpu.cli.plain import add_row, cell
 from kgpu.errors import FieldError, FieldProblem
 
 KINDS = {
@@ -344,7 +345,8 @@ def register(app: typer.Typer) -> None:
         output: Annotated[str, typer.Option("-o", "--output", help="table or json")] = "table",
     ) -> None:
         """Run the DRA allocator (kube-scheduler semantics) on one file."""
-        from kgpu.cli.output import console, fail, print_json
+        from kgpu.cli.output import console, print_json
+        from kgpu.cli.plain import fail
 
         if output not in ("table", "json"):
             fail(f"--output {output!r}: allowed: table, json")
@@ -365,7 +367,7 @@ def _print_table(console: Any, answer: dict[str, Any]) -> None:
     from rich.table import Table
 
     if answer["allocations"] is None:
-        console.print(f"[red]not allocated:[/red] {answer['error']}", highlight=False)
+        console.print(f"[red]not allocated:[/red] {cell(answer['error'])}", highlight=False)
         return
     # nothing is cut with an ellipsis: at 80 columns long pool and device names fold instead
     rows: list[tuple[str, str, str, str]] = []
@@ -388,13 +390,13 @@ def _print_table(console: Any, answer: dict[str, Any]) -> None:
         table.add_column("Driver", overflow="fold")
     for claim, request, device, driver in rows:
         if wide:
-            table.add_row(claim, request, device, driver)
+            add_row(table, claim, request, device, driver)
         else:
-            table.add_row(claim, request, f"{device}\n{driver}")
+            add_row(table, claim, request, f"{device}\n{driver}")
     console.print(table)
     console.print("Node selectors:", highlight=False)
     for line in where:
-        console.print(f"  {line}", highlight=False, soft_wrap=True)
+        console.print(f"  {cell(line)}", highlight=False, soft_wrap=True)
 
 
 def _describe_selector(sel: dict[str, Any]) -> str:

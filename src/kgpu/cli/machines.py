@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
+from kgpu.cli.plain import add_row, cell
+
 
 def machine_report(spec: str, hostname: str = "") -> dict[str, Any]:
     """One machine's snapshot plus the MIG geometry of each distinct product on it."""
@@ -62,7 +64,8 @@ def register(app: typer.Typer) -> None:
         output: Annotated[str, typer.Option("-o", "--output", help="table or json")] = "table",
     ) -> None:
         """List the built-in simulated machines (or show one machine's GPUs and MIG profiles)."""
-        from kgpu.cli.output import console, fail, print_json
+        from kgpu.cli.output import console, print_json
+        from kgpu.cli.plain import fail
         from kgpu.errors import KgpuError
         from kgpu.hardware.backend import BackendError
         from kgpu.hardware.profiles import describe_profiles
@@ -113,7 +116,7 @@ def _profiles_table(console: Any, rows: list[dict[str, object]]) -> None:
             "INTERCONNECT": str(row["interconnect"]),
             "DRIVER": f"{row['driverVersion']} / CUDA {row['cudaVersion']}",
         }
-        table.add_row(str(row["name"]), *(cells[c] for c in columns))
+        add_row(table, str(row["name"]), *(cells[c] for c in columns))
     console.print(table)
     if not wide:
         console.print(
@@ -130,7 +133,7 @@ def _machine_tables(console: Any, report: dict[str, Any]) -> None:
     wide = console.width >= 120
     title = f"{report['profile']}" + (f" ({report['hostname']})" if report["hostname"] else "")
     cuda = ".".join(str(v) for v in report["cuda_driver_version"])
-    table = Table(title=f"{title}: driver {report['driver_version']}, CUDA {cuda}")
+    table = Table(title=cell(f"{title}: driver {report['driver_version']}, CUDA {cuda}"))
     columns = ["GPU", "UUID", "PRODUCT", "MEMORY", "CC", "PCI", "NUMA", "NVLINK", "MIG"]
     if not wide:
         columns = ["GPU", "UUID / PRODUCT", "NVLINK", "MIG"]
@@ -166,17 +169,20 @@ def _machine_tables(console: Any, report: dict[str, Any]) -> None:
             "NVLINK": nvlink or "-",
             "MIG": mig,
         }
-        table.add_row(*(cells[c] for c in columns))
+        add_row(table, *(cells[c] for c in columns))
     console.print(table)
     for product, geometry in report["migGeometry"].items():
         mig_table = Table(
-            title=f"MIG profiles on {product} ({geometry['computeSlices']} compute / "
-            f"{geometry['memorySlices']} memory slices)"
+            title=cell(
+                f"MIG profiles on {product} ({geometry['computeSlices']} compute / "
+                f"{geometry['memorySlices']} memory slices)"
+            )
         )
         for column in ("PROFILE", "COMPUTE", "MEMORY SLICES", "MEMORY", "MAX", "STARTS"):
             mig_table.add_column(column)
         for p in geometry["profiles"]:
-            mig_table.add_row(
+            add_row(
+                mig_table,
                 p["name"],
                 str(p["computeSlices"]),
                 str(p["memorySlices"]),

@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         import sys
         import threading
 
-        from kgpu.cli.output import fail
+        from kgpu.cli.plain import fail
         from kgpu.errors import FieldError, FieldProblem, KgpuError
         from kgpu.hardware import open_backend
         from kgpu.hardware.backend import BackendError

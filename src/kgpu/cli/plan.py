@@ -8,19 +8,45 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from kgpu.cli.plain import add_row, cell, warn
+
 if TYPE_CHECKING:
     from kgpu.node.model import NodeView
 
 
 def parse_labels(pairs: list[str]) -> dict[str, str]:
     """``k=v`` strings into a mapping; a FieldError names the bad one."""
+    import re
+
     from kgpu.errors import FieldError, FieldProblem
 
+    name = r"[A-Za-z0-9]([-_.A-Za-z0-9]{0,61}[A-Za-z0-9])?"
+    prefix = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
     labels: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise FieldError(FieldProblem(f"{pair!r} is not key=value", path="--label"))
+        head, slash, tail = key.rpartition("/")
+        # the API server's rules: a node with such a label could not exist
+        if not re.fullmatch(name, tail) or (
+            slash and (len(head) > 253 or not re.fullmatch(prefix, head))
+        ):
+            raise FieldError(
+                FieldProblem(
+                    f"{key!r} is not a valid label key ([prefix/]name: a DNS subdomain prefix, "
+                    "a name of at most 63 letters, digits, '-', '_', '.')",
+                    path="--label",
+                )
+            )
+        if value and not re.fullmatch(name, value):
+            raise FieldError(
+                FieldProblem(
+                    f"{value!r} is not a valid label value for {key} (at most 63 letters, "
+                    "digits, '-', '_', '.', starting and ending alphanumeric)",
+                    path="--label",
+                )
+            )
         labels[key] = value
     return labels
 
@@ -115,24 +141,26 @@ def _print_tables(view: NodeView, slices: list[Any] | None) -> None:
 
     m = view.machine
     console.print(
-        f"[bold]{m.hostname or m.profile}[/bold] ({m.profile}): {len(m.gpus)} GPU(s), driver "
-        f"{m.driver_version}, CUDA {m.cuda_version}; device-plugin config "
-        f"{view.config_name or '(defaults)'}, mig config {view.mig_config_name or '(unchanged)'}, "
-        f"migStrategy {view.mig_strategy}",
+        f"[bold]{cell(m.hostname or m.profile)}[/bold] "
+        + cell(
+            f"({m.profile}): {len(m.gpus)} GPU(s), driver {m.driver_version}, CUDA "
+            f"{m.cuda_version}; device-plugin config {view.config_name or '(defaults)'}, mig "
+            f"config {view.mig_config_name or '(unchanged)'}, migStrategy {view.mig_strategy}"
+        ),
         highlight=False,
     )
     res = Table(title="Resources")
     for col in ("resource", "count", "sharing", "replicas per device"):
         res.add_column(col)
     for r in view.resources:
-        res.add_row(r.name, str(r.count), str(r.sharing), str(r.replicas))
+        add_row(res, r.name, str(r.count), str(r.sharing), str(r.replicas))
     console.print(res)
 
     gpus = Table(title="GPUs")
     for col in ("gpu", "product", "gets"):
         gpus.add_column(col)
     for g in view.gpus:
-        gpus.add_row(str(g.index), g.product, describe_gpu(view, g.index))
+        add_row(gpus, str(g.index), g.product, describe_gpu(view, g.index))
     console.print(gpus)
 
     # one row per physical device (a GPU or a MIG device); its replicas are a range, so a
@@ -163,10 +191,10 @@ def _print_tables(view: NodeView, slices: list[Any] | None) -> None:
         healthy = sum(1 for m in members if m.healthy)
         health = "Healthy" if healthy == len(members) else f"Unhealthy ({healthy} ok)"
         if wide:
-            devs.add_row(uuid, resource, backing, ids, health)
+            add_row(devs, uuid, resource, backing, ids, health)
         else:
             first = f"{uuid}\n  {ids}" if replicas else uuid
-            devs.add_row(first, f"{resource}\n  on {backing}\n  {health}")
+            add_row(devs, first, f"{resource}\n  on {backing}\n  {health}")
     console.print(devs)
 
     labels = Table(title="Labels")
@@ -175,7 +203,7 @@ def _print_tables(view: NodeView, slices: list[Any] | None) -> None:
     labels.add_column("label", no_wrap=True, min_width=min(longest, 63))
     labels.add_column("value", overflow="fold")
     for k, v in sorted(view.labels.items()):
-        labels.add_row(k, v)
+        add_row(labels, k, v)
     console.print(labels)
 
     if slices is not None:
@@ -185,7 +213,8 @@ def _print_tables(view: NodeView, slices: list[Any] | None) -> None:
         for s in slices:
             meta = s.get("metadata", {}) if isinstance(s, dict) else {}
             spec = s.get("spec", {}) if isinstance(s, dict) else {}
-            st.add_row(
+            add_row(
+                st,
                 str(meta.get("name", "")),
                 str((spec.get("pool") or {}).get("name", "")),
                 str(len(spec.get("devices") or [])),
@@ -193,7 +222,7 @@ def _print_tables(view: NodeView, slices: list[Any] | None) -> None:
         console.print(st)
 
     for w in view.warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False, soft_wrap=True)
+        warn(console, w)
 
 
 def _resource_slices(view: NodeView, node_name: str) -> list[Any]:
@@ -320,7 +349,8 @@ def register(app: typer.Typer) -> None:
         output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
     ) -> None:
         """What one node would advertise: resources, devices, per-GPU plan, labels, warnings."""
-        from kgpu.cli.output import fail, print_json
+        from kgpu.cli.output import print_json
+        from kgpu.cli.plain import fail
         from kgpu.config.loader import load_config_files
         from kgpu.config.plugin import MIG_STRATEGIES
         from kgpu.errors import FieldError, FieldProblem, KgpuError
