@@ -379,10 +379,7 @@ class Simulation:
         else:
             node.servicers = {}
         node.capacity, node.allocatable = cap, alloc
-        clients = {d.resource: d.clients for d in node.mps}
         node.mps = nodeside.mps_daemons(node.view)
-        for daemon in node.mps:
-            daemon.clients = clients.get(daemon.resource, [])
         self._write_node(node)
         self.scheduler.upsert_node(node)
         self._epoch += 1
@@ -721,9 +718,6 @@ class Simulation:
                 for i in ids:
                     if node.device_owner.get(i) == rec.key:
                         del node.device_owner[i]
-            for daemon in node.mps:
-                if rec.key in daemon.clients:
-                    daemon.clients.remove(rec.key)
             if rec.admitted:
                 for plugin in self.kubelet_plugins:
                     try:
@@ -897,7 +891,6 @@ class Simulation:
         granted: dict[str, list[str]] = {}
         envs: dict[str, dict[str, str]] = {}
         owned: list[str] = []
-        served: set[str] = set()
         try:
             for cname, ext in rec.req.containers:
                 ids: list[str] = []
@@ -911,7 +904,6 @@ class Simulation:
                         owned.append(i)
                     ids.extend(grant.ids)
                     env.update(grant.envs)
-                    served.add(resource)
                 if ids:
                     granted[cname] = ids
                 envs[cname] = env
@@ -958,9 +950,6 @@ class Simulation:
         rec.phase = "Running"
         rec.last_message = ""
         rec.started_at = self.now
-        for daemon in node.mps:
-            if daemon.resource in served and rec.key not in daemon.clients:
-                daemon.clients.append(rec.key)
         self._set_status(
             rec,
             {

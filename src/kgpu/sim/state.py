@@ -56,8 +56,9 @@ class PodRecord:
 
 @dataclass
 class MpsDaemon:
-    """The MPS control daemon the device plugin starts for one MPS-shared resource on a node
-    (upstream runs one per resource, over all of that resource's GPUs)."""
+    """The MPS control daemon the agent starts for one MPS-shared GPU on a node (upstream runs
+    one per resource, over all of that resource's GPUs). Its clients are derived from which pods
+    hold the GPU's replicas (:func:`kgpu.sim.nodeside.mps_clients`), never stored twice."""
 
     resource: str
     gpus: list[str]  # UUIDs it serves
@@ -65,7 +66,6 @@ class MpsDaemon:
     active_thread_percentage: int
     pinned_memory_limit_mib: int
     pipe_directory: str
-    clients: list[str] = field(default_factory=list)  # pods "ns/name" connected to it
 
 
 @dataclass
