@@ -369,6 +369,9 @@ def _print_table(console: Any, answer: dict[str, Any]) -> None:
     if answer["allocations"] is None:
         console.print(f"[red]not allocated:[/red] {cell(answer['error'])}", highlight=False)
         return
+    if not answer["allocations"]:
+        console.print("nothing to allocate: the file has no claims", highlight=False)
+        return
     # nothing is cut with an ellipsis: at 80 columns long pool and device names fold instead
     rows: list[tuple[str, str, str, str]] = []
     where: list[str] = []
