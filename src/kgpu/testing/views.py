@@ -116,8 +116,9 @@ def replicas(
             MpsLimits(
                 active_thread_percentage=100 // n,
                 pinned_memory_limit_mib=g.memory_mib // n,
-                pipe_directory=f"/run/nvidia/mps/{name}/pipe",
-                log_directory=f"/run/nvidia/mps/{name}/log",
+                pipe_directory=f"/run/nvidia/mps/{name}/{g.index}/pipe",
+                log_directory=f"/run/nvidia/mps/{name}/{g.index}/log",
+                shm_directory="/run/nvidia/mps/shm",
             )
             if sharing is Sharing.MPS
             else None
