@@ -509,3 +509,17 @@ def test_plan_labels_must_be_valid_kubernetes_labels(label: str, expected: str) 
     code, out = _run("plan", "-m", "t4", "--label", label)
     assert code == 1
     assert f"error: --label: {expected}" in out
+
+
+def test_helm_values_report_every_bad_part(tmp_path: Path) -> None:
+    values = _write(
+        tmp_path, "values.yaml", "mig:\n  strategy: mixd\ndevicePlugin:\n  config:\n    data:\n"
+        "      x: |\n        sharing: {timeSlicing: {resources: [{name: gpu, replicas: 0}]}}\n",
+    )  # fmt: skip
+    code, out = _run("plan", "-m", "t4", "-c", values)
+    assert code == 1
+    assert f"{values}: mig.strategy: unknown MIG strategy 'mixd'" in out
+    assert (
+        f"{values}: devicePlugin.config.data.x: sharing.timeSlicing.resources[0].replicas: "
+        "must be >= 2"
+    ) in out

@@ -219,26 +219,35 @@ def _get(doc: Mapping[str, Any], *path: str) -> Any:
 
 
 def _add_operator_values(builder: _Builder, doc: dict[str, Any], *, file: str) -> None:
+    """Everything kgpu takes from GPU Operator Helm values; every bad part is reported, not just
+    the first."""
+    problems: list[FieldProblem] = []
     strategy = _get(doc, "mig", "strategy")
     if strategy is not None:
         if strategy not in MIG_STRATEGIES:
-            raise FieldError(
+            problems.append(
                 FieldProblem(
                     f"unknown MIG strategy {strategy!r}: allowed {', '.join(MIG_STRATEGIES)}",
                     "mig.strategy",
                     file,
                 )
             )
-        builder.strategy = str(strategy)
+        else:
+            builder.strategy = str(strategy)
     mig_data = _get(doc, "migManager", "config", "data")
     if isinstance(mig_data, dict):
         for key, text in mig_data.items():
             path = join_path("migManager", "config", "data", str(key))
             if not isinstance(text, str):
-                raise FieldError(FieldProblem("must be a string (a mig-parted config)", path, file))
-            builder.add_mig(load_yaml_mapping(text, file=file, entry=path), file=file, entry=path)
+                problems.append(FieldProblem("must be a string (a mig-parted config)", path, file))
+                continue
+            try:
+                data = load_yaml_mapping(text, file=file, entry=path)
+                builder.add_mig(data, file=file, entry=path)
+            except FieldError as exc:
+                problems.extend(exc.problems)
     elif mig_data is not None:
-        raise FieldError(
+        problems.append(
             FieldProblem(
                 "must be a mapping of file names to strings", "migManager.config.data", file
             )
@@ -251,15 +260,21 @@ def _add_operator_values(builder: _Builder, doc: dict[str, Any], *, file: str) -
         for key, text in dp_data.items():
             path = join_path("devicePlugin", "config", "data", str(key))
             if not isinstance(text, str):
-                raise FieldError(
+                problems.append(
                     FieldProblem("must be a string (a device-plugin config)", path, file)
                 )
-            data = load_yaml_mapping(text, file=file, entry=path)
-            builder.add_plugin(str(key), data, file=file, entry=path)
+                continue
+            try:
+                data = load_yaml_mapping(text, file=file, entry=path)
+                builder.add_plugin(str(key), data, file=file, entry=path)
+            except FieldError as exc:
+                problems.extend(exc.problems)
     dp_default = _get(doc, "devicePlugin", "config", "default")
     if isinstance(dp_default, str) and dp_default:
         builder.default_plugin = dp_default
         builder.default_plugin_source = file
+    if problems:
+        raise FieldError(problems)
 
 
 def _add_document(
