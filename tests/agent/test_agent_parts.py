@@ -37,6 +37,13 @@ def test_labels_file_formats(tmp_path: Path) -> None:
         read_labels_file(f)
     with pytest.raises(FieldError, match="--label"):
         parse_label_args(["ok=1", "broken"])
+    with pytest.raises(FieldError, match=r"--label\[1\].*not a valid label key"):
+        parse_label_args(["ok=1", "bad key!=x"])
+    with pytest.raises(FieldError, match=r"--label\[0\].*not a valid label value"):
+        parse_label_args(["nvidia.com/device-plugin.config=has space"])
+    assert parse_label_args(["nvidia.com/mig.config=all-balanced"]) == {
+        "nvidia.com/mig.config": "all-balanced"
+    }
 
 
 def test_nfd_features_file_is_rewritten_only_on_change(tmp_path: Path) -> None:

@@ -392,6 +392,8 @@ def test_plan_reads_a_recorded_snapshot_like_the_agent_does() -> None:
     [
         (["--metrics-address", "9400"], "--metrics-address: '9400' is not HOST:PORT"),
         (["--log-level", "loud"], "--log-level 'loud': allowed debug, info, warning, error"),
+        (["--hostname-label", "host"], "--hostname-label 'host': allowed Hostname, hostname"),
+        (["--label", "bad key!=1"], "--label[0]: 'bad key!' is not a valid label key"),
     ],
 )
 def test_agent_option_mistakes_fail_before_serving(

@@ -37,3 +37,24 @@ def test_agent_loads_serves_and_stops_the_exporter(tmp_path: Path, h100: Machine
             component.stop()
     ((lab, value),) = series(text, "DCGM_FI_DEV_GPU_UTIL", UUID=gpu.uuid)
     assert (lab["pod"], lab["Hostname"]) == ("job", "node-a") and value > 0
+
+
+def test_agent_can_name_the_node_label_hostname_like_dcgm_exporter_main(
+    tmp_path: Path, h100: Machine
+) -> None:
+    """``kgpu agent --hostname-label hostname`` reaches the exporter it loads."""
+    component = load_metrics(
+        "127.0.0.1:0", SimulatedBackend(h100), tmp_path, "node-b", hostname_label="hostname"
+    )
+    assert isinstance(component, MetricsComponent)
+    component.start()
+    try:
+        component.on_view(build_node_view(h100, ConfigSet(), {}))
+        with urllib.request.urlopen(f"http://127.0.0.1:{component.port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    finally:
+        component.stop()
+    labels = [lab for lab, _ in series(text, "DCGM_FI_DEV_GPU_TEMP")]
+    assert labels and all(
+        lab.get("hostname") == "node-b" and "Hostname" not in lab for lab in labels
+    )

@@ -51,7 +51,11 @@ def available(module: str, name: str) -> bool:
 
 
 def load_metrics(
-    address: str, backend: Backend, kubelet_root: Path, node_name: str
+    address: str,
+    backend: Backend,
+    kubelet_root: Path,
+    node_name: str,
+    hostname_label: str = "Hostname",
 ) -> Component | None:
     cls = _load_class(METRICS_MODULE, METRICS_CLASS)
     if cls is None:
@@ -62,7 +66,11 @@ def load_metrics(
         )
         return None
     component: Component = cls(
-        address=address, backend=backend, kubelet_root=kubelet_root, node_name=node_name
+        address=address,
+        backend=backend,
+        kubelet_root=kubelet_root,
+        node_name=node_name,
+        hostname_label=hostname_label,
     )
     return component
 

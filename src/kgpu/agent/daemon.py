@@ -62,6 +62,7 @@ class AgentOptions:
     kubelet_root: Path = DEFAULT_KUBELET_ROOT
     nfd_features_dir: Path | None = None
     metrics_address: str | None = None
+    hostname_label: str = "Hostname"  # dcgm-exporter releases; its main branch says "hostname"
     cdi_root: Path = DEFAULT_CDI_ROOT
     dra: bool | None = None  # None: on when the DRA module is installed
     health_quiet_period_s: float = health.DEFAULT_QUIET_PERIOD_S
@@ -329,7 +330,9 @@ class Agent:
         if opts.metrics_address:
             address = opts.metrics_address
             wanted.append(
-                lambda: comps.load_metrics(address, self.backend, opts.kubelet_root, node)
+                lambda: comps.load_metrics(
+                    address, self.backend, opts.kubelet_root, node, opts.hostname_label
+                )
             )
         if opts.dra is not False:
             wanted.append(

@@ -68,6 +68,14 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option("--metrics-address", help="Serve DCGM-compatible metrics on HOST:PORT."),
         ] = None,
+        hostname_label: Annotated[
+            str,
+            typer.Option(
+                "--hostname-label",
+                help="Metric label naming the node: Hostname (dcgm-exporter releases) or "
+                "hostname (its main branch).",
+            ),
+        ] = "Hostname",
         cdi_root: Annotated[
             Path, typer.Option("--cdi-root", help="Where CDI specs are written (DRA).")
         ] = Path("/var/run/cdi"),
@@ -135,6 +143,7 @@ def register(app: typer.Typer) -> None:
             kubelet_root=kubelet_root,
             nfd_features_dir=nfd_features_dir,
             metrics_address=metrics_address,
+            hostname_label=hostname_label,
             cdi_root=cdi_root,
             dra=dra,
             health_quiet_period_s=health_quiet_period,
@@ -167,12 +176,20 @@ def register(app: typer.Typer) -> None:
                 fail(exc)
         if labels_file is not None and labels_file.is_dir():
             fail(f"--labels-file {labels_file}: is a directory, not a file")
+        if hostname_label not in ("Hostname", "hostname"):
+            fail(f"--hostname-label {hostname_label!r}: allowed Hostname, hostname")
 
         logging.basicConfig(
             level=getattr(logging, log_level.upper(), logging.INFO),
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )
+        if labels_file is not None and not labels_file.exists():
+            logging.getLogger("kgpu.agent").warning(
+                "--labels-file %s does not exist yet: serving with no node labels from it; "
+                "it is read as soon as it appears",
+                labels_file,
+            )
         try:
             opts.labels = parse_label_args(label or [])
             opts.ignore_xids = parse_xid_list(ignore_xids)
