@@ -305,12 +305,14 @@ def test_validate_gpu_requests_inside_a_deployment(tmp_path: Path) -> None:
     assert "spec.template.spec.containers[0].resources.limits.nvidia.com/gpu" in out
 
 
-def test_scenario_given_to_validate_or_plan_points_to_sim() -> None:
+def test_scenario_given_to_plan_points_to_sim_and_validate_checks_it() -> None:
     scenario = str(REPO / "examples" / "mps-job.yaml")
-    for command in (["validate", scenario], ["plan", "-c", scenario]):
-        code, out = _run(*command)
-        assert code == 1
-        assert "kgpu sim scenario" in out and "kgpu sim FILE" in out
+    code, out = _run("plan", "-c", scenario)
+    assert code == 1
+    assert "kgpu sim scenario" in out and "kgpu sim FILE" in out
+    code, out = _run("validate", scenario)
+    assert code == 0
+    assert "kgpu sim scenario mps-job" in out
 
 
 # -- tables at 80 and 150 columns ------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from kgpu.errors import FieldError, KgpuError
 
@@ -16,12 +17,13 @@ err_console = Console(stderr=True)
 
 
 def fail(exc: KgpuError | str, code: int = 1) -> NoReturn:
-    """Print a user-facing error (every field problem on its own line) and exit."""
-    if isinstance(exc, FieldError):
-        for problem in exc.problems:
-            err_console.print(f"[red]error:[/red] {problem}", highlight=False, soft_wrap=True)
-    else:
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+    """Print a user-facing error (every field problem on its own line) and exit.
+
+    The text is printed literally: it quotes the user's files, and rich would read a name such
+    as ``a[/x]`` as a closing style tag and raise."""
+    lines = [str(p) for p in exc.problems] if isinstance(exc, FieldError) else [str(exc)]
+    for line in lines:
+        err_console.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -45,6 +45,68 @@ def check_compute_domains(path: Path, report: FileReport) -> None:
             report.ok = [line for line in report.ok if not line.startswith(f"{entry}: ")]
 
 
+def check_dra_objects(path: Path, report: FileReport) -> None:
+    """Add what the API server and the GPU driver's webhook refuse in DRA objects (selectors
+    that do not compile, bad ``gpu.nvidia.com`` parameters): the schema accepts both."""
+    from kgpu.config.fields import load_yaml_documents
+    from kgpu.dra.checks import dra_object_problems
+    from kgpu.errors import FieldError, FieldProblem
+
+    try:
+        docs = load_yaml_documents(path.read_text(), file=report.file)
+    except (OSError, FieldError):
+        return  # validate_file has reported it
+    flagged = {p.entry for p in report.problems}
+    for index, doc in enumerate(docs):
+        entry = f"document {index}"
+        if entry in flagged:
+            continue
+        problems = dra_object_problems(doc)
+        if problems:
+            report.problems.extend(
+                FieldProblem(p.message, p.path, report.file, entry) for p in problems
+            )
+            report.ok = [line for line in report.ok if not line.startswith(f"{entry}: ")]
+
+
+def looks_like_scenario(path: Path) -> bool:
+    """A one-document file whose top level has a scenario's keys and no apiVersion/kind."""
+    import yaml
+
+    try:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return False
+    if len(docs) != 1 or not isinstance(docs[0], dict):
+        return False
+    keys = set(docs[0])
+    return not keys & {"apiVersion", "kind"} and bool(keys & {"nodes", "apply", "steps"})
+
+
+def validate_scenario(path: Path) -> FileReport:
+    """Check a ``kgpu sim`` scenario with the parser ``kgpu sim`` runs (nodes, configs, every
+    manifest it applies, every step)."""
+    from kgpu.config.manifests import FileReport
+    from kgpu.errors import FieldError, FieldProblem, KgpuError
+    from kgpu.sim.scenario import load_scenario
+
+    report = FileReport(str(path))
+    try:
+        scenario = load_scenario(path)
+    except FieldError as exc:
+        report.problems.extend(exc.problems)
+        return report
+    except KgpuError as exc:
+        report.problems.append(FieldProblem(str(exc), file=str(path)))
+        return report
+    nodes = sum(spec.count for spec in scenario.nodes)
+    report.ok.append(
+        f"kgpu sim scenario {scenario.name} ({nodes} node(s), {len(scenario.apply)} "
+        f"object(s) to apply, {len(scenario.steps)} step(s))"
+    )
+    return report
+
+
 def register(app: typer.Typer) -> None:
     @app.command("validate")
     def validate(
@@ -52,32 +114,42 @@ def register(app: typer.Typer) -> None:
             list[Path],
             typer.Argument(
                 help="YAML files: device-plugin configs, ConfigMaps, mig-parted "
-                "configs, GPU Operator Helm values, Kubernetes manifests (multi-document is fine)."
+                "configs, GPU Operator Helm values, Kubernetes manifests (multi-document is fine), "
+                "kgpu sim scenarios."
             ),
         ],
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print errors only.")] = False,
     ) -> None:
         """Check each file; exit 1 with field-level errors (file, document, path)."""
+        from rich.markup import escape
+
         from kgpu.cli.output import console, err_console
+        from kgpu.cli.plain import warn
         from kgpu.config.manifests import schema_validation_available, validate_file
 
         failed = False
         for path in files:
-            report = validate_file(path)
-            check_compute_domains(path, report)
+            if looks_like_scenario(path):
+                report = validate_scenario(path)
+            else:
+                report = validate_file(path)
+                check_compute_domains(path, report)
+                check_dra_objects(path, report)
             for problem in report.problems:
-                err_console.print(f"[red]error:[/red] {problem}", highlight=False, soft_wrap=True)
+                err_console.print(
+                    f"[red]error:[/red] {escape(str(problem))}", highlight=False, soft_wrap=True
+                )
             if not quiet:
                 for warning in report.warnings:
-                    err_console.print(
-                        f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True
-                    )
+                    warn(err_console, str(warning))
             if report.problems:
                 failed = True
                 continue
             if not quiet:
                 for line in report.ok:
-                    console.print(f"ok {report.file}: {line}", highlight=False, soft_wrap=True)
+                    console.print(
+                        escape(f"ok {report.file}: {line}"), highlight=False, soft_wrap=True
+                    )
         if not quiet and not schema_validation_available():
             err_console.print(
                 "note: kubernetes-validate is not installed; core Kubernetes kinds got "
