@@ -185,14 +185,30 @@ def _labels(value: object, path: str, err: _Errors, allow_null: bool = False) ->
     if not isinstance(value, Mapping):
         err.add("must be a map of label names to values", path)
         return {}
+    from kgpu.node.labels import is_valid_label_key, is_valid_label_value
+
     out: dict[str, Any] = {}
     for k, v in value.items():
-        if allow_null and v is None:
-            out[str(k)] = None
+        # the API server's rules: a node with such a label could not exist
+        if not isinstance(k, str) or not is_valid_label_key(k):
+            err.add(
+                f"{k!r} is not a valid label key ([prefix/]name: an optional DNS subdomain "
+                "prefix, a name of at most 63 letters, digits, '-', '_', '.', starting and "
+                "ending alphanumeric)",
+                path,
+            )
+        elif allow_null and v is None:
+            out[k] = None
         elif isinstance(v, bool) or not isinstance(v, (str, int, float)):
-            err.add(f"{v!r}: a label value must be a string", join_path(path, str(k)))
+            err.add(f"{v!r}: a label value must be a string", join_path(path, k))
+        elif not is_valid_label_value(str(v)):
+            err.add(
+                f"{str(v)!r} is not a valid label value for {k} (at most 63 letters, digits, "
+                "'-', '_', '.', starting and ending alphanumeric)",
+                path,
+            )
         else:
-            out[str(k)] = str(v)
+            out[k] = str(v)
     return out
 
 
@@ -287,6 +303,46 @@ def _resolve(base: Path, value: str) -> Path:
     return p if p.is_absolute() else base / p
 
 
+def _unreadable(path: Path) -> str:
+    """Why ``path`` cannot be read (with the path it resolved to), or ""."""
+    if path.is_dir():
+        return f"{path} is a directory; list the files in it"
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    return ""
+
+
+_CONFIG_KINDS = {
+    "plugin-config": "a device-plugin config",
+    "mig-parted": "a mig-parted config",
+    "operator-values": "GPU Operator Helm values",
+}
+
+
+def _config_hint(doc: object, inline: bool = False) -> str:
+    from kgpu.config.loader import classify
+
+    what = _CONFIG_KINDS.get(classify(doc))
+    if what is None:
+        return ""
+    where = "put it in a file and list that" if inline else "list it"
+    return f"this is {what}, not a Kubernetes object: {where} under configs:, not apply:"
+
+
+def _config_not_manifest(path: Path) -> str:
+    """A hint when a file under ``apply`` is a config file (which belongs under ``configs``):
+    without it the user sees "kind: Required value" for a file that was never a manifest."""
+    try:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return ""  # load_manifest_file reports it
+    hints = [_config_hint(d) for d in docs]
+    return hints[0] if hints and all(hints) else ""
+
+
 def _objects(value: object, path: str, base: Path, err: _Errors) -> list[Manifest]:
     """``apply`` entries: file paths (every document) or inline objects."""
     if value is None:
@@ -296,11 +352,24 @@ def _objects(value: object, path: str, base: Path, err: _Errors) -> list[Manifes
     for i, item in enumerate(items):
         where = join_path(path, i) if isinstance(value, list) else path
         if isinstance(item, str):
+            resolved = _resolve(base, item)
+            problem = _unreadable(resolved)
+            if problem:
+                err.add(problem, where)
+                continue
+            misplaced = _config_not_manifest(resolved)
+            if misplaced:
+                err.add(f"{item}: {misplaced}", where)
+                continue
             try:
-                out.extend(load_manifest_file(_resolve(base, item), shown=item))
+                out.extend(load_manifest_file(resolved, shown=item))
             except FieldError as exc:
                 err.absorb(exc)
         elif isinstance(item, Mapping):
+            misplaced = _config_hint(dict(item), inline=True)
+            if misplaced:
+                err.add(misplaced, where)
+                continue
             try:
                 m = check(dict(item), err.file, 0)
                 out.append(Manifest(m.obj, "", 0))
@@ -453,6 +522,8 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
     err = _Errors(file)
     if not isinstance(data, Mapping):
         raise FieldError(FieldProblem("a scenario must be a YAML map", file=file))
+    if "apiVersion" in data and "kind" in data:
+        raise FieldError(FieldProblem(manifest_not_scenario([data], file), file=file))
     for key in data:
         if key not in TOP_KEYS:
             err.add(f"unknown field {key!r}; allowed: {', '.join(TOP_KEYS)}", str(key))
@@ -478,12 +549,18 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
     if not isinstance(raw_configs, list):
         err.add("must be a list of file paths", "configs")
         raw_configs = []
+    unreadable = False
     for i, item in enumerate(raw_configs):
         if not isinstance(item, str):
             err.add("must be a file path", join_path("configs", i))
             continue
-        configs.append(_resolve(base, item))
-    if configs:
+        resolved = _resolve(base, item)
+        problem = _unreadable(resolved)
+        if problem:
+            err.add(problem, join_path("configs", i))
+            unreadable = True
+        configs.append(resolved)
+    if configs and not unreadable:
         from kgpu.config.loader import load_config_files
 
         try:
@@ -549,6 +626,25 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
     )
 
 
+def manifest_not_scenario(docs: list[Any], file: str) -> str:
+    """What to say when a Kubernetes manifest is given where a scenario belongs: "unknown field
+    apiVersion, kind, metadata, spec" would not tell the user what to do."""
+    objects = [
+        f"{d.get('kind')} {(d.get('metadata') or {}).get('name', '?')}"
+        for d in docs
+        if isinstance(d, Mapping) and isinstance(d.get("metadata") or {}, Mapping)
+    ]
+    shown = ", ".join(objects[:3]) + (", ..." if len(objects) > 3 else "")
+    name = Path(file).name if file else "manifest.yaml"
+    return (
+        f"this is a Kubernetes manifest ({shown}), not a kgpu sim scenario; a scenario lists "
+        f"manifests under apply:, for example:\n"
+        f"  nodes:\n"
+        f"  - {{name: gpu-node, machine: rtx-2080ti}}\n"
+        f"  apply: [{name}]"
+    )
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file."""
     p = Path(path)
@@ -559,7 +655,7 @@ def load_scenario(path: str | Path) -> Scenario:
             FieldProblem(f"cannot read: {exc.strerror or exc}", file=str(path))
         ) from None
     try:
-        data = yaml.safe_load(text)
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -568,7 +664,16 @@ def load_scenario(path: str | Path) -> Scenario:
                 f"{where}not valid YAML: {getattr(exc, 'problem', None) or exc}", file=str(path)
             )
         ) from None
-    return parse_scenario(data, str(path), p.resolve().parent)
+    if len(docs) > 1:
+        if any(isinstance(d, Mapping) and "apiVersion" in d and "kind" in d for d in docs):
+            raise FieldError(FieldProblem(manifest_not_scenario(docs, str(path)), file=str(path)))
+        raise FieldError(
+            FieldProblem(
+                f"a scenario is one YAML document; this file has {len(docs)} (separated by ---)",
+                file=str(path),
+            )
+        )
+    return parse_scenario(docs[0] if docs else None, str(path), p.resolve().parent)
 
 
 def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Scenario:
