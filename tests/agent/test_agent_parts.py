@@ -216,3 +216,29 @@ def test_in_process_agent_feeds_components_and_serves(root: Path) -> None:
             agent.stop()
     assert recorder.stopped
     assert not list((root / "device-plugins").glob("kgpu-*.sock"))
+
+
+def test_dra_component_of_a_fabric_node_serves_compute_domains_too() -> None:
+    """On a GB200 tray in a clique, the agent's DRA component serves both drivers; elsewhere
+    only gpu.nvidia.com (unix socket paths are short, so the kubelet root is under /tmp)."""
+    import shutil
+    import tempfile
+
+    from kgpu.hardware.profiles import load_machine
+
+    for clique, expected in (
+        ("rack-a.0", {"gpu.nvidia.com", "compute-domain.nvidia.com"}),
+        (None, {"gpu.nvidia.com"}),
+    ):
+        root = Path(tempfile.mkdtemp(prefix="kgpu-"))
+        try:
+            backend = SimulatedBackend(load_machine("gb200", hostname="tray-0", clique=clique))
+            got = components.load_dra(root / "k", root / "cdi", "tray-0", backend, required=True)
+            assert got is not None
+            got.start()
+            try:
+                assert set(got.servers) == expected  # type: ignore[attr-defined]
+            finally:
+                got.stop()
+        finally:
+            shutil.rmtree(root, ignore_errors=True)

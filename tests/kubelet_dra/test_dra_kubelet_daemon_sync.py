@@ -13,6 +13,7 @@ from dra_kubelet_helpers import NODE
 
 from kgpu.cluster.store import MemoryStore
 from kgpu.computedomain.api import API_VERSION, node_label
+from kgpu.computedomain.node import compute_domain_driver
 from kgpu.config.loader import ConfigSet
 from kgpu.hardware.model import Machine
 from kgpu.hardware.profiles import load_machine
@@ -107,6 +108,7 @@ def started(
             SimulatedBackend(gb200),
             store,
             daemon_sync_interval_s=interval,
+            driver_factories=(compute_domain_driver,),
         )
         component.start()
         components.append(component)

@@ -322,25 +322,30 @@ def test_a_damaged_checkpoint_stops_the_start_without_leaving_sockets(
     assert not (short_tmp / "kubelet" / "plugins" / DRIVER / "dra.sock").exists()
 
 
-@pytest.mark.parametrize("enabled", [None, False])
+@pytest.mark.parametrize(("enabled", "clique"), [(True, True), (False, True), (True, False)])
 def test_fabric_nodes_serve_the_compute_domain_driver_too(
-    short_tmp: Path, store: MemoryStore, enabled: bool | None
+    short_tmp: Path, store: MemoryStore, enabled: bool, clique: bool
 ) -> None:
+    """The agent's DRA component adds compute-domain.nvidia.com on a node whose GPUs are in an
+    NVLink clique (through the factory the agent passes), and only there."""
+    from kgpu.computedomain.node import compute_domain_driver
     from kgpu.hardware.profiles import load_machine
 
-    clique = "5a3c1a2e-0000-4000-8000-000000000001.3"
-    gb200 = load_machine("gb200", hostname=NODE, clique=clique)
+    gb200 = load_machine(
+        "gb200", hostname=NODE, clique="5a3c1a2e-0000-4000-8000-000000000001.3" if clique else None
+    )
     component = DraComponent(
         short_tmp / "kubelet",
         short_tmp / "cdi",
         NODE,
         SimulatedBackend(gb200),
         store,
-        compute_domains=enabled,
+        driver_factories=(compute_domain_driver,) if enabled else (),
     )
     component.start()
     try:
-        expected = {DRIVER} if enabled is False else {DRIVER, "compute-domain.nvidia.com"}
+        served = enabled and clique
+        expected = {DRIVER, "compute-domain.nvidia.com"} if served else {DRIVER}
         assert set(component.servers) == expected
         with FakeDraKubelet(short_tmp / "kubelet") as kubelet:
             for driver in expected:

@@ -22,6 +22,9 @@ METRICS_MODULE = "kgpu.metrics.component"
 METRICS_CLASS = "MetricsComponent"
 DRA_MODULE = "kgpu.kubelet.dra.component"
 DRA_CLASS = "DraComponent"
+#: The ComputeDomain driver joins the DRA component on fabric-attached nodes.
+COMPUTE_DOMAIN_MODULE = "kgpu.computedomain.node"
+COMPUTE_DOMAIN_FACTORY = "compute_domain_driver"
 
 
 @runtime_checkable
@@ -83,7 +86,12 @@ def load_dra(
         if required:
             log.warning("--dra given but %s.%s is not installed; DRA is off", DRA_MODULE, DRA_CLASS)
         return None
+    factory = _load_class(COMPUTE_DOMAIN_MODULE, COMPUTE_DOMAIN_FACTORY)
     component: Component = cls(
-        kubelet_root=kubelet_root, cdi_root=cdi_root, node_name=node_name, backend=backend
+        kubelet_root=kubelet_root,
+        cdi_root=cdi_root,
+        node_name=node_name,
+        backend=backend,
+        driver_factories=() if factory is None else (factory,),
     )
     return component

@@ -50,6 +50,7 @@ from kgpu.computedomain.imex import (
 from kgpu.computedomain.placement import node_ready
 from kgpu.computedomain.slices import DEFAULT_SLOTS, node_slice
 from kgpu.errors import FieldError, FieldProblem
+from kgpu.hardware.model import Machine
 from kgpu.kubelet.cdi import ContainerEdits, DeviceNode, Mount, write_atomic
 from kgpu.kubelet.dra.handler import (
     ClaimError,
@@ -58,6 +59,7 @@ from kgpu.kubelet.dra.handler import (
     PreparedClaim,
     PreparedDevice,
 )
+from kgpu.kubelet.dra.server import plugin_dir
 
 Obj = dict[str, Any]
 #: Node annotation: the IMEX channel each domain uses on the node (JSON ``{uid: channel}``),
@@ -366,3 +368,14 @@ def _healthy(node: Mapping[str, Any]) -> bool:
     spec = dict(node.get("spec") or {})
     spec.pop("unschedulable", None)
     return node_ready({**node, "spec": spec})
+
+
+def compute_domain_driver(
+    node_name: str, store: ObjectStore, machine: Machine, kubelet_root: Path
+) -> ComputeDomainHandler | None:
+    """The ``compute-domain.nvidia.com`` driver for a node whose GPUs sit in an NVLink fabric
+    clique, else None (a :data:`kgpu.kubelet.dra.component.DriverFactory`)."""
+    clique = next((g.fabric.clique for g in machine.gpus if g.fabric is not None), None)
+    if clique is None:
+        return None
+    return ComputeDomainHandler(node_name, store, plugin_dir(kubelet_root, DRIVER), clique=clique)

@@ -1,9 +1,12 @@
 """The DRA part of ``kgpu agent``: every DRA driver the node serves, in one process.
 
-``gpu.nvidia.com`` is always there; other drivers join with :meth:`DraComponent.add_driver`.
-``compute-domain.nvidia.com`` joins by itself on a node whose GPUs belong to a multi-node NVLink
-fabric (a clique), when :mod:`kgpu.computedomain.node` is installed, as upstream runs its
-ComputeDomain kubelet plugin on such nodes.
+``gpu.nvidia.com`` is always there; other drivers join with :meth:`DraComponent.add_driver`, or
+through ``driver_factories``: functions the component calls at start with the hardware snapshot,
+each returning a handler or None. The agent passes the ComputeDomain driver's factory
+(:func:`kgpu.computedomain.node.compute_domain_driver`), which serves
+``compute-domain.nvidia.com`` on a node whose GPUs belong to a multi-node NVLink fabric (a
+clique), as upstream runs its ComputeDomain kubelet plugin on such nodes. The component itself
+knows no driver but the GPU one, so the kubelet layer never imports the ComputeDomain package.
 
 Per driver the component runs a :class:`DraPlugin` (checkpoint, CDI specs, restart
 reconciliation) behind a :class:`DriverServer` (DRAPlugin + registration sockets), and publishes
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +38,9 @@ from kgpu.node.model import NodeView
 
 log = logging.getLogger(__name__)
 
-CD_DRIVER = "compute-domain.nvidia.com"
+#: Builds an extra driver's handler from (node name, store, hardware snapshot, kubelet root), or
+#: returns None when the node has nothing for that driver to serve.
+DriverFactory = Callable[[str, ObjectStore, Machine, Path], DriverHandler | None]
 
 
 def publish(store: ObjectStore, handler: DriverHandler, node_name: str) -> int | None:
@@ -62,7 +67,7 @@ class DraComponent:
         store: ObjectStore | None = None,
         *,
         partitionable: bool = False,
-        compute_domains: bool | None = None,
+        driver_factories: Sequence[DriverFactory] = (),
         watch_interval_s: float = 1.0,
         daemon_sync_interval_s: float = 2.0,
     ) -> None:
@@ -72,7 +77,7 @@ class DraComponent:
         self.backend = backend
         self.store: ObjectStore = store if store is not None else MemoryStore()
         self.partitionable = partitionable
-        self.compute_domains = compute_domains  # None: on for fabric-attached GPUs
+        self.driver_factories = tuple(driver_factories)
         self.gpu: GpuHandler | None = None
         self.plugins: dict[str, DraPlugin] = {}
         self.servers: dict[str, DriverServer] = {}
@@ -118,10 +123,10 @@ class DraComponent:
                 partitionable=self.partitionable,
             )
             machine = self.gpu.machine
-            if not any(h.driver == CD_DRIVER for h in self._extra):
-                cd = self._compute_domain_handler(machine)
-                if cd is not None:
-                    self._extra.append(cd)
+            for factory in self.driver_factories:
+                handler = factory(self.node_name, self.store, machine, self.kubelet_root)
+                if handler is not None and not any(h.driver == handler.driver for h in self._extra):
+                    self._extra.append(handler)
             try:
                 for handler in [self.gpu, *self._extra]:
                     self._start_driver(handler)
@@ -139,24 +144,6 @@ class DraComponent:
                 target=self._sync_loop, name="dra-daemon-sync", daemon=True
             )
             self._syncer.start()
-
-    def _compute_domain_handler(self, machine: Machine) -> DriverHandler | None:
-        clique = next((g.fabric.clique for g in machine.gpus if g.fabric is not None), None)
-        if self.compute_domains is False or (self.compute_domains is None and clique is None):
-            return None
-        try:
-            from kgpu.computedomain.node import ComputeDomainHandler
-        except ImportError:
-            if self.compute_domains:
-                log.warning("%s is not installed; ComputeDomains are off", CD_DRIVER)
-            return None
-        handler: DriverHandler = ComputeDomainHandler(
-            self.node_name,
-            self.store,
-            plugin_dir(self.kubelet_root, CD_DRIVER),
-            clique=clique,
-        )
-        return handler
 
     def on_view(self, view: NodeView) -> None:
         if self.gpu is not None and self.gpu.update_machine(view.machine):
