@@ -1,7 +1,8 @@
 """What ``kgpu sim`` prints: the cluster as JSON (the keys other tools read) and as tables.
 
-JSON keys are fixed by the design: top level ``nodes``, ``pods``, ``events`` (plus
-``resourceClaims``, ``resourceSlices``, ``computeDomains`` from the store when present); a node
+JSON keys are fixed by the design: top level ``nodes``, ``pods``, ``events``,
+``resourceClaims``, ``resourceSlices``, ``computeDomains`` (always present, ``[]`` when the
+store holds none, so tools need not test for them); a node
 has ``name``, ``labels``, ``capacity``, ``allocatable``, ``allocated`` (and ``mps`` daemons); a
 pod ``namespace``, ``name``, ``phase``, ``nodeName``, ``devices`` and ``env`` per container; an
 event ``type``, ``reason``, ``object``, ``message``. Quantities are strings, as in the
@@ -112,13 +113,10 @@ def build_report(sim: Simulation) -> dict[str, Any]:
         ("resourceSlices", "resource.k8s.io/v1", "ResourceSlice"),
         ("computeDomains", "resource.nvidia.com/v1beta1", "ComputeDomain"),
     ):
-        objs = sim.store.list(api, kind)
-        if objs:
-            out[key] = objs
-    if sim.unsupported:
-        out["unsupported"] = list(sim.unsupported)
-    if sim.warnings:
-        out["warnings"] = list(sim.warnings)
+        # always present (possibly empty): tools read these keys without checking for them
+        out[key] = sim.store.list(api, kind)
+    out["unsupported"] = list(sim.unsupported)
+    out["warnings"] = list(sim.warnings)
     return out
 
 
@@ -191,52 +189,119 @@ def step_snapshot(sim: Simulation, title: str) -> dict[str, Any]:
     }
 
 
+#: Table cells narrower than this are more fold than text: the column is dropped instead.
+MIN_FOLDED_WIDTH = 14
+
+
+def _fixed_width(widths: list[int]) -> int:
+    """Characters a rich table with these content widths takes: one space of padding on each
+    side of a cell, a border between cells and at both ends."""
+    return sum(w + 3 for w in widths) + 1
+
+
+def _longest(values: list[str], floor: int = 0) -> int:
+    return max([floor, *(len(v) for v in values)])
+
+
+def _pods_table(records: list[PodRecord], width: int) -> Any:
+    """Pods with their whole names, in the widest layout that fits ``width``: PHASE, NODE and
+    DEVICES columns; devices under the name; or, when even PHASE and NODE leave too little room
+    for the name, one column with phase, node and devices under it."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    where_width = _longest([r.node or "-" for r in records], 4)
+    pod_width = _longest([r.key for r in records], 3)
+    room = width - _fixed_width([pod_width, len("Succeeded"), where_width])
+    columns = (
+        ("POD", "PHASE", "NODE", "DEVICES")
+        if room - 3 >= MIN_FOLDED_WIDTH
+        else ("POD, devices", "PHASE", "NODE")
+        if room >= 0
+        else ("POD: phase, node, devices",)
+    )
+    table = Table(title="Pods")
+    # beyond the terminal's width a name folds onto a second line: still whole, never cut
+    table.add_column(columns[0], min_width=min(pod_width, width - 4), overflow="fold")
+    for header in columns[1:]:
+        table.add_column(
+            header,
+            min_width=where_width if header == "NODE" else None,
+            no_wrap=header != "DEVICES",
+            overflow="fold",
+        )
+    for r in records:
+        color = {"Running": "green", "Pending": "yellow", "Failed": "red"}.get(r.phase, "white")
+        phase = f"[{color}]{escape(r.phase)}[/{color}]"
+        devices = [
+            f"{c}: {', '.join(_short(i) for i in ids)}" for c, ids in r.devices.items() if ids
+        ]
+        if len(columns) == 4:
+            table.add_row(
+                escape(r.key), phase, escape(r.node or "-"), escape("\n".join(devices) or "-")
+            )
+            continue
+        under = [escape(d) for d in devices]
+        if len(columns) == 1:
+            under.insert(0, f"{phase} on {escape(r.node or '-')}")
+        cell = escape(r.key) + "".join(f"\n  [dim]{line}[/dim]" for line in under)
+        if len(columns) == 1:
+            table.add_row(cell)
+        else:
+            table.add_row(cell, phase, escape(r.node or "-"))
+    return table
+
+
 def render(sim: Simulation, console: Console, *, max_pods: int = 40, max_events: int = 25) -> None:
-    """The human summary: nodes like ``kubectl describe node``, pods, then events."""
+    """The human summary: nodes like ``kubectl describe node``, pods, then events.
+
+    Names (nodes, pods) are never cut: at 80 columns ``default/time-slicing-ver…`` left every
+    pod of a Deployment looking the same. Their columns keep their width; the others fold, and
+    when too little room is left for the pods' DEVICES column, devices go under the pod name.
+    Text from the scenario is printed literally, not as rich markup."""
+    from rich.markup import escape
     from rich.table import Table
 
     title = sim.scenario.name + (
         f" — {sim.scenario.description}" if sim.scenario.description else ""
     )
-    console.print(f"[bold]{title}[/bold]  (t={sim.now:g}s)")
+    console.print(f"[bold]{escape(title)}[/bold]  (t={sim.now:g}s)")
+    shown_nodes = sim.nodes[:100]
+    node_width = _longest([n.name for n in shown_nodes], 4)
     nodes = Table(title="Nodes")
-    for col in ("NODE", "CONFIG", "GPU RESOURCES used/allocatable", "PODS"):
-        nodes.add_column(col)
-    for n in sim.nodes[:100]:
-        head = n.name + ("" if n.ready else " [red](NotReady)[/red]")
+    nodes.add_column("NODE", min_width=node_width, overflow="fold")
+    nodes.add_column("CONFIG", overflow="fold")
+    nodes.add_column("GPU RESOURCES used/allocatable", overflow="fold")
+    nodes.add_column("PODS", no_wrap=True)
+    for n in shown_nodes:
+        head = escape(n.name) + ("" if n.ready else " [red](NotReady)[/red]")
         if n.machine is not None:
-            head += f"\n[dim]{n.machine.profile}[/dim]"
+            head += f"\n[dim]{escape(n.machine.profile)}[/dim]"
         product = n.labels.get("nvidia.com/gpu.product")
         if product:
-            head += f"\n[dim]{product}[/dim]"
+            head += f"\n[dim]{escape(product)}[/dim]"
         config = "-"
         if n.view is not None:
             config = n.view.config_name or "-"
             if n.view.mig_config_name:
                 config += f"\nmig: {n.view.mig_config_name}"
         mps = "".join(
-            f"\n[cyan]MPS daemon[/cyan] {_gpu_name(n, d.gpus)}: "
+            f"\n[cyan]MPS daemon[/cyan] {escape(_gpu_name(n, d.gpus))}: "
             f"{len(nodeside.mps_clients(n, d))}/{d.replicas} clients, "
             f"{d.active_thread_percentage}% SMs each"
             for d in n.mps
         )
         nodes.add_row(
-            head, config, gpu_summary(n) + mps, f"{len(n.pods)}/{n.allocatable.get('pods', 0)}"
+            head,
+            escape(config),
+            escape(gpu_summary(n)) + mps,
+            f"{len(n.pods)}/{n.allocatable.get('pods', 0)}",
         )
     console.print(nodes)
     if len(sim.nodes) > 100:
         console.print(f"... and {len(sim.nodes) - 100} more nodes")
-    pods = Table(title="Pods")
-    for col in ("POD", "PHASE", "NODE", "DEVICES"):
-        pods.add_column(col)
     records = sorted(sim.pods.values(), key=lambda r: r.seq)
-    for r in records[:max_pods]:
-        devices = "\n".join(
-            f"{c}: {', '.join(_short(i) for i in ids)}" for c, ids in r.devices.items() if ids
-        )
-        color = {"Running": "green", "Pending": "yellow", "Failed": "red"}.get(r.phase, "white")
-        pods.add_row(r.key, f"[{color}]{r.phase}[/{color}]", r.node or "-", devices or "-")
-    console.print(pods)
+    console.print(_pods_table(records[:max_pods], console.width))
     if len(records) > max_pods:
         phases = Counter(r.phase for r in records)
         console.print(
@@ -244,8 +309,10 @@ def render(sim: Simulation, console: Console, *, max_pods: int = 40, max_events:
             + ", ".join(f"{k} {v}" for k, v in sorted(phases.items()))
         )
     events = Table(title="Events")
-    for col in ("TYPE", "REASON", "OBJECT", "MESSAGE"):
-        events.add_column(col)
+    events.add_column("TYPE", no_wrap=True)
+    events.add_column("REASON", overflow="fold")
+    events.add_column("OBJECT", overflow="fold")
+    events.add_column("MESSAGE", overflow="fold")
     groups: dict[tuple[str, str, str], list[str]] = {}
     for e in sim.events:
         if e.reason in ("Scheduled", "NodeReady"):
@@ -255,11 +322,13 @@ def render(sim: Simulation, console: Console, *, max_pods: int = 40, max_events:
     for (type_, reason, message), objects in rows[-max_events:]:
         color = "red" if type_ == "Warning" else "white"
         who = objects[0] + (f" (+{len(objects) - 1} more)" if len(objects) > 1 else "")
-        events.add_row(f"[{color}]{type_}[/{color}]", reason, who, message)
+        events.add_row(
+            f"[{color}]{escape(type_)}[/{color}]", escape(reason), escape(who), escape(message)
+        )
     console.print(events)
     console.print(f"({len(sim.events)} events in all; -o json lists every one)")
     for w in sim.warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}")
+        console.print(f"[yellow]warning:[/yellow] {escape(w)}")
 
 
 def _used(node: SimNode, resource: str) -> str:
@@ -277,18 +346,22 @@ def _short(device_id: str) -> str:
 
 def render_steps(sim: Simulation, console: Console) -> None:
     """One table per step: what each node has allocated and how the pods stand."""
+    from rich.markup import escape
     from rich.table import Table
 
     for i, snap in enumerate(sim.snapshots):
-        table = Table(title=f"[{i}] t={snap['time']:g}s  {snap['title']}")
-        for col in ("NODE", "GPU RESOURCES used/allocatable", "PODS", "LABELS"):
-            table.add_column(col)
-        for n in snap["nodes"][:50]:
+        table = Table(title=escape(f"[{i}] t={snap['time']:g}s  {snap['title']}"))
+        shown = snap["nodes"][:50]
+        table.add_column("NODE", min_width=_longest([n["name"] for n in shown]), overflow="fold")
+        table.add_column("GPU RESOURCES used/allocatable", overflow="fold")
+        table.add_column("PODS", no_wrap=True)
+        table.add_column("LABELS", overflow="fold")
+        for n in shown:
             table.add_row(
-                n["name"] + ("" if n["ready"] else " (NotReady)"),
-                n["gpus"],
+                escape(n["name"] + ("" if n["ready"] else " (NotReady)")),
+                escape(n["gpus"]),
                 str(n["pods"]),
-                "\n".join(f"{k}={v}" for k, v in n["labels"].items()),
+                escape("\n".join(f"{k}={v}" for k, v in n["labels"].items())),
             )
         console.print(table)
         console.print(
@@ -302,5 +375,6 @@ def render_steps(sim: Simulation, console: Console) -> None:
             color = "red" if type_ == "Warning" else "dim"
             times = f" (x{count})" if count > 1 else ""
             console.print(
-                f"  [{color}]{type_} {reason}[/{color}]{times}: {message}", soft_wrap=True
+                f"  [{color}]{escape(type_)} {escape(reason)}[/{color}]{times}: {escape(message)}",
+                soft_wrap=True,
             )
