@@ -171,3 +171,15 @@ def test_bad_scenario_is_reported_by_the_scenario_parser(tmp_path: Path) -> None
     assert code == 1
     assert "cluster.yaml: nodes[0].machine: unknown machine profile 'no-such-gpu'" in out
     assert "cluster.yaml: steps[0].advance: 'soon' is not a duration" in out
+
+
+def test_a_name_the_api_server_refuses_is_reported(tmp_path: Path) -> None:
+    bad = tmp_path / "pod.yaml"
+    bad.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: GPU_Test}\n"
+        "spec: {containers: [{name: c, image: x}]}\n"
+    )
+    result = CliRunner().invoke(app, ["validate", str(bad)])
+    assert result.exit_code == 1
+    assert f"{bad}: document 0: metadata.name: must be a DNS subdomain" in result.output
+    assert "'GPU_Test'" in result.output and "Traceback" not in result.output

@@ -8,11 +8,11 @@ the upstream CRD exactly; parsing is strict (unknown fields are errors) because 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kgpu.config.fields import dns_subdomain_problem, is_dns_subdomain
 from kgpu.errors import FieldError, FieldProblem, join_path
 
 GROUP = "resource.nvidia.com"
@@ -39,8 +39,6 @@ CLIQUE_LABEL = "nvidia.com/gpu.clique"
 
 ALLOCATION_MODES = ("Single", "All")
 STATUSES = ("Ready", "NotReady")
-
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 def node_label(uid: str) -> str:
@@ -114,14 +112,8 @@ def parse_compute_domain(obj: Mapping[str, Any]) -> ComputeDomain:
         meta = {}
         problems.append(_problem("is required (an object with a name)", "metadata"))
     name = meta.get("name")
-    if not isinstance(name, str) or not _DNS_SUBDOMAIN.match(name) or len(name) > 253:
-        problems.append(
-            _problem(
-                f"must be a DNS subdomain (lowercase letters, digits, '-', '.'), got {name!r}",
-                "metadata",
-                "name",
-            )
-        )
+    if not isinstance(name, str) or not is_dns_subdomain(name):
+        problems.append(_problem(dns_subdomain_problem(name), "metadata", "name"))
     for key in obj:
         if key not in ("apiVersion", "kind", "metadata", "spec", "status"):
             problems.append(_problem("unknown field", key))
@@ -159,7 +151,7 @@ def parse_compute_domain(obj: Mapping[str, Any]) -> ComputeDomain:
                     )
             rct = channel.get("resourceClaimTemplate")
             tname = rct.get("name") if isinstance(rct, Mapping) else None
-            if not isinstance(tname, str) or not _DNS_SUBDOMAIN.match(tname):
+            if not isinstance(tname, str) or not is_dns_subdomain(tname):
                 problems.append(
                     _problem(
                         f"must be a DNS subdomain naming the ResourceClaimTemplate to create, "

@@ -9,6 +9,7 @@ that names it, so a typo such as ``replica: 4`` no longer vanishes without a tra
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -205,3 +206,17 @@ def load_yaml_mapping(text: str, *, file: str, entry: str = "") -> dict[str, Any
             )
         )
     return doc
+
+
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
+
+
+def is_dns_subdomain(name: str) -> bool:
+    """What the API server accepts as the name of most kinds (RFC 1123 subdomain)."""
+    return len(name) <= 253 and _DNS_SUBDOMAIN.fullmatch(name) is not None
+
+
+def dns_subdomain_problem(name: object) -> str:
+    """The message for a name the API server would refuse."""
+    return f"must be a DNS subdomain (lowercase letters, digits, '-', '.'), got {name!r}"

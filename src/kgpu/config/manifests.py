@@ -18,7 +18,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from kgpu.config.fields import load_yaml_documents, read_problem
+from kgpu.config.fields import (
+    dns_subdomain_problem,
+    is_dns_subdomain,
+    load_yaml_documents,
+    read_problem,
+)
 from kgpu.config.loader import (
     ConfigSet,
     _add_configmap,
@@ -435,6 +440,12 @@ def _all_schema_errors(doc: dict[str, Any]) -> list[tuple[str, str]] | None:
     return out
 
 
+#: What the API server accepts as the name of most kinds (DNS-1123 subdomain).
+_DNS_SUBDOMAIN = re.compile(
+    r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+)
+
+
 def validate_manifest(doc: dict[str, Any], *, file: str, entry: str) -> list[FieldProblem]:
     """Field-level problems in one Kubernetes object (empty when it is valid)."""
     out: list[tuple[str, str]] = []
@@ -457,6 +468,10 @@ def validate_manifest(doc: dict[str, Any], *, file: str, entry: str) -> list[Fie
     if checker is not None:
         out.extend(checker(doc, file))
     else:
+        # the API server's name rule for its own kinds (custom kinds' checkers have theirs)
+        name = doc["metadata"].get("name")
+        if isinstance(name, str) and not is_dns_subdomain(name):
+            out.append(("metadata.name", dns_subdomain_problem(name)))
         try:
             schema = _schema_problems(doc)
         except _NoSchema:
