@@ -1,0 +1,56 @@
+"""Fixtures: a Kubernetes API server on loopback, and stores pointed at it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kgpu.cluster.kube import KubeStore
+
+from .apiserver import FakeApiServer
+
+TOKEN = "kgpu-test-token"
+
+
+def write_kubeconfig(path: Path, server: str, token: str = TOKEN) -> Path:
+    """A kubeconfig as kubectl writes it: one cluster, one token user, one current context."""
+    path.write_text(
+        f"""apiVersion: v1
+kind: Config
+clusters:
+- name: fake
+  cluster:
+    server: {server}
+users:
+- name: agent
+  user:
+    token: {token}
+contexts:
+- name: fake
+  context:
+    cluster: fake
+    user: agent
+current-context: fake
+"""
+    )
+    return path
+
+
+@pytest.fixture
+def apiserver() -> Iterator[FakeApiServer]:
+    server = FakeApiServer(token=TOKEN).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def kube(apiserver: FakeApiServer, tmp_path: Path) -> Iterator[KubeStore]:
+    store = KubeStore.from_config(str(write_kubeconfig(tmp_path / "kubeconfig", apiserver.url)))
+    try:
+        yield store
+    finally:
+        store.close()
