@@ -242,3 +242,13 @@ def test_dra_component_of_a_fabric_node_serves_compute_domains_too() -> None:
                 got.stop()
         finally:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def test_agent_clique_puts_a_profile_in_an_nvlink_fabric(tmp_path: Path) -> None:
+    from kgpu.agent.daemon import Agent, AgentOptions
+
+    opts = AgentOptions(
+        machine="gb200", node_name="tray-0", clique="rack-a.0", kubelet_root=tmp_path
+    )
+    machine = Agent(opts).backend.snapshot()
+    assert {g.fabric.clique for g in machine.gpus if g.fabric} == {"rack-a.0"}

@@ -393,8 +393,9 @@ def test_plan_reads_a_recorded_snapshot_like_the_agent_does() -> None:
     ("args", "expected"),
     [
         (["--metrics-address", "9400"], "--metrics-address: '9400' is not HOST:PORT"),
-        (["--log-level", "loud"], "--log-level 'loud': allowed debug, info, warning, error"),
-        (["--hostname-label", "host"], "--hostname-label 'host': allowed Hostname, hostname"),
+        (["--log-level", "loud"], "--log-level: 'loud': allowed debug, info, warning, error"),
+        (["--hostname-label", "host"], "--hostname-label: 'host': allowed Hostname, hostname"),
+        (["--clique", "rack.x"], "--clique: machine profile 't4' (Tesla T4) has no multi-node"),
         (["--label", "bad key!=1"], "--label[0]: 'bad key!' is not a valid label key"),
     ],
 )
@@ -408,6 +409,25 @@ def test_agent_option_mistakes_fail_before_serving(
     assert code == 1
     assert f"error: {expected}" in out
     assert not (tmp_path / "device-plugins").exists()
+
+
+def test_agent_reports_every_bad_flag_at_once(tmp_path: Path) -> None:
+    code, out = _run(
+        "agent", "--machine", "t4", "--kubelet-root", str(tmp_path), "--label", "a=b c",
+        "--metrics-address", "nope", "--log-level", "loud", "--hostname-label", "x",
+    )  # fmt: skip
+    assert code == 1
+    for flag in ("--label[0]", "--metrics-address", "--log-level", "--hostname-label"):
+        assert f"error: {flag}: " in out, flag
+    assert not (tmp_path / "device-plugins").exists()
+
+
+def test_agent_clique_applies_to_built_in_profiles_only(tmp_path: Path) -> None:
+    code, out = _run(
+        "agent", "--machine", "nvml", "--kubelet-root", str(tmp_path), "--clique", "rack-a.0"
+    )  # fmt: skip
+    assert code == 1
+    assert "error: --clique: applies to built-in profiles only" in out
 
 
 def test_metrics_port_in_use_names_the_address() -> None:

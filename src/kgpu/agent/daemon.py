@@ -62,6 +62,7 @@ class AgentOptions:
     kubelet_root: Path = DEFAULT_KUBELET_ROOT
     nfd_features_dir: Path | None = None
     metrics_address: str | None = None
+    clique: str | None = None  # built-in profiles only: their NVLink fabric clique
     hostname_label: str = "Hostname"  # dcgm-exporter releases; its main branch says "hostname"
     cdi_root: Path = DEFAULT_CDI_ROOT
     dra: bool | None = None  # None: on when the DRA module is installed
@@ -120,7 +121,9 @@ class Agent:
         if self._backend is None:
             from kgpu.hardware import open_backend
 
-            self._backend = open_backend(self.options.machine, hostname=self.options.node_name)
+            self._backend = open_backend(
+                self.options.machine, hostname=self.options.node_name, clique=self.options.clique
+            )
         return self._backend
 
     def view(self) -> NodeView:

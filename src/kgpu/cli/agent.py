@@ -68,6 +68,14 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option("--metrics-address", help="Serve DCGM-compatible metrics on HOST:PORT."),
         ] = None,
+        clique: Annotated[
+            str | None,
+            typer.Option(
+                "--clique",
+                help="<clusterUUID>.<cliqueId>: put a built-in profile's GPUs in an NVLink "
+                "fabric clique (e.g. gb200), as the fabric manager does on a real tray.",
+            ),
+        ] = None,
         hostname_label: Annotated[
             str,
             typer.Option(
@@ -118,7 +126,9 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option("--status", help="Print the running agent's status JSON and exit."),
         ] = False,
-        log_level: Annotated[str, typer.Option("--log-level", help="debug|info|warning.")] = "info",
+        log_level: Annotated[
+            str, typer.Option("--log-level", help="debug|info|warning|error.")
+        ] = "info",
     ) -> None:
         """Serve the node's GPUs to the kubelet until SIGTERM (SIGHUP reloads)."""
         import logging
@@ -130,7 +140,7 @@ def register(app: typer.Typer) -> None:
         from kgpu.agent.daemon import AgentOptions
         from kgpu.cli.output import print_json
         from kgpu.cli.plain import fail
-        from kgpu.errors import KgpuError
+        from kgpu.errors import FieldError, FieldProblem, KgpuError
         from kgpu.node.health import parse_xid_list
 
         opts = AgentOptions(
@@ -144,6 +154,7 @@ def register(app: typer.Typer) -> None:
             nfd_features_dir=nfd_features_dir,
             metrics_address=metrics_address,
             hostname_label=hostname_label,
+            clique=clique,
             cdi_root=cdi_root,
             dra=dra,
             health_quiet_period_s=health_quiet_period,
@@ -164,20 +175,51 @@ def register(app: typer.Typer) -> None:
         from kgpu.agent.inputs import parse_label_args
         from kgpu.metrics.server import parse_address
 
-        # mistakes in the command line fail here, before any socket exists, rather than as a
-        # log line from a half-started daemon
+        # mistakes in the command line fail here, all of them at once, before any socket
+        # exists, rather than as a log line from a half-started daemon
+        problems: list[FieldProblem] = []
         levels = ("debug", "info", "warning", "error")
         if log_level.lower() not in levels:
-            fail(f"--log-level {log_level!r}: allowed {', '.join(levels)}")
+            problems.append(
+                FieldProblem(f"{log_level!r}: allowed {', '.join(levels)}", "--log-level")
+            )
         if metrics_address is not None:
             try:
                 parse_address(metrics_address, "--metrics-address")
+            except FieldError as exc:
+                problems.extend(exc.problems)
             except KgpuError as exc:
-                fail(exc)
+                problems.append(FieldProblem(str(exc), "--metrics-address"))
         if labels_file is not None and labels_file.is_dir():
-            fail(f"--labels-file {labels_file}: is a directory, not a file")
+            problems.append(
+                FieldProblem(f"{labels_file}: is a directory, not a file", "--labels-file")
+            )
         if hostname_label not in ("Hostname", "hostname"):
-            fail(f"--hostname-label {hostname_label!r}: allowed Hostname, hostname")
+            problems.append(
+                FieldProblem(f"{hostname_label!r}: allowed Hostname, hostname", "--hostname-label")
+            )
+        try:
+            opts.labels = parse_label_args(label or [])
+        except FieldError as exc:
+            problems.extend(exc.problems)
+        try:
+            opts.ignore_xids = parse_xid_list(ignore_xids)
+        except ValueError as exc:
+            problems.append(FieldProblem(str(exc), "--ignore-xids"))
+        if fault_dir is not None and machine == "nvml":
+            problems.append(FieldProblem("works only with a simulated --machine", "--fault-dir"))
+        if clique is not None:
+            from kgpu.hardware import open_backend
+
+            try:  # a built-in profile loads in microseconds; nvml and snapshots refuse at once
+                open_backend(machine, hostname=opts.node_name, clique=clique).close()
+            except FieldError as exc:
+                problems.extend(
+                    FieldProblem(p.message, "--clique" if "clique" in p.path else p.path, p.file)
+                    for p in exc.problems
+                )
+        if problems:
+            fail(FieldError(problems))
 
         logging.basicConfig(
             level=getattr(logging, log_level.upper(), logging.INFO),
@@ -190,15 +232,6 @@ def register(app: typer.Typer) -> None:
                 "it is read as soon as it appears",
                 labels_file,
             )
-        try:
-            opts.labels = parse_label_args(label or [])
-            opts.ignore_xids = parse_xid_list(ignore_xids)
-        except ValueError as exc:
-            fail(f"--ignore-xids: {exc}")
-        except KgpuError as exc:
-            fail(exc)
-        if fault_dir is not None and machine == "nvml":
-            fail("--fault-dir works only with a simulated --machine")
 
         daemon = Agent(opts)
         stop = threading.Event()

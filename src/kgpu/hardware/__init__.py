@@ -6,16 +6,27 @@ every command accepts the same spellings.
 
 from __future__ import annotations
 
+from kgpu.errors import FieldError, FieldProblem
 from kgpu.hardware.backend import Backend
 
 
-def open_backend(spec: str, hostname: str = "") -> Backend:
+def open_backend(spec: str, hostname: str = "", clique: str | None = None) -> Backend:
     """``"nvml"`` reads the real GPUs; a path ending ``.json`` replays a recorded snapshot; any
     other value names a built-in machine profile (``kgpu machines`` lists them).
 
     ``hostname`` makes simulated UUIDs unique per node; for a snapshot it replaces the recorded
-    hostname when given.
+    hostname when given. ``clique`` (``<clusterUUID>.<cliqueId>``) puts a built-in profile's
+    GPUs in an NVLink fabric clique, as the fabric manager does on a real tray; real GPUs and
+    snapshots report their own.
     """
+    if clique is not None and (spec == "nvml" or spec.endswith(".json")):
+        raise FieldError(
+            FieldProblem(
+                "applies to built-in profiles only: real GPUs and snapshots report their own "
+                "fabric clique",
+                path="--clique",
+            )
+        )
     if spec == "nvml":
         from kgpu.hardware.nvml import NvmlBackend
 
@@ -33,7 +44,7 @@ def open_backend(spec: str, hostname: str = "") -> Backend:
         return SimulatedBackend(machine)
     from kgpu.hardware.profiles import load_machine
 
-    return SimulatedBackend(load_machine(spec, hostname=hostname))
+    return SimulatedBackend(load_machine(spec, hostname=hostname, clique=clique))
 
 
 __all__ = ["Backend", "open_backend"]
