@@ -176,6 +176,11 @@ class KubeStore:
             ) from exc
         return cls(client.ApiClient(configuration), field_manager=field_manager, timeout=timeout)
 
+    @property
+    def host(self) -> str:
+        """The API server's URL, for logs: which cluster the agent talks to."""
+        return str(self._api.configuration.host)
+
     def close(self) -> None:
         """Release the client's connections and thread pool."""
         self._api.close()
