@@ -167,3 +167,17 @@ def test_status_is_written_with_the_object(store: ObjectStore) -> None:
     }
     listed = store.list("resource.k8s.io/v1", "ResourceClaim", namespace="jobs")
     assert [o["status"] for o in listed] == [{"allocation": {"devices": {"results": []}}}]
+
+
+def test_releasing_the_last_finalizer_with_a_status_change_removes_the_claim(
+    store: ObjectStore,
+) -> None:
+    claim = _claim("held", reservedFor=[{"resource": "pods", "name": "p", "uid": "1"}])
+    claim["metadata"]["finalizers"] = ["resource.kubernetes.io/delete-protection"]
+    store.create(claim)
+    store.delete("resource.k8s.io/v1", "ResourceClaim", "held", "jobs")
+    marked = store.get("resource.k8s.io/v1", "ResourceClaim", "held", "jobs")
+    marked["metadata"]["finalizers"] = []
+    marked["status"] = {}
+    store.update(marked)
+    assert store.list("resource.k8s.io/v1", "ResourceClaim", namespace="jobs") == []

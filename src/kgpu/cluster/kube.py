@@ -49,7 +49,7 @@ from kgpu.cluster.store import (
     StoreError,
     group_of,
 )
-from kgpu.errors import FieldError, FieldProblem
+from kgpu.errors import FieldError, FieldProblem, KgpuError
 
 Query = list[tuple[str, str]]
 Items = list[Obj]
@@ -147,9 +147,15 @@ class KubeStore:
         running in a cluster (``KUBERNETES_SERVICE_HOST`` set), else ``$KUBECONFIG`` or
         ``~/.kube/config``. A file that cannot be used is a :class:`FieldError` naming it.
         """
-        from kubernetes import client
-        from kubernetes import config as kube_config
-        from kubernetes.config.config_exception import ConfigException
+        try:
+            from kubernetes import client
+            from kubernetes import config as kube_config
+            from kubernetes.config.config_exception import ConfigException
+        except ImportError as exc:  # the client is needed only to talk to a real cluster
+            raise KgpuError(
+                "talking to a Kubernetes API server needs the 'kubernetes' package: "
+                "pip install 'kubernetes>=30'"
+            ) from exc
 
         config: Any = kube_config  # untyped package
 
@@ -277,9 +283,11 @@ class KubeStore:
             return written
         if written.get("status") == wanted["status"]:
             return written
+        meta = written["metadata"]
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            return written  # that write removed the object; there is no status to write
         api_version = str(written.get("apiVersion") or wanted["apiVersion"])
         kind = str(written.get("kind") or wanted["kind"])
-        meta = written["metadata"]
         path = self._item_path(api_version, kind, meta["name"], meta.get("namespace")) + "/status"
         body = {**written, "status": wanted["status"]}
         return self._request("PUT", path, body=body, query=self._write_query())
