@@ -230,3 +230,37 @@ def test_in_cluster_config_uses_the_service_account(
     store = KubeStore.from_config()
     assert store.host == f"https://{host}:{port}"
     store.close()
+
+
+def test_apply_retries_when_another_writer_wins_the_race(
+    kube: KubeStore, apiserver: FakeApiServer
+) -> None:
+    """Between apply's read and its PUT another controller updates the slice; apply re-reads
+    and its content still lands."""
+    kube.create(SLICE)
+    real_handle = apiserver.handle
+    raced = []
+
+    def racing_handle(
+        method: str, target: str, raw: bytes, headers: dict[str, str]
+    ) -> tuple[int, dict[str, Any]]:
+        if method == "PUT" and not raced:
+            raced.append(True)
+            other = kube.get("resource.k8s.io/v1", "ResourceSlice", SLICE["metadata"]["name"])
+            other["metadata"]["labels"] = {"other": "writer"}
+            kube.update(other)
+        return real_handle(method, target, raw, headers)
+
+    apiserver.handle = racing_handle  # type: ignore[method-assign]
+    wanted = {**SLICE, "spec": {**SLICE["spec"], "devices": []}}
+    applied = kube.apply(wanted)
+    assert applied["spec"]["devices"] == []
+    assert applied["metadata"]["labels"] == SLICE["metadata"]["labels"]
+    puts = apiserver.calls("PUT")
+    assert len(puts) == 3  # the other writer's, apply's stale one (409), apply's retry
+    assert (
+        kube.get("resource.k8s.io/v1", "ResourceSlice", SLICE["metadata"]["name"])["spec"][
+            "devices"
+        ]
+        == []
+    )
