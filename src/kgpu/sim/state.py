@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kgpu.hardware.model import Machine
+from kgpu.node.health import HealthState
 from kgpu.node.model import NodeView
 from kgpu.sim.plugins import NodeInfo
 from kgpu.sim.podspec import PodRequirements, Taint
@@ -82,6 +83,9 @@ class SimNode:
     ready: bool = True
     device_plugin: bool = True
     clique: str | None = None
+    base_machine: Machine | None = None  # the hardware before any MIG config is applied
+    health: HealthState = field(default_factory=HealthState)  # XIDs seen, per device
+    ip: str = ""  # InternalIP, given once when the node joins
     capacity: dict[str, int] = field(default_factory=dict)
     allocatable: dict[str, int] = field(default_factory=dict)
     requested: dict[str, int] = field(default_factory=dict)

@@ -1,0 +1,239 @@
+"""Nodes joining, changing and leaving the simulated cluster.
+
+What the node advertises comes from kgpu's real node code (:mod:`kgpu.sim.nodeside`); this
+module decides when it is recomputed and what follows: the Node is republished, the scheduler
+sees the new node, kubelet plugins learn of new hardware, and pods the node can no longer run
+are evicted (the taint manager for NoExecute taints, the node lifecycle controller for a node
+that stops answering).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+
+from kgpu.cluster.store import NotFound
+from kgpu.errors import FieldError, KgpuError
+from kgpu.sim import nodeside
+from kgpu.sim.context import SimContext
+from kgpu.sim.node_status import (
+    advertised,
+    extended_counts,
+    host_capacity,
+    node_address,
+    node_labels,
+    node_object,
+)
+from kgpu.sim.pod_lifecycle import delete_pod
+from kgpu.sim.podspec import Taint, parse_taints, tolerates
+from kgpu.sim.scenario import NodeSpec
+from kgpu.sim.state import SimNode
+
+UNREACHABLE = "node.kubernetes.io/unreachable"
+
+
+def _node_ready(ctx: SimContext, name: str) -> None:
+    ctx.emit("Normal", "NodeReady", f"Node/{name}", f"Node {name} status is now: NodeReady")
+
+
+def add_nodes(ctx: SimContext, spec: NodeSpec) -> None:
+    """The nodes of one scenario entry join, Ready."""
+    for name in spec.names():
+        machine = nodeside.machine_for(spec.machine, name, spec.clique) if spec.machine else None
+        node = SimNode(
+            name=name,
+            machine=machine,
+            view=None,
+            labels={},
+            scenario_labels=dict(spec.labels),
+            taints=parse_taints(spec.taints),
+            unschedulable=spec.unschedulable,
+            device_plugin=ctx.device_plugin,
+            clique=spec.clique,
+            base_machine=machine,
+            ip=node_address(next(ctx.ip_seq)),
+            capacity=host_capacity(spec, machine),
+        )
+        ctx.nodes.append(node)
+        ctx.node_by_name[name] = node
+        refresh_node(ctx, node, register=True)
+        _node_ready(ctx, name)
+
+
+def refresh_node(ctx: SimContext, node: SimNode, *, register: bool = False) -> None:
+    """Recompute what the node advertises (view, labels, capacity) and publish the Node."""
+    base = node.base_machine
+    old_machine = node.machine
+    if base is not None and node.device_plugin:
+        try:
+            node.view = nodeside.view_for(
+                base,
+                ctx.configs,
+                node.scenario_labels,
+                default_config=ctx.scenario.default_config,
+                mig_strategy=ctx.scenario.mig_strategy,
+                unhealthy=node.health.unhealthy,
+            )
+        except FieldError as exc:  # a bad label or config: the last good view keeps serving
+            ctx.emit("Warning", "InvalidConfig", f"Node/{node.name}", str(exc))
+    else:
+        node.view = None
+    node.machine = node.view.machine if node.view is not None else base
+    node.labels = node_labels(node.name, base, node.view, node.scenario_labels)
+    cap, alloc = advertised(node.capacity, node.view)
+    if node.view is None:
+        node.servicers = {}
+    elif set(node.servicers) != {r.name for r in node.view.resources}:
+        node.servicers = nodeside.servicers_for(node)
+    else:
+        for servicer in node.servicers.values():
+            servicer.notify()
+    node.capacity, node.allocatable = cap, alloc
+    node.mps = nodeside.mps_daemons(node.view)
+    _publish(ctx, node)
+    ctx.scheduler.upsert_node(node)
+    ctx.epoch += 1
+    if register or node.machine != old_machine:
+        for plugin in ctx.kubelet_plugins:
+            try:
+                plugin.register_node(node.name, node.machine, ctx.store)
+            except KgpuError as exc:
+                ctx.emit("Warning", "PluginError", f"Node/{node.name}", str(exc))
+
+
+def refresh_all(ctx: SimContext) -> None:
+    for node in ctx.nodes:
+        refresh_node(ctx, node)
+
+
+def _publish(ctx: SimContext, node: SimNode) -> None:
+    node.obj = node_object(node)
+    with ctx.store.muted():
+        out = ctx.store.apply(node.obj)
+    node.obj["metadata"]["resourceVersion"] = out["metadata"]["resourceVersion"]
+    if node.info is not None:
+        node.info.node = node.obj
+        node.info.labels = node.labels
+
+
+def label_node(ctx: SimContext, name: str, labels: Mapping[str, str | None]) -> None:
+    """``kubectl label``: a None value removes the label."""
+    node = ctx.node_by_name[name]
+    for k, v in labels.items():
+        if v is None:
+            node.scenario_labels.pop(k, None)
+        else:
+            node.scenario_labels[k] = v
+    refresh_node(ctx, node)
+
+
+def set_device_plugin(ctx: SimContext, running: bool) -> None:
+    """Start (or stop) the device plugin on every GPU node, as installing the GPU Operator
+    does; nodes added later follow."""
+    ctx.device_plugin = running
+    for node in ctx.nodes:
+        node.device_plugin = running
+        refresh_node(ctx, node)
+
+
+def taint_node(ctx: SimContext, name: str, taints: list[dict[str, str]]) -> None:
+    """Replace the node's taints (``kubectl taint``); NoExecute evicts pods that do not
+    tolerate it."""
+    node = ctx.node_by_name[name]
+    node.taints = parse_taints(taints)
+    refresh_node(ctx, node)
+    _evict_intolerant(ctx, node, node.taints)
+
+
+def _evict_intolerant(ctx: SimContext, node: SimNode, taints: Iterable[Taint]) -> None:
+    """The taint manager: pods that do not tolerate every NoExecute taint among ``taints``
+    are deleted at once (upstream waits their ``tolerationSeconds``)."""
+    no_execute = [t for t in taints if t.effect == "NoExecute"]
+    for rec in list(node.pods.values()):
+        if all(any(tolerates(t, taint) for t in rec.req.tolerations) for taint in no_execute):
+            continue
+        ctx.emit(
+            "Normal",
+            "TaintManagerEviction",
+            f"Pod/{rec.key}",
+            f"Marking for deletion Pod {rec.key}",
+        )
+        delete_pod(ctx, rec.key)
+
+
+def cordon(ctx: SimContext, name: str, on: bool = True) -> None:
+    node = ctx.node_by_name[name]
+    node.unschedulable = on
+    refresh_node(ctx, node)
+
+
+def inject_xid(
+    ctx: SimContext, name: str, gpu: int | str, xid: int, gi: int | None, ci: int | None
+) -> None:
+    """An XID on a GPU: the node health code decides what turns Unhealthy."""
+    node = ctx.node_by_name[name]
+    if node.machine is None or node.base_machine is None:
+        ctx.emit("Warning", "XidIgnored", f"Node/{name}", f"XID {xid}: node has no GPU")
+        return
+    before = node.health
+    try:
+        after = nodeside.xid_health(before, node.machine, gpu, xid, gi, ci, ctx.now)
+    except KeyError:
+        ctx.emit("Warning", "XidIgnored", f"Node/{name}", f"XID {xid}: no GPU {gpu} on {name}")
+        return
+    node.health = after
+    node.unhealthy = set(after.unhealthy)
+    if after is before:
+        ctx.emit(
+            "Normal",
+            "XidIgnored",
+            f"Node/{name}",
+            f"XID {xid} on GPU {gpu} is an application error; devices stay Healthy",
+        )
+        return
+    refresh_node(ctx, node)
+    ctx.emit(
+        "Warning",
+        "GPUUnhealthy",
+        f"Node/{name}",
+        f"XID {xid} on GPU {gpu}: {', '.join(sorted(after.unhealthy))} Unhealthy; "
+        f"allocatable {extended_counts(node)}",
+    )
+
+
+def fail_node(ctx: SimContext, name: str) -> None:
+    """The node stops answering: NotReady, tainted unreachable, pods evicted (as the node
+    lifecycle controller does; pods without a toleration go at once)."""
+    node = ctx.node_by_name[name]
+    node.ready = False
+    node.taints = (
+        *[t for t in node.taints if t.key != UNREACHABLE],
+        Taint(UNREACHABLE, "", "NoSchedule"),
+        Taint(UNREACHABLE, "", "NoExecute"),
+    )
+    refresh_node(ctx, node)
+    ctx.emit("Normal", "NodeNotReady", f"Node/{name}", f"Node {name} status is now: NodeNotReady")
+    _evict_intolerant(ctx, node, [Taint(UNREACHABLE, "", "NoExecute")])
+
+
+def recover_node(ctx: SimContext, name: str) -> None:
+    node = ctx.node_by_name[name]
+    node.ready = True
+    node.taints = tuple(t for t in node.taints if t.key != UNREACHABLE)
+    refresh_node(ctx, node)
+    _node_ready(ctx, name)
+
+
+def delete_node(ctx: SimContext, name: str) -> None:
+    """``kubectl delete node``: its pods go with it (bound or still being admitted)."""
+    node = ctx.node_by_name.pop(name)
+    for rec in list(node.pods.values()):
+        delete_pod(ctx, rec.key)
+    for rec in [r for r in ctx.pods.values() if r.node == name]:
+        delete_pod(ctx, rec.key)
+    ctx.nodes.remove(node)
+    ctx.scheduler.remove_node(name)
+    with ctx.store.muted(), contextlib.suppress(NotFound):
+        ctx.store.delete("v1", "Node", name)
+    ctx.epoch += 1
+    ctx.emit("Normal", "RemovingNode", f"Node/{name}", f"Node {name} event: Removing Node {name}")

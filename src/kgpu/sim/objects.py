@@ -1,0 +1,107 @@
+"""``kubectl apply``, ``delete`` and ``scale`` against the simulated cluster.
+
+Pods go straight to the simulator's records (a pod's spec is immutable, so re-applying one
+changes nothing); every other object goes to the store, where the workload controllers and
+plugins find it. A ConfigMap holding device-plugin or mig-parted configs is loaded as the
+agent would load it, and every node is recomputed under the new configs; a bad one leaves the
+last good configs serving. Kinds nothing simulates are stored and reported as unsupported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from kgpu.cluster.store import NotFound, key_of
+from kgpu.errors import FieldError
+from kgpu.sim import nodeside
+from kgpu.sim.context import SimContext
+from kgpu.sim.manifests import Manifest, check, passes_through, simulated
+from kgpu.sim.node_lifecycle import refresh_all
+from kgpu.sim.pod_lifecycle import create_pod, delete_pod
+from kgpu.sim.scenario import ObjectRef
+from kgpu.sim.workloads import API_VERSIONS
+
+Obj = dict[str, Any]
+
+
+def _not_found(ctx: SimContext, kind: str, namespace: str, name: str) -> None:
+    ctx.emit("Warning", "NotFound", f"{kind}/{namespace}/{name}", f"{kind} {name!r} not found")
+
+
+def apply(ctx: SimContext, manifest: Manifest | Obj) -> None:
+    """``kubectl apply`` for one object."""
+    if not isinstance(manifest, Manifest):
+        manifest = check(manifest, "", 0)
+    obj = manifest.obj
+    kind = manifest.kind
+    if kind == "Pod":
+        if "/".join(key_of(obj)[2:]) not in ctx.pods:
+            create_pod(ctx, obj)
+        return
+    with ctx.store.muted():
+        stored = ctx.store.apply(obj)
+    meta = stored["metadata"]
+    if kind == "ConfigMap" and nodeside.is_config_map(obj):
+        ctx.inline_configs[f"ConfigMap {meta['namespace']}/{meta['name']}"] = yaml.safe_dump(obj)
+        _reload_configs(ctx)
+    if not simulated(kind) and not passes_through(kind):
+        what = f"{kind} {meta['name']} ({obj.get('apiVersion')})"
+        ctx.unsupported.append(what)
+        ctx.emit(
+            "Warning",
+            "Unsupported",
+            f"{kind}/{meta.get('namespace', '')}/{meta['name']}".replace("//", "/"),
+            f"{what} is stored but not simulated",
+        )
+
+
+def delete(ctx: SimContext, item: ObjectRef | Manifest) -> None:
+    """``kubectl delete`` for one object (cascading through its controllers)."""
+    if isinstance(item, Manifest):
+        _group, kind, ns, name = key_of(item.obj)
+        api = str(item.obj.get("apiVersion"))
+    else:
+        kind, name, ns = item.kind, item.name, item.namespace
+        api = item.api_version or API_VERSIONS.get(kind, "v1")
+    if kind == "Pod":
+        if f"{ns}/{name}" in ctx.pods:
+            delete_pod(ctx, f"{ns}/{name}")
+        return
+    with ctx.store.muted():
+        try:
+            ctx.store.delete(api, kind, name, None if kind == "Node" else ns)
+        except NotFound:
+            _not_found(ctx, kind, ns, name)
+            return
+    if kind == "ConfigMap" and ctx.inline_configs.pop(f"ConfigMap {ns}/{name}", ""):
+        _reload_configs(ctx)
+
+
+def scale(ctx: SimContext, ref: ObjectRef, replicas: int) -> None:
+    """``kubectl scale``: a Job's parallelism, an MPIJob's workers, others' replicas."""
+    api = ref.api_version or API_VERSIONS[ref.kind]
+    try:
+        obj = ctx.store.get(api, ref.kind, ref.name, ref.namespace)
+    except NotFound:
+        _not_found(ctx, ref.kind, ref.namespace, ref.name)
+        return
+    spec = obj.setdefault("spec", {})
+    if ref.kind == "Job":
+        spec["parallelism"] = replicas
+    elif ref.kind == "MPIJob":
+        spec["mpiReplicaSpecs"]["Worker"]["replicas"] = replicas
+    else:
+        spec["replicas"] = replicas
+    with ctx.store.muted():
+        ctx.store.update(obj)
+
+
+def _reload_configs(ctx: SimContext) -> None:
+    try:
+        ctx.configs = nodeside.load_configs(ctx.scenario.configs, ctx.inline_configs)
+    except FieldError as exc:
+        ctx.emit("Warning", "InvalidConfig", "ConfigMap", str(exc))
+        return
+    refresh_all(ctx)

@@ -1,0 +1,117 @@
+"""Running the simulated cluster until it is quiet, and moving its clock.
+
+One round is what the control plane and kubelets would do concurrently, in a fixed order so a
+run is deterministic: the workload controllers and plugin controllers reconcile, the simulator
+reads back what they wrote to the store, the scheduler binds pending pods and the kubelets
+start bound ones. Rounds repeat until nothing changes (bounded by :data:`MAX_ROUNDS`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from typing import Any
+
+from kgpu.cluster.store import NotFound
+from kgpu.errors import KgpuError
+from kgpu.sim.binding import schedule_pending
+from kgpu.sim.context import SimContext
+from kgpu.sim.node_lifecycle import refresh_node
+from kgpu.sim.plugins import Controller
+from kgpu.sim.pod_lifecycle import admit_bound, delete_pod, finish, merge_external, track_pod
+from kgpu.sim.podspec import parse_taints, validate_pod_spec
+from kgpu.sim.workloads import Workloads
+
+MAX_ROUNDS = 64
+
+
+def settle(ctx: SimContext, workloads: Workloads, controllers: Sequence[Controller]) -> None:
+    """Run controllers, the scheduler and the kubelets until nothing changes (bounded)."""
+    for _ in range(MAX_ROUNDS):
+        progress = workloads.reconcile()
+        for ctrl in controllers:
+            try:
+                ctx.events.extend(ctrl.reconcile(ctx.store, ctx.now))
+            except KgpuError as exc:
+                ctx.emit("Warning", "ReconcileError", f"Controller/{ctrl.name}", str(exc))
+        progress |= sync_external(ctx)
+        progress |= schedule_pending(ctx)
+        progress |= admit_bound(ctx)
+        if not progress and not ctx.store.pending():
+            return
+    ctx.warnings.append(f"the cluster did not settle within {MAX_ROUNDS} rounds")
+
+
+def advance(
+    ctx: SimContext, seconds: float, workloads: Workloads, controllers: Sequence[Controller]
+) -> None:
+    """Move the clock; pods whose runtime ends on the way succeed, in time order, and the
+    cluster settles after each moment at which some did."""
+    target = ctx.now + seconds
+    while ctx.timers and ctx.timers[0][0] <= target:
+        when, _, key = heapq.heappop(ctx.timers)
+        ctx.now = max(ctx.now, when)
+        if not _finish_running(ctx, key):
+            continue
+        while ctx.timers and ctx.timers[0][0] <= ctx.now:
+            _finish_running(ctx, heapq.heappop(ctx.timers)[2])
+        settle(ctx, workloads, controllers)
+    ctx.now = target
+
+
+def _finish_running(ctx: SimContext, key: str) -> bool:
+    """Finish the pod if it still runs (it may have been deleted or evicted since)."""
+    rec = ctx.pods.get(key)
+    if rec is None or rec.phase != "Running":
+        return False
+    finish(ctx, rec)
+    return True
+
+
+def sync_external(ctx: SimContext) -> bool:
+    """Take in what controllers and plugins wrote: Node labels, taints and cordons become the
+    node's own; Pods others created are tracked, changed ones merged, deleted ones torn down."""
+    changes = ctx.store.drain()
+    if not changes:
+        return False
+    ctx.epoch += 1
+    for _ns, name in sorted(changes.get("Node", ())):
+        node = ctx.node_by_name.get(name)
+        if node is None:
+            continue
+        try:
+            obj = ctx.store.get("v1", "Node", name)
+        except NotFound:
+            continue
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        for k in set(node.labels) | set(labels):
+            if node.labels.get(k) != labels.get(k):
+                if k in labels:
+                    node.scenario_labels[k] = labels[k]
+                else:
+                    node.scenario_labels.pop(k, None)
+        spec = obj.get("spec") or {}
+        node.taints = parse_taints(spec.get("taints"))
+        node.unschedulable = bool(spec.get("unschedulable"))
+        refresh_node(ctx, node)
+    for ns, name in sorted(changes.get("Pod", ())):
+        key = f"{ns}/{name}"
+        try:
+            obj = ctx.store.get("v1", "Pod", name, ns)
+        except NotFound:
+            if key in ctx.pods:
+                delete_pod(ctx, key)
+            continue
+        if key in ctx.pods:
+            merge_external(ctx.pods[key], obj)
+            continue
+        problems = validate_pod_spec(obj.get("spec"), "spec")
+        if problems:
+            ctx.emit("Warning", "InvalidPod", f"Pod/{key}", "; ".join(str(p) for p in problems))
+            continue
+        owner: dict[str, Any] = next(
+            (o for o in (obj["metadata"].get("ownerReferences") or []) if o.get("controller")),
+            {},
+        )
+        track_pod(ctx, obj, str(owner.get("kind", "")), str(owner.get("uid", "")))
+    return True
