@@ -395,6 +395,11 @@ def test_plan_reads_a_recorded_snapshot_like_the_agent_does() -> None:
         (["--metrics-address", "9400"], "--metrics-address: '9400' is not HOST:PORT"),
         (["--log-level", "loud"], "--log-level: 'loud': allowed debug, info, warning, error"),
         (["--hostname-label", "host"], "--hostname-label: 'host': allowed Hostname, hostname"),
+        (["--in-cluster"], "--in-cluster: not running in a pod (KUBERNETES_SERVICE_HOST is unset)"),
+        (
+            ["--kubeconfig", "/nonexistent/kubeconfig"],
+            "--kubeconfig: /nonexistent/kubeconfig: no such",
+        ),
         (["--clique", "rack.x"], "--clique: machine profile 't4' (Tesla T4) has no multi-node"),
         (["--label", "bad key!=1"], "--label[0]: 'bad key!' is not a valid label key"),
     ],

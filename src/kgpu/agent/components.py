@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from kgpu.cluster.store import ObjectStore
 from kgpu.hardware.backend import Backend
 from kgpu.node.model import NodeView
 
@@ -79,7 +80,13 @@ def load_metrics(
 
 
 def load_dra(
-    kubelet_root: Path, cdi_root: Path, node_name: str, backend: Backend, *, required: bool
+    kubelet_root: Path,
+    cdi_root: Path,
+    node_name: str,
+    backend: Backend,
+    *,
+    required: bool,
+    store: ObjectStore | None = None,
 ) -> Component | None:
     cls = _load_class(DRA_MODULE, DRA_CLASS)
     if cls is None:
@@ -92,6 +99,7 @@ def load_dra(
         cdi_root=cdi_root,
         node_name=node_name,
         backend=backend,
+        store=store,
         driver_factories=() if factory is None else (factory,),
     )
     return component

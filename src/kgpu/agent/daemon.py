@@ -35,6 +35,7 @@ from kgpu.agent.faults import process_fault_dir
 from kgpu.agent.inputs import fingerprint, read_labels_file
 from kgpu.agent.mps import MpsManager
 from kgpu.agent.nfd import write_features
+from kgpu.cluster.store import ObjectStore
 from kgpu.errors import FieldError, KgpuError
 from kgpu.hardware.backend import Backend, XidEvent
 from kgpu.hardware.model import Machine
@@ -63,6 +64,10 @@ class AgentOptions:
     nfd_features_dir: Path | None = None
     metrics_address: str | None = None
     clique: str | None = None  # built-in profiles only: their NVLink fabric clique
+    # the Kubernetes API server: a kubeconfig file, the pod's service account, or neither (an
+    # in-memory store: ResourceSlices stay in the agent and claims cannot be read)
+    kubeconfig: Path | None = None
+    in_cluster: bool = False
     hostname_label: str = "Hostname"  # dcgm-exporter releases; its main branch says "hostname"
     cdi_root: Path = DEFAULT_CDI_ROOT
     dra: bool | None = None  # None: on when the DRA module is installed
@@ -93,9 +98,15 @@ def merge_machines(old: Machine | None, new: Machine) -> Machine:
 class Agent:
     """One node's agent. ``start()`` serves, ``stop()`` removes every socket."""
 
-    def __init__(self, options: AgentOptions, backend: Backend | None = None) -> None:
+    def __init__(
+        self,
+        options: AgentOptions,
+        backend: Backend | None = None,
+        store: ObjectStore | None = None,
+    ) -> None:
         self.options = options
         self._backend = backend
+        self._store = store
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._reload_requested = threading.Event()
@@ -125,6 +136,18 @@ class Agent:
                 self.options.machine, hostname=self.options.node_name, clique=self.options.clique
             )
         return self._backend
+
+    def cluster_store(self) -> ObjectStore | None:
+        """The Kubernetes API the DRA drivers publish to and read claims from: the store given
+        to the constructor, else one built from ``--kubeconfig`` / ``--in-cluster``, else None
+        (the DRA component then keeps an in-memory store of its own)."""
+        if self._store is None and (self.options.kubeconfig or self.options.in_cluster):
+            from kgpu.cluster.kube import KubeStore
+
+            kubeconfig = self.options.kubeconfig
+            self._store = KubeStore.from_config(None if kubeconfig is None else str(kubeconfig))
+            log.info("talking to the Kubernetes API at %s", self._store.host)
+        return self._store
 
     def view(self) -> NodeView:
         """The view served right now (health applied)."""
@@ -175,6 +198,9 @@ class Agent:
             self.backend.close()
         except Exception as exc:
             log.debug("closing backend: %s", exc)
+        close_store = getattr(self._store, "close", None)
+        if close_store is not None:
+            close_store()
         self._write_status(stopped=True)
 
     # -- building views ----------------------------------------------------------------------
@@ -340,7 +366,12 @@ class Agent:
         if opts.dra is not False:
             wanted.append(
                 lambda: comps.load_dra(
-                    opts.kubelet_root, opts.cdi_root, node, self.backend, required=bool(opts.dra)
+                    opts.kubelet_root,
+                    opts.cdi_root,
+                    node,
+                    self.backend,
+                    required=bool(opts.dra),
+                    store=self.cluster_store(),
                 )
             )
         for make in wanted:

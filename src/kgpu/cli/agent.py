@@ -68,6 +68,20 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option("--metrics-address", help="Serve DCGM-compatible metrics on HOST:PORT."),
         ] = None,
+        kubeconfig: Annotated[
+            Path | None,
+            typer.Option(
+                "--kubeconfig",
+                help="Talk to the API server of this kubeconfig (DRA: publish ResourceSlices, "
+                "read claims and ComputeDomains).",
+            ),
+        ] = None,
+        in_cluster: Annotated[
+            bool,
+            typer.Option(
+                "--in-cluster", help="Talk to the API server with the pod's service account."
+            ),
+        ] = False,
         clique: Annotated[
             str | None,
             typer.Option(
@@ -132,6 +146,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve the node's GPUs to the kubelet until SIGTERM (SIGHUP reloads)."""
         import logging
+        import os
         import signal
         import socket
         import sys
@@ -155,6 +170,8 @@ def register(app: typer.Typer) -> None:
             metrics_address=metrics_address,
             hostname_label=hostname_label,
             clique=clique,
+            kubeconfig=kubeconfig,
+            in_cluster=in_cluster,
             cdi_root=cdi_root,
             dra=dra,
             health_quiet_period_s=health_quiet_period,
@@ -218,6 +235,19 @@ def register(app: typer.Typer) -> None:
                     FieldProblem(p.message, "--clique" if "clique" in p.path else p.path, p.file)
                     for p in exc.problems
                 )
+        if kubeconfig is not None and in_cluster:
+            problems.append(
+                FieldProblem("give --kubeconfig or --in-cluster, not both", "--in-cluster")
+            )
+        elif in_cluster and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            problems.append(
+                FieldProblem(
+                    "not running in a pod (KUBERNETES_SERVICE_HOST is unset); use --kubeconfig",
+                    "--in-cluster",
+                )
+            )
+        elif kubeconfig is not None and not kubeconfig.is_file():
+            problems.append(FieldProblem(f"{kubeconfig}: no such file", "--kubeconfig"))
         if problems:
             fail(FieldError(problems))
 
