@@ -405,14 +405,7 @@ class DraSchedulerPlugin:
             except NotFound:
                 continue
             before = allocated_devices([current])
-            status = current.setdefault("status", {})
-            status["reservedFor"] = [
-                r for r in status.get("reservedFor") or [] if r.get("uid") != me["uid"]
-            ]
-            if not status["reservedFor"]:
-                del status["reservedFor"]
-                if allocated_here:
-                    status.pop("allocation", None)
+            _drop_consumer(current, me["uid"], deallocate=allocated_here)
             self._write_claim(store, current, before)
         state.reserved = []
         state.found = {}
@@ -446,16 +439,10 @@ class DraSchedulerPlugin:
             except NotFound:
                 continue
             before = allocated_devices([current])
-            status = current.setdefault("status", {})
-            status["reservedFor"] = [
-                r for r in status.get("reservedFor") or [] if r.get("uid") != me["uid"]
-            ]
-            if not status["reservedFor"]:
-                del status["reservedFor"]
-                status.pop("allocation", None)
-            if not status:
+            unused = _drop_consumer(current, me["uid"], deallocate=True)
+            if not current["status"]:
                 del current["status"]
-            if name in generated and "reservedFor" not in status:
+            if name in generated and unused:
                 alloc = self._refresh(store)
                 alloc.allocated -= before
                 self._touch(before)
@@ -464,6 +451,20 @@ class DraSchedulerPlugin:
                 self._claims_rev = self._rev(store, "ResourceClaim")
                 continue
             self._write_claim(store, current, before)
+
+
+def _drop_consumer(claim: Obj, uid: str, *, deallocate: bool) -> bool:
+    """Remove pod ``uid`` from the claim's ``status.reservedFor``. When nobody is left, the
+    claim's allocation goes too if ``deallocate`` (the scheduler made it for this pod, or the
+    pod is gone); True when nobody reserves the claim any more."""
+    status = claim.setdefault("status", {})
+    status["reservedFor"] = [r for r in status.get("reservedFor") or [] if r.get("uid") != uid]
+    if status["reservedFor"]:
+        return False
+    del status["reservedFor"]
+    if deallocate:
+        status.pop("allocation", None)
+    return True
 
 
 def ensure_classes(store: ObjectStore, classes: list[Obj]) -> None:

@@ -49,7 +49,6 @@ def add_nodes(ctx: SimContext, spec: NodeSpec) -> None:
             taints=parse_taints(spec.taints),
             unschedulable=spec.unschedulable,
             device_plugin=ctx.device_plugin,
-            clique=spec.clique,
             base_machine=machine,
             ip=node_address(next(ctx.ip_seq)),
             capacity=host_capacity(spec, machine),
@@ -182,7 +181,6 @@ def inject_xid(
         ctx.emit("Warning", "XidIgnored", f"Node/{name}", f"XID {xid}: no GPU {gpu} on {name}")
         return
     node.health = after
-    node.unhealthy = set(after.unhealthy)
     if after is before:
         ctx.emit(
             "Normal",

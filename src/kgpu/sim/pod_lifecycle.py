@@ -208,7 +208,6 @@ def start_pod(ctx: SimContext, rec: PodRecord, node: SimNode) -> bool:
     rec.admitted = True
     rec.phase = "Running"
     rec.last_message = ""
-    rec.started_at = ctx.now
     set_status(
         ctx,
         rec,

@@ -34,7 +34,6 @@ class PodRecord:
     node: str = ""
     phase: str = "Pending"
     admitted: bool = False  # the kubelet gave it its devices and started it
-    started_at: float | None = None
     run_seconds: float | None = None
     devices: dict[str, list[str]] = field(default_factory=dict)
     env: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -82,7 +81,6 @@ class SimNode:
     unschedulable: bool = False
     ready: bool = True
     device_plugin: bool = True
-    clique: str | None = None
     base_machine: Machine | None = None  # the hardware before any MIG config is applied
     health: HealthState = field(default_factory=HealthState)  # XIDs seen, per device
     ip: str = ""  # InternalIP, given once when the node joins
@@ -93,13 +91,17 @@ class SimNode:
     pod_objs: list[Obj] = field(default_factory=list)  # the same, for NodeInfo.pods
     allocations: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     device_owner: dict[str, str] = field(default_factory=dict)  # device id -> pod key
-    unhealthy: set[str] = field(default_factory=set)  # GPU/MIG UUIDs marked unhealthy
     mps: list[MpsDaemon] = field(default_factory=list)
     servicers: dict[str, Any] = field(default_factory=dict)  # resource -> device-plugin servicer
     obj: Obj = field(default_factory=dict)  # the Node object as last written
     info: NodeInfo | None = None
     class_id: int = -1  # static-filter class (labels, taints, unschedulable)
     bucket: tuple[object, ...] | None = None  # scheduler bucket key
+
+    @property
+    def unhealthy(self) -> frozenset[str]:
+        """GPU/MIG UUIDs the node's health code marked Unhealthy."""
+        return self.health.unhealthy
 
     def free(self, resource: str) -> int:
         return self.allocatable.get(resource, 0) - self.requested.get(resource, 0)

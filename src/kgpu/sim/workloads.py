@@ -207,6 +207,21 @@ class Workloads:
                 return str(ref.get("kind", ""))
         return ""
 
+    def _scale_replica_set(self, d: Obj, rs: Obj, replicas: int) -> None:
+        """The deployment controller resizes one of its ReplicaSets."""
+        old = rs["spec"].get("replicas")
+        rs["spec"]["replicas"] = replicas
+        with self.sim.store.muted():
+            self.sim.store.update(rs)
+        verb = "up" if replicas > (old or 0) else "down"
+        self._scaled(d, f"Scaled {verb} replica set {_meta(rs)['name']} from {old} to {replicas}")
+
+    def _scaled(self, d: Obj, message: str) -> None:
+        meta = _meta(d)
+        self.sim.emit(
+            "Normal", "ScalingReplicaSet", f"Deployment/{meta['namespace']}/{meta['name']}", message
+        )
+
     def _deployment(self, d: Obj) -> bool:
         meta, spec = _meta(d), d["spec"]
         replicas = int(spec.get("replicas", 1))
@@ -243,38 +258,14 @@ class Workloads:
             }
             with self.sim.store.muted():
                 self.sim.store.create(rs)
-            self.sim.emit(
-                "Normal",
-                "ScalingReplicaSet",
-                f"Deployment/{ns}/{meta['name']}",
-                f"Scaled up replica set {rs_name} from 0 to {replicas}",
-            )
+            self._scaled(d, f"Scaled up replica set {rs_name} from 0 to {replicas}")
             changed = True
         elif current["spec"].get("replicas") != replicas:
-            old = current["spec"].get("replicas")
-            current["spec"]["replicas"] = replicas
-            with self.sim.store.muted():
-                self.sim.store.update(current)
-            verb = "up" if replicas > (old or 0) else "down"
-            self.sim.emit(
-                "Normal",
-                "ScalingReplicaSet",
-                f"Deployment/{ns}/{meta['name']}",
-                f"Scaled {verb} replica set {rs_name} from {old} to {replicas}",
-            )
+            self._scale_replica_set(d, current, replicas)
             changed = True
         for rs in owned:
             if _meta(rs)["name"] != rs_name and rs["spec"].get("replicas"):
-                old = rs["spec"]["replicas"]
-                rs["spec"]["replicas"] = 0
-                with self.sim.store.muted():
-                    self.sim.store.update(rs)
-                self.sim.emit(
-                    "Normal",
-                    "ScalingReplicaSet",
-                    f"Deployment/{ns}/{meta['name']}",
-                    f"Scaled down replica set {_meta(rs)['name']} from {old} to 0",
-                )
+                self._scale_replica_set(d, rs, 0)
                 changed = True
         pods = [p for rs in owned for p in self._alive(_meta(rs)["uid"])]
         running = sum(1 for p in pods if p.phase == "Running")
