@@ -146,3 +146,16 @@ def test_manifest_given_as_the_scenario_says_to_list_it_under_apply(
     assert "under apply:" in out
     assert "  apply: [pod.yaml]" in out
     assert "unknown field" not in out
+
+
+def test_xid_step_mig_ids_must_be_integers(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "s.yaml",
+        "nodes: [{name: n, machine: a100-40gb}]\n"
+        "steps: [{xid: {node: n, gpu: 0, xid: 94, gi: abc}}, {xid: {node: n, xid: 94, ci: 0}}]\n",
+    )
+    code, out = _sim(path)
+    assert code == 1
+    assert "s.yaml: steps[0].xid.gi: 'abc': must be a non-negative integer" in out
+    assert "s.yaml: steps[1].xid.ci: a compute-instance id needs its GPU instance" in out

@@ -453,6 +453,20 @@ def _step(raw: object, index: int, base: Path, err: _Errors, node_names: set[str
         xid = value.get("xid", 79)
         if isinstance(xid, bool) or not isinstance(xid, int) or xid < 0:
             err.add(f"{xid!r}: must be an XID number", join_path(where, "xid"))
+        for key in ("gi", "ci"):  # NVML's GPU-instance / compute-instance ids of a MIG device
+            ident = value.get(key)
+            if ident is not None and (
+                isinstance(ident, bool) or not isinstance(ident, int) or ident < 0
+            ):
+                err.add(
+                    f"{ident!r}: must be a non-negative integer (the MIG device's "
+                    f"{'GPU' if key == 'gi' else 'compute'}-instance id)",
+                    join_path(where, key),
+                )
+        if value.get("ci") is not None and value.get("gi") is None:
+            err.add(
+                "a compute-instance id needs its GPU instance: set gi too", join_path(where, "ci")
+            )
         parsed = {
             "node": node,
             "gpu": gpu,
