@@ -213,7 +213,10 @@ def test_nvml_failure_on_one_gpu(
     # Still listed (Unhealthy), not vanished; the other GPUs keep serving.
     assert len(kubelet.devices("nvidia.com/gpu")) == 32
     assert kubelet.allocate("nvidia.com/gpu", held).envs["NVIDIA_VISIBLE_DEVICES"] == gpu7
-    assert any(p["gpu"] == gpu6 for p in agent.status()["unhealthy"])  # type: ignore[union-attr]
+    # the status file is rewritten just after the streams are told: wait for it, not race it
+    assert _wait(
+        lambda: any(p["gpu"] == gpu6 for p in agent.status()["unhealthy"])  # type: ignore[union-attr]
+    ), agent.log()
     agent.inject({"nvml_failure": False, "gpu": 6})
     assert kubelet.wait_for(
         lambda: set(kubelet.devices("nvidia.com/gpu").values()) == {"Healthy"}, 10
