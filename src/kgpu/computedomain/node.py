@@ -47,7 +47,7 @@ from kgpu.computedomain.imex import (
     render_imex_config,
     render_nodes_config,
 )
-from kgpu.computedomain.placement import node_ready
+from kgpu.computedomain.placement import node_healthy
 from kgpu.computedomain.slices import DEFAULT_SLOTS, node_slice
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.hardware.model import Machine
@@ -302,7 +302,7 @@ class ComputeDomainHandler:
             labels = (node.get("metadata") or {}).get("labels") or {}
             if labels.get(key) != "true" or labels.get(CLIQUE_LABEL) != clique:
                 continue
-            if not _healthy(node):
+            if not node_healthy(node):
                 continue
             ips.add(node_ip(node, str(node["metadata"]["name"])))
         return sorted(ips)
@@ -361,13 +361,6 @@ class ComputeDomainHandler:
             with contextlib.suppress(Conflict):
                 self.store.update(node)
                 return
-
-
-def _healthy(node: Mapping[str, Any]) -> bool:
-    """Up, whether or not cordoned: a cordoned node still runs its IMEX daemon."""
-    spec = dict(node.get("spec") or {})
-    spec.pop("unschedulable", None)
-    return node_ready({**node, "spec": spec})
 
 
 def compute_domain_driver(

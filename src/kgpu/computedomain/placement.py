@@ -39,16 +39,22 @@ def pod_requests(pod: Obj) -> dict[str, Fraction]:
     return total
 
 
-def node_ready(node: Obj | None) -> bool:
-    """A node exists, is not cordoned, and its Ready condition (if reported) is True."""
+def node_healthy(node: Obj | None) -> bool:
+    """A node exists and its Ready condition (if reported) is True. Cordoning does not count:
+    a cordoned node still runs its IMEX daemons."""
     if node is None:
-        return False
-    if (node.get("spec") or {}).get("unschedulable"):
         return False
     for cond in (node.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Ready":
             return str(cond.get("status")) == "True"
     return True
+
+
+def node_ready(node: Obj | None) -> bool:
+    """A node exists, is not cordoned, and its Ready condition (if reported) is True."""
+    if node is None or (node.get("spec") or {}).get("unschedulable"):
+        return False
+    return node_healthy(node)
 
 
 def _tolerated(taint: Obj, tolerations: Iterable[Obj]) -> bool:

@@ -37,7 +37,7 @@ from kgpu.computedomain.objects import (
     daemon_claim_template,
     daemon_set,
 )
-from kgpu.computedomain.placement import node_ready, place, room_view
+from kgpu.computedomain.placement import node_healthy, place, room_view
 from kgpu.errors import FieldError
 
 Obj = dict[str, Any]
@@ -79,15 +79,6 @@ class DomainStatus:
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return obj.get("metadata") or {}
-
-
-def node_healthy(node: Mapping[str, Any] | None) -> bool:
-    """The node exists and is not NotReady (cordoning does not stop a running daemon)."""
-    if node is None:
-        return False
-    spec = dict(node.get("spec") or {})
-    spec.pop("unschedulable", None)
-    return node_ready({**node, "spec": spec})
 
 
 def pod_domain_templates(pod: Mapping[str, Any]) -> list[str]:

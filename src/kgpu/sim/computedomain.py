@@ -34,8 +34,8 @@ from kgpu.computedomain.api import (
 from kgpu.computedomain.imex import CHANNEL_DIR
 from kgpu.computedomain.node import ComputeDomainHandler
 from kgpu.computedomain.objects import DRIVER_NAMESPACE
-from kgpu.computedomain.placement import place, room_view
-from kgpu.computedomain.reconcile import node_healthy, reconcile
+from kgpu.computedomain.placement import node_healthy, place, room_view
+from kgpu.computedomain.reconcile import reconcile
 from kgpu.computedomain.slices import machine_clique
 from kgpu.dra.publish import publish_slices, unpublish_slices
 from kgpu.errors import FieldError
