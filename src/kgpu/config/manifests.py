@@ -11,6 +11,7 @@ validated with the same rules the node view applies.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -412,27 +413,7 @@ def _schema_problems(doc: dict[str, Any]) -> list[tuple[str, str]] | None:
 
 def _all_schema_errors(doc: dict[str, Any]) -> list[tuple[str, str]] | None:
     """Every schema error in ``doc`` (kubernetes-validate reports only the first one)."""
-    import importlib
-    import re
-
-    from kubernetes_validate import utils as kv
-    from referencing import Registry, Resource
-
-    jsonschema: Any = importlib.import_module("jsonschema")  # no type stubs installed
-
-    version = kv.latest_version()
-    group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", str(doc["apiVersion"]))
-    folder = f"v{version}-local-strict"
-    try:
-        schema = kv.schema_contents(
-            f"kubernetes-json-schema/{folder}/{str(doc['kind']).lower()}-{group}.json", version
-        )
-    except FileNotFoundError:
-        raise _NoSchema() from None
-    defs = kv.schema_contents(f"kubernetes-json-schema/{folder}/_definitions.json", version)
-    registry: Registry[Any] = Resource.from_contents(schema) @ Registry()
-    registry = Resource.from_contents(defs) @ registry
-    validator = jsonschema.Draft202012Validator(schema, registry=registry)
+    validator = _schema_validator(str(doc["apiVersion"]), str(doc["kind"]))
     out = []
     for error in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.path))):
         path = [p for p in error.path if isinstance(p, str | int)]
@@ -440,10 +421,36 @@ def _all_schema_errors(doc: dict[str, Any]) -> list[tuple[str, str]] | None:
     return out
 
 
-#: What the API server accepts as the name of most kinds (DNS-1123 subdomain).
-_DNS_SUBDOMAIN = re.compile(
-    r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-)
+@functools.cache
+def _schema_validator(api_version: str, kind: str) -> Any:
+    """The strict schema of one kind, built once: the shared definitions file is 1.8 MB of
+    JSON, too much to parse again for every document (and every pod template) checked."""
+    import importlib
+
+    from kubernetes_validate import utils as kv
+    from referencing import Registry, Resource
+
+    jsonschema: Any = importlib.import_module("jsonschema")  # no type stubs installed
+
+    version = kv.latest_version()
+    group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    folder = f"v{version}-local-strict"
+    try:
+        schema = kv.schema_contents(
+            f"kubernetes-json-schema/{folder}/{kind.lower()}-{group}.json", version
+        )
+    except FileNotFoundError:
+        raise _NoSchema() from None
+    registry: Registry[Any] = Resource.from_contents(schema) @ Registry()
+    registry = Resource.from_contents(_schema_definitions(folder, version)) @ registry
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+@functools.cache
+def _schema_definitions(folder: str, version: str) -> Any:
+    from kubernetes_validate import utils as kv
+
+    return kv.schema_contents(f"kubernetes-json-schema/{folder}/_definitions.json", version)
 
 
 def validate_manifest(doc: dict[str, Any], *, file: str, entry: str) -> list[FieldProblem]:
