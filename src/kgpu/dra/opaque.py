@@ -24,12 +24,12 @@ Field names and allowed values are upstream's::
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_CEILING
 from typing import Any
 
+from kgpu import quantity
 from kgpu.errors import FieldError, FieldProblem
 
 API_VERSION = "resource.nvidia.com/v1beta1"
@@ -81,43 +81,19 @@ class MigDeviceConfig:
 
 DeviceConfig = GpuConfig | MigDeviceConfig
 
-_QUANTITY_RE = re.compile(
-    r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E))?$"
-)
-_SUFFIX: dict[str, Decimal] = {
-    "": Decimal(1),
-    "m": Decimal("0.001"),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
-}
-
 
 def parse_quantity(value: Any, path: str) -> int:
     """A Kubernetes quantity (``"1Gi"``, ``"500M"``, ``1073741824``) as whole units, rounded up
-    like ``resource.Quantity.Value()``."""
-    if isinstance(value, bool) or not isinstance(value, int | str):
+    like ``resource.Quantity.Value()``. The grammar is :mod:`kgpu.quantity`'s, less floats and
+    the sub-unit suffixes ``n`` and ``u``, which these byte counts have never accepted."""
+    text = value.strip() if isinstance(value, str) else ""
+    if isinstance(value, bool) or not isinstance(value, int | str) or text.endswith(("n", "u")):
         raise FieldError(FieldProblem(f"{value!r} is not a quantity such as '1Gi'", path))
-    text = str(value).strip()
-    match = _QUANTITY_RE.match(text)
-    if not match:
-        raise FieldError(FieldProblem(f"{value!r} is not a quantity such as '1Gi'", path))
-    number, exponent, suffix = match.groups()
     try:
-        amount = Decimal(number) * (Decimal(10) ** int(exponent[1:]) if exponent else 1)
-    except InvalidOperation as exc:  # pragma: no cover - the regex admits only valid numbers
-        raise FieldError(FieldProblem(f"{value!r} is not a quantity", path)) from exc
-    amount *= _SUFFIX[suffix or ""]
-    return int(amount.to_integral_value(rounding="ROUND_CEILING"))
+        amount = quantity.parse_quantity(value)
+    except quantity.QuantityError:
+        raise FieldError(FieldProblem(f"{value!r} is not a quantity such as '1Gi'", path)) from None
+    return int(amount.to_integral_value(rounding=ROUND_CEILING))
 
 
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:
