@@ -136,6 +136,14 @@ class NvmlBackend:
     def _const(self, name: str, default: int) -> int:
         return int(getattr(self._nvml, name, default))
 
+    def _enum_name(self, prefix: str, names: dict[str, str], value: Any) -> str | None:
+        """kgpu's name for an NVML enum value, matched against the library's own constants
+        (``prefix + suffix``), so a constant an older nvidia-ml-py lacks never matches."""
+        for suffix, pretty in names.items():
+            if getattr(self._nvml, prefix + suffix, None) == value:
+                return pretty
+        return None
+
     # -- snapshot -----------------------------------------------------------------------------
 
     def snapshot(self) -> Machine:
@@ -151,11 +159,15 @@ class NvmlBackend:
             handle = self._get(None, "nvmlDeviceGetHandleByIndex", index)
             # A GPU that cannot even say its UUID (fallen off the bus) is left out, as the
             # simulated backend does; the health watcher has already marked it through probe().
-            if handle is not None and self._get(None, "nvmlDeviceGetUUID", handle) is not None:
-                handles.append((index, handle))
-        bus_ids = {index: self._bus_id(handle) for index, handle in handles}
+            uuid = None if handle is None else self._get(None, "nvmlDeviceGetUUID", handle)
+            if uuid is not None:
+                handles.append((index, handle, _text(uuid)))
+        bus_ids = {index: self._bus_id(handle) for index, handle, _ in handles}
         by_bus = {bus[-12:].upper(): index for index, bus in bus_ids.items() if bus}
-        gpus = tuple(self._gpu(index, handle, bus_ids[index], by_bus) for index, handle in handles)
+        gpus = tuple(
+            self._gpu(index, handle, uuid, bus_ids[index], by_bus)
+            for index, handle, uuid in handles
+        )
         cuda = int(self._get(0, "nvmlSystemGetCudaDriverVersion"))
         return Machine(
             profile="nvml",
@@ -169,7 +181,7 @@ class NvmlBackend:
         pci = self._get(None, "nvmlDeviceGetPciInfo", handle)
         return "" if pci is None else _text(pci.busId).upper()
 
-    def _gpu(self, index: int, handle: Any, bus_id: str, by_bus: dict[str, int]) -> Gpu:
+    def _gpu(self, index: int, handle: Any, uuid: str, bus_id: str, by_bus: dict[str, int]) -> Gpu:
         name = _text(self._get("", "nvmlDeviceGetName", handle))
         product = product_by_name(name)
         cc = self._get(None, "nvmlDeviceGetCudaComputeCapability", handle)
@@ -182,7 +194,7 @@ class NvmlBackend:
         power_mw = self._get(0, "nvmlDeviceGetPowerManagementLimit", handle)
         return Gpu(
             index=index,
-            uuid=_text(self._get("", "nvmlDeviceGetUUID", handle)),
+            uuid=uuid,
             product_name=name,
             brand=self._brand(handle),
             architecture=self._architecture(handle, major, minor),
@@ -194,7 +206,7 @@ class NvmlBackend:
             nvlinks=self._nvlinks(handle, by_bus),
             mig_capable=mig_capable,
             mig_enabled=mig_enabled,
-            mig_devices=self._mig_devices(index, handle, name) if mig_enabled else (),
+            mig_devices=self._mig_devices(index, handle, uuid, name) if mig_enabled else (),
             fabric=self._fabric(handle),
             multiprocessor_count=product.multiprocessors if product else 0,
             power_limit_w=float(power_mw) / 1000.0,
@@ -204,17 +216,14 @@ class NvmlBackend:
         value = self._get(None, "nvmlDeviceGetBrand", handle)
         if value is None:
             return ""
-        for suffix, pretty in _BRANDS.items():
-            if getattr(self._nvml, f"NVML_BRAND_{suffix}", None) == value:
-                return pretty
-        return "Unknown"
+        return self._enum_name("NVML_BRAND_", _BRANDS, value) or "Unknown"
 
     def _architecture(self, handle: Any, major: int, minor: int) -> str:
         value = self._get(None, "nvmlDeviceGetArchitecture", handle)
         if value is not None:
-            for suffix, pretty in _ARCHITECTURES.items():
-                if getattr(self._nvml, f"NVML_DEVICE_ARCH_{suffix}", None) == value:
-                    return pretty
+            name = self._enum_name("NVML_DEVICE_ARCH_", _ARCHITECTURES, value)
+            if name is not None:
+                return name
         return architecture_from_cc(major, minor)
 
     def _numa(self, handle: Any, bus_id: str) -> int | None:
@@ -255,9 +264,8 @@ class NvmlBackend:
         return True, int(mode[0]) == self._const("NVML_DEVICE_MIG_ENABLE", 1)
 
     def _mig_devices(
-        self, parent_index: int, handle: Any, parent_name: str
+        self, parent_index: int, handle: Any, parent_uuid: str, parent_name: str
     ) -> tuple[MigDevice, ...]:
-        parent_uuid = _text(self._get("", "nvmlDeviceGetUUID", handle))
         devices: list[MigDevice] = []
         for slot in range(int(self._get(0, "nvmlDeviceGetMaxMigDeviceCount", handle))):
             mig = self._get(None, "nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
@@ -271,14 +279,11 @@ class NvmlBackend:
                 info = self._get(None, "nvmlGpuInstanceGetInfo", gi)
                 if info is not None:
                     start, size = int(info.placement.start), int(info.placement.size)
-            memory = self._get(None, "nvmlDeviceGetMemoryInfo", mig)
-            memory_mib = (
-                int(attrs.memorySizeMB)
-                if attrs is not None
-                else int(memory.total) // (1024 * 1024)
-                if memory is not None
-                else 0
-            )
+            if attrs is not None:
+                memory_mib = int(attrs.memorySizeMB)
+            else:
+                memory = self._get(None, "nvmlDeviceGetMemoryInfo", mig)
+                memory_mib = int(memory.total) // (1024 * 1024) if memory is not None else 0
             slices = int(attrs.gpuInstanceSliceCount) if attrs is not None else 0
             devices.append(
                 MigDevice(
@@ -329,14 +334,10 @@ class NvmlBackend:
         state = int(info.state)
         if state == self._const("NVML_GPU_FABRIC_STATE_NOT_SUPPORTED", 0):
             return None
-        state_name = "unknown"
-        for suffix, pretty in _FABRIC_STATES.items():
-            if getattr(nvml, f"NVML_GPU_FABRIC_STATE_{suffix}", None) == state:
-                state_name = pretty
         return FabricInfo(
             cluster_uuid=str(uuidlib.UUID(bytes=bytes(bytearray(info.clusterUuid)))),
             clique_id=int(info.cliqueId),
-            state=state_name,
+            state=self._enum_name("NVML_GPU_FABRIC_STATE_", _FABRIC_STATES, state) or "unknown",
             status="success" if int(info.status) == 0 else f"error {int(info.status)}",
         )
 
