@@ -354,3 +354,21 @@ def test_fabric_nodes_serve_the_compute_domain_driver_too(
         assert drivers == expected
     finally:
         component.stop()
+
+
+def test_a_relative_kubelet_root_serves_and_names_an_absolute_endpoint(
+    short_tmp: Path, machine: Machine, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `kgpu agent --kubelet-root ./root`: gRPC would read unix://root/... as a host name.
+    monkeypatch.chdir(short_tmp)
+    component = DraComponent(Path("kubelet"), Path("cdi"), NODE, SimulatedBackend(machine), store)
+    component.start()
+    try:
+        with FakeDraKubelet(short_tmp / "kubelet") as kubelet:
+            plugin = kubelet.wait_registered(DRIVER)
+            assert plugin.endpoint == str(short_tmp / "kubelet" / "plugins" / DRIVER / "dra.sock")
+            assert kubelet.unprepare(DRIVER, [("default", "no-such-uid", "gone")]) == {
+                "no-such-uid": ""
+            }
+    finally:
+        component.stop()

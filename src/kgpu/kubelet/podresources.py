@@ -29,6 +29,7 @@ import grpc
 
 from kgpu.kubelet.proto.podresources.v1 import api_pb2 as pb
 from kgpu.kubelet.proto.podresources.v1 import api_pb2_grpc as pb_grpc
+from kgpu.kubelet.sockets import unix_target
 
 SOCKET_RELATIVE = Path("pod-resources") / "kubelet.sock"
 CHECKPOINT_RELATIVE = Path("device-plugins") / "kubelet_internal_checkpoint"
@@ -154,7 +155,7 @@ class PodResourcesClient:
         self.socket_path = Path(socket_path)
         self.timeout_s = timeout_s
         self._channel = grpc.insecure_channel(
-            f"unix://{self.socket_path}",
+            unix_target(self.socket_path),
             options=[("grpc.max_receive_message_length", max_receive_bytes)],
         )
         self._stub = pb_grpc.PodResourcesListerStub(self._channel)

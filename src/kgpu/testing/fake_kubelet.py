@@ -24,15 +24,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from kgpu.kubelet.deviceplugin.registration import API_VERSION, KUBELET_SOCKET, unix_target
+from kgpu.kubelet.deviceplugin.registration import API_VERSION, KUBELET_SOCKET
 from kgpu.kubelet.proto.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from kgpu.kubelet.sockets import serve_unix, unix_target
 
 CHECKPOINT = "kubelet_internal_checkpoint"
 
@@ -68,13 +68,14 @@ class FakeKubelet:
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> FakeKubelet:
-        self.plugin_dir.mkdir(parents=True, exist_ok=True)
-        self.socket.unlink(missing_ok=True)
-        server = grpc.server(ThreadPoolExecutor(max_workers=4, thread_name_prefix="fake-kubelet"))
-        api_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), server)
-        server.add_insecure_port(unix_target(self.socket))
-        server.start()
-        self._server = server
+        self._server = serve_unix(
+            self.socket,
+            lambda server: api_pb2_grpc.add_RegistrationServicer_to_server(
+                _Registration(self), server
+            ),
+            workers=4,
+            thread_name_prefix="fake-kubelet",
+        )
         return self
 
     def stop(self) -> None:

@@ -40,6 +40,7 @@ from kgpu.kubelet.proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from kgpu.kubelet.proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from kgpu.kubelet.proto.pluginregistration.v1 import api_pb2 as reg_pb2
 from kgpu.kubelet.proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from kgpu.kubelet.sockets import unix_target
 
 KUBELET_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 _API = {"v1.DRAPlugin": (v1_pb2, v1_grpc), "v1beta1.DRAPlugin": (v1beta1_pb2, v1beta1_grpc)}
@@ -135,7 +136,7 @@ class FakeDraKubelet:
 
     def _register(self, socket: Path) -> None:
         try:
-            with grpc.insecure_channel(f"unix://{socket}") as channel:
+            with grpc.insecure_channel(unix_target(socket)) as channel:
                 stub = reg_grpc.RegistrationStub(channel)
                 info = stub.GetInfo(reg_pb2.InfoRequest(), timeout=self.call_timeout_s)
                 error = self._validate(info)
@@ -152,7 +153,7 @@ class FakeDraKubelet:
             return
         service = next(s for s in info.supported_versions if s in self.services)
         pb2_grpc = _API[service][1]
-        channel = grpc.insecure_channel(f"unix://{info.endpoint}")
+        channel = grpc.insecure_channel(unix_target(info.endpoint))
         with self._lock:
             old = self.plugins.pop(info.name, None)
             if old is not None:

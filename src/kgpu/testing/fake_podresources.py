@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from kgpu.kubelet.podresources import (
 )
 from kgpu.kubelet.proto.podresources.v1 import api_pb2 as pb
 from kgpu.kubelet.proto.podresources.v1 import api_pb2_grpc as pb_grpc
+from kgpu.kubelet.sockets import serve_unix
 
 
 class _Servicer(pb_grpc.PodResourcesListerServicer):
@@ -116,14 +116,13 @@ class FakePodResourcesServer:
         return path
 
     def start(self) -> FakePodResourcesServer:
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
-        if self.socket_path.exists():
-            self.socket_path.unlink()
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        pb_grpc.add_PodResourcesListerServicer_to_server(_Servicer(self), server)
-        server.add_insecure_port(f"unix://{self.socket_path}")
-        server.start()
-        self._server = server
+        self._server = serve_unix(
+            self.socket_path,
+            lambda server: pb_grpc.add_PodResourcesListerServicer_to_server(
+                _Servicer(self), server
+            ),
+            workers=4,
+        )
         return self
 
     def stop(self) -> None:

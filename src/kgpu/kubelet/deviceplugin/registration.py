@@ -7,6 +7,7 @@ from pathlib import Path
 import grpc
 
 from kgpu.kubelet.proto.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from kgpu.kubelet.sockets import unix_target as unix_target  # re-exported for older callers
 
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
@@ -15,10 +16,6 @@ DEVICE_PLUGINS_DIR = "device-plugins"
 
 class RegistrationError(RuntimeError):
     """The kubelet could not be reached or refused the plugin."""
-
-
-def unix_target(path: Path | str) -> str:
-    return f"unix://{Path(path).absolute()}"
 
 
 def register(

@@ -12,19 +12,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 
-from kgpu.kubelet.deviceplugin.registration import (
-    DEVICE_PLUGINS_DIR,
-    KUBELET_SOCKET,
-    register,
-    unix_target,
-)
+from kgpu.kubelet.deviceplugin.registration import DEVICE_PLUGINS_DIR, KUBELET_SOCKET, register
 from kgpu.kubelet.deviceplugin.servicer import DevicePluginServicer
 from kgpu.kubelet.proto.deviceplugin.v1beta1 import api_pb2_grpc
+from kgpu.kubelet.sockets import serve_unix, unix_target
 from kgpu.node.model import NodeView
 
 log = logging.getLogger(__name__)
@@ -59,17 +54,13 @@ class PluginServer:
 
     def start(self, ready_timeout_s: float = 5.0) -> None:
         """Listen on the socket and return once it accepts calls."""
-        self.plugin_dir.mkdir(parents=True, exist_ok=True)
-        if self.socket_path.exists() or self.socket_path.is_symlink():
-            self.socket_path.unlink()
-        server = grpc.server(
-            ThreadPoolExecutor(max_workers=self._max_workers, thread_name_prefix="dp"),
+        self._server = serve_unix(
+            self.socket_path,
+            lambda server: api_pb2_grpc.add_DevicePluginServicer_to_server(self.servicer, server),
+            workers=self._max_workers,
+            thread_name_prefix="dp",
             options=[("grpc.so_reuseport", 0)],
         )
-        api_pb2_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
-        server.add_insecure_port(unix_target(self.socket_path))
-        server.start()
-        self._server = server
         self._inode = self.socket_path.stat().st_ino
         with grpc.insecure_channel(unix_target(self.socket_path)) as channel:
             grpc.channel_ready_future(channel).result(timeout=ready_timeout_s)

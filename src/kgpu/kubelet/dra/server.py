@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from kgpu.kubelet.proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from kgpu.kubelet.proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from kgpu.kubelet.proto.pluginregistration.v1 import api_pb2 as reg_pb2
 from kgpu.kubelet.proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from kgpu.kubelet.sockets import serve_unix
 
 log = logging.getLogger(__name__)
 
@@ -126,24 +126,13 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
         return reg_pb2.RegistrationStatusResponse()
 
 
-def _serve(address: Path, add: Any, workers: int) -> grpc.Server:
-    address.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        address.unlink()  # a socket left by a previous (crashed) instance
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
-    add(server)
-    if server.add_insecure_port(f"unix://{address}") == 0:
-        raise OSError(f"cannot listen on {address}")
-    server.start()
-    return server
-
-
 class DriverServer:
     """Both sockets of one driver; ``start`` serves DRAPlugin first, then registers."""
 
     def __init__(self, plugin: DraPlugin, kubelet_root: Path) -> None:
         self.plugin = plugin
         self.driver = plugin.driver
+        kubelet_root = kubelet_root.absolute()  # the kubelet dials the endpoint GetInfo names
         self.socket = dra_socket(kubelet_root, self.driver)
         self.registration_socket = registration_socket(kubelet_root, self.driver)
         self.registration = RegistrationServicer(self.driver, self.socket)
@@ -155,11 +144,8 @@ class DriverServer:
             v1_grpc.add_DRAPluginServicer_to_server(V1Servicer(self.plugin), server)
             v1beta1_grpc.add_DRAPluginServicer_to_server(V1beta1Servicer(self.plugin), server)
 
-        def add_reg(server: grpc.Server) -> None:
-            reg_grpc.add_RegistrationServicer_to_server(self.registration, server)
-
-        self._dra = _serve(self.socket, add_dra, workers=4)
-        self._reg = _serve(self.registration_socket, add_reg, workers=2)
+        self._dra = serve_unix(self.socket, add_dra, workers=4)
+        self._reg = self._serve_registration()
         log.info(
             "%s: serving %s, registering at %s", self.driver, self.socket, self.registration_socket
         )
@@ -171,12 +157,15 @@ class DriverServer:
             return False
         self._reg.stop(grace=None)
         self.registration.registered.clear()
-
-        def add_reg(server: grpc.Server) -> None:
-            reg_grpc.add_RegistrationServicer_to_server(self.registration, server)
-
-        self._reg = _serve(self.registration_socket, add_reg, workers=2)
+        self._reg = self._serve_registration()
         return True
+
+    def _serve_registration(self) -> grpc.Server:
+        return serve_unix(
+            self.registration_socket,
+            lambda server: reg_grpc.add_RegistrationServicer_to_server(self.registration, server),
+            workers=2,
+        )
 
     def stop(self) -> None:
         """Deregister first (socket removed: the kubelet stops routing to us), then stop."""
