@@ -42,7 +42,14 @@ class AgentProcess:
     def log(self) -> str:
         return self.log_path.read_text()
 
-    def status(self) -> dict[str, object]:
+    def status(self, timeout_s: float = 10) -> dict[str, object]:
+        """The agent's status file, waiting for its first write: the agent writes it at the end
+        of its start, after the kubelet may already have seen (and used) its plugins."""
+        deadline = time.monotonic() + timeout_s
+        while not self.status_path.exists():
+            assert self.proc.poll() is None, f"agent exited:\n{self.log()}"
+            assert time.monotonic() < deadline, f"no status file:\n{self.log()}"
+            time.sleep(0.02)
         return dict(json.loads(self.status_path.read_text()))
 
     def inject(self, fault: dict[str, object]) -> None:
