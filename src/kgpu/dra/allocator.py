@@ -77,13 +77,9 @@ class NodeRef:
         if isinstance(node, NodeRef):
             return node
         if isinstance(node, Mapping):
-            if "metadata" in node:
-                meta = node.get("metadata") or {}
-                return NodeRef(
-                    str(meta.get("name", "")), tuple(sorted((meta.get("labels") or {}).items()))
-                )
+            meta = (node.get("metadata") or {}) if "metadata" in node else node
             return NodeRef(
-                str(node.get("name", "")), tuple(sorted((node.get("labels") or {}).items()))
+                str(meta.get("name", "")), tuple(sorted((meta.get("labels") or {}).items()))
             )
         return NodeRef(str(node.name), tuple(sorted(dict(node.labels).items())))
 
@@ -678,7 +674,8 @@ class _Run:
                 return False
             if d >= len(req.all_devices):
                 return self._one(c, r + 1, 0, 0, False, 0)
-            undo = self._take(c, req, req.all_devices[d], must=True)
+            dev = req.all_devices[d]
+            undo = self._take(c, req, dev, must=True) if self._free(c, req, dev) else None
             if undo is None:
                 return False
             if self._one(c, r, s, d + 1, sub, 0):
@@ -694,12 +691,7 @@ class _Run:
             return False  # not enough devices: no need to try every combination
         for i in range(start, len(devices)):
             dev = devices[i]
-            if req.admin:
-                if c in self.taking.get(dev.id, ()):
-                    continue
-            elif dev.id in self.alloc.allocated or self.taking.get(dev.id):
-                continue
-            if not self._selectable(req, dev):
+            if not self._free(c, req, dev) or not self._selectable(req, dev):
                 continue
             undo = self._take(c, req, dev, must=False)
             if undo is None:
@@ -713,23 +705,22 @@ class _Run:
         """How many devices this request could still take (up to ``enough``)."""
         n = 0
         for dev in self.devices:
-            if req.admin:
-                if c in self.taking.get(dev.id, ()):
-                    continue
-            elif dev.id in self.alloc.allocated or self.taking.get(dev.id):
-                continue
-            if self._selectable(req, dev):
+            if self._free(c, req, dev) and self._selectable(req, dev):
                 n += 1
                 if n >= enough:
                     break
         return n
 
-    def _take(self, c: int, req: Request, dev: Device, must: bool) -> Callable[[], None] | None:
+    def _free(self, c: int, req: Request, dev: Device) -> bool:
+        """Whether claim ``c`` may still take ``dev`` for ``req``: nobody holds it, or, with
+        admin access, this claim does not hold it already."""
         if req.admin:
-            if c in self.taking.get(dev.id, ()):
-                return None
-        elif dev.id in self.alloc.allocated or self.taking.get(dev.id):
-            return None
+            return c not in self.taking.get(dev.id, ())
+        return dev.id not in self.alloc.allocated and not self.taking.get(dev.id)
+
+    def _take(self, c: int, req: Request, dev: Device, must: bool) -> Callable[[], None] | None:
+        """Add ``dev`` (free for claim ``c``, see :meth:`_free`) to the claim's results, or None
+        when a shared counter or a constraint refuses it."""
         if dev.consumes and not self._consume(dev):
             return None
         base, subname = (req.parent, req.name) if req.parent else (req.name, "")
@@ -800,7 +791,6 @@ class _Run:
 
     # -- results ---------------------------------------------------------------------------
     def _result(self, c: int) -> Obj:
-        claim = self.claims[c]
         results = []
         for req, dev in self.results[c]:
             item: Obj = {
@@ -820,7 +810,6 @@ class _Run:
         selector = self._node_selector(c)
         if selector is not None:
             out["nodeSelector"] = selector
-        del claim
         return out
 
     def _config(self, c: int) -> list[Obj]:
