@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -52,6 +54,29 @@ def test_nfd_features_file_is_rewritten_only_on_change(tmp_path: Path) -> None:
     assert not write_features(tmp_path, {"a": "1", "b": "2"})
     assert write_features(tmp_path, {"a": "1"})
     assert [p.name for p in tmp_path.iterdir()] == [FEATURES_FILE]  # no temp files left
+    assert (tmp_path / FEATURES_FILE).stat().st_mode & 0o777 == 0o644  # NFD may not be root
+
+
+def test_status_writers_on_several_threads_never_tear_the_file(tmp_path: Path) -> None:
+    # The health, probe and watch threads all rewrite the status file.
+    status = tmp_path / "status.json"
+    agent = Agent(
+        AgentOptions(machine="a100-80gb", kubelet_root=tmp_path, status_file=status),
+        backend=SimulatedBackend(load_machine("a100-80gb")),
+    )
+    writers = [
+        threading.Thread(target=lambda: [agent._write_status() for _ in range(50)])
+        for _ in range(4)
+    ]
+    for thread in writers:
+        thread.start()
+    while any(t.is_alive() for t in writers):
+        if status.exists():
+            assert json.loads(status.read_text())["state"] == "running"
+    for thread in writers:
+        thread.join()
+    assert json.loads(status.read_text())["state"] == "running"
+    assert [p.name for p in tmp_path.iterdir()] == ["status.json"]  # no temporaries left
 
 
 def test_a_gpu_missing_from_a_new_snapshot_stays_listed() -> None:

@@ -39,6 +39,7 @@ from kgpu.cluster.store import ObjectStore
 from kgpu.errors import FieldError, KgpuError
 from kgpu.hardware.backend import Backend, XidEvent
 from kgpu.hardware.model import Machine
+from kgpu.kubelet.cdi import write_atomic
 from kgpu.kubelet.deviceplugin.registration import KUBELET_SOCKET, RegistrationError
 from kgpu.kubelet.deviceplugin.server import PluginServer
 from kgpu.node import health
@@ -540,9 +541,7 @@ class Agent:
         try:
             data = self.status()
             data["state"] = "stopped" if stopped else "running"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-            os.replace(tmp, path)
+            # the health, probe and watch threads all write it: one temporary file each
+            write_atomic(path, json.dumps(data, indent=2, default=str) + "\n", mode=0o644)
         except OSError as exc:
             log.debug("cannot write status file %s: %s", path, exc)

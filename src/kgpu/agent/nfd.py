@@ -7,10 +7,10 @@ half-written label set.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+
+from kgpu.kubelet.cdi import write_atomic
 
 DEFAULT_FEATURES_DIR = Path("/etc/kubernetes/node-feature-discovery/features.d")
 FEATURES_FILE = "kgpu-features"
@@ -30,13 +30,5 @@ def write_features(directory: Path, labels: Mapping[str, str]) -> bool:
             return False
     except OSError:
         pass
-    fd, tmp = tempfile.mkstemp(prefix=f".{FEATURES_FILE}.", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(target, text, mode=0o644)
     return True

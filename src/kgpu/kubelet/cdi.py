@@ -233,16 +233,19 @@ def dump_spec(spec: Mapping[str, Any]) -> str:
     return yaml.safe_dump(body, sort_keys=False, default_flow_style=False)
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str, *, mode: int | None = None) -> None:
     """Write ``text`` so that readers see either the old file or the whole new one.
 
-    tmp file in the same directory -> fsync -> rename -> fsync the directory (so the rename
-    itself survives a power cut).
+    tmp file in the same directory (a unique name, so concurrent writers cannot tear each
+    other's file) -> fsync -> rename -> fsync the directory (so the rename itself survives a
+    power cut). ``mode`` widens the temporary file's 0600 for readers running as other users.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            if mode is not None:
+                os.fchmod(handle.fileno(), mode)
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
