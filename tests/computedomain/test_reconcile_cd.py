@@ -187,6 +187,14 @@ def test_seed_guide_domains_validate_against_the_crd(acceptance: Path) -> None:
         validate_object(broken)
 
 
+def test_crd_violation_inside_a_list_names_the_item() -> None:
+    broken = _cd()
+    broken["status"] = {"nodes": [{"name": "n0", "index": "first"}]}
+    with pytest.raises(FieldError) as info:
+        validate_object(broken)
+    assert "status.nodes[0].index" in [p.path for p in info.value.problems]
+
+
 def test_placement_needs_a_clique_with_room_for_num_nodes() -> None:
     nodes = [
         NodeRoom("a0", "A.0", True),

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from kgpu.computedomain.api import GROUP, KIND, VERSION
-from kgpu.errors import FieldError, FieldProblem
+from kgpu.errors import FieldError, FieldProblem, join_path
 
 _STR = {"type": "string"}
 
@@ -158,12 +158,7 @@ def validate_object(obj: Mapping[str, Any]) -> None:
     schema = _strip_extensions(crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
     validator = jsonschema.Draft4Validator(schema)
     problems = [
-        FieldProblem(
-            error.message,
-            ".".join(
-                str(p) if not isinstance(p, int) else f"[{p}]" for p in error.absolute_path
-            ).replace(".[", "["),
-        )
+        FieldProblem(error.message, join_path(*error.absolute_path))
         for error in sorted(validator.iter_errors(dict(obj)), key=lambda e: list(e.path))
     ]
     if problems:
