@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kgpu.config import load_config_files
+from kgpu.config.loader import EMPTY
 from kgpu.errors import FieldError
 from kgpu.hardware.profiles import load_machine
 from kgpu.node.model import Sharing
@@ -88,6 +89,16 @@ def test_row7_without_label_uses_the_values_default_all_disabled(acceptance: Pat
     view = build_node_view(load_machine("p4de.24xlarge"), configs, {})
     assert view.mig_config_name == "all-disabled"
     assert view.counts() == {"nvidia.com/gpu": 8}
+
+
+def test_all_disabled_on_gpus_without_mig_leaves_the_machine_and_labels_no_mig_state() -> None:
+    machine = load_machine("t4")
+    view = build_node_view(machine, EMPTY, {"nvidia.com/mig.config": "all-disabled"})
+    assert view.mig_config_name == "all-disabled"
+    assert view.machine == machine
+    assert view.counts() == {"nvidia.com/gpu": len(machine.gpus)}
+    assert "nvidia.com/mig.config.state" not in view.labels
+    assert view.labels["nvidia.com/mig.capable"] == "false"
 
 
 def test_row8_t4_and_a100_mig_profiles_times_replicas(acceptance: Path) -> None:

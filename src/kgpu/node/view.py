@@ -118,8 +118,6 @@ def _cached_view(
 def _apply_mig(machine: Machine, mig: MigConfig, warnings: list[str]) -> Machine:
     layout, notes = layout_for(mig, machine.gpus)
     warnings.extend(notes)
-    if not any(g.mig_capable for g in machine.gpus) and mig.name == "all-disabled":
-        return machine
     try:
         return apply_layout(machine, layout)
     except FieldError as exc:
