@@ -277,3 +277,27 @@ def test_agent_clique_puts_a_profile_in_an_nvlink_fabric(tmp_path: Path) -> None
     )
     machine = Agent(opts).backend.snapshot()
     assert {g.fabric.clique for g in machine.gpus if g.fabric} == {"rack-a.0"}
+
+
+def test_a_daemon_that_refuses_its_limits_is_quit_not_left_running(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    machine = load_machine("p4de.24xlarge")
+    text = MPS_ON_SOME_GPUS.replace("version: v1", f"version: v1\nflags: {{mpsRoot: {tmp_path}}}")
+    view = build_node_view(machine, load_config_strings({"c.yaml": text}), {})
+    fake = _FakeControl()
+
+    def refusing(args: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        done = fake(args, **kw)
+        if str(kw.get("input") or "").startswith("set_default_active_thread_percentage"):
+            raise subprocess.CalledProcessError(1, args)
+        return done
+
+    monkeypatch.setattr(mps.subprocess, "run", refusing)
+    manager = MpsManager(use_binary=True)
+    manager.binary = "/usr/bin/nvidia-cuda-mps-control"
+    manager.sync(view)
+    assert [d["state"] for d in manager.status()] == ["failed", "failed"]
+    assert [c for _, c, _ in fake.calls].count("quit") == 2
+    manager.stop_all()
+    assert [c for _, c, _ in fake.calls].count("quit") == 2  # not asked twice

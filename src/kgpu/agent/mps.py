@@ -21,6 +21,7 @@ it in the node's provisioning if wanted.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -176,11 +177,13 @@ class MpsManager:
     def _start(self, plan: MpsPlan) -> MpsDaemon:
         daemon = MpsDaemon(plan=plan, mode=CONTROL_BINARY if self.binary else "modelled")
         daemon.commands = plan.commands
+        started = False
         try:
             if self.binary:
                 for directory in (plan.pipe_directory, plan.log_directory, plan.shm_directory):
                     Path(directory).mkdir(parents=True, exist_ok=True)
                 subprocess.run([self.binary, "-d"], env=self._env(daemon), check=True, timeout=10)
+                started = True
                 for command in daemon.commands:
                     self._control(daemon, command)
                 daemon.state = "running"
@@ -206,6 +209,9 @@ class MpsManager:
                 plan.gpu_index,
                 exc,
             )
+            if started:  # running but unconfigured: _stop only quits "running" daemons
+                with contextlib.suppress(OSError, subprocess.SubprocessError):
+                    self._control(daemon, "quit")
         return daemon
 
     def _stop(self, daemon: MpsDaemon) -> None:
