@@ -34,6 +34,7 @@ HOSTNAME_LABELS = ("Hostname", "hostname")
 
 _PER_GPU = tuple(s for s in F.DCGM_METRICS if not s.per_mig)
 _PER_DEVICE = tuple(s for s in F.DCGM_METRICS if s.per_mig)
+_WHOLE_GPU = _PER_GPU + _PER_DEVICE  # a GPU without MIG is its own (only) device
 
 
 class FamilySet:
@@ -98,49 +99,49 @@ def collect(
 ) -> None:
     """Append one node's series to ``families`` (pure apart from that)."""
     values = telemetry.values
-    per_pod: dict[tuple[str, PodRef], list[ProcessSample]] = {}
+    per_device: dict[str, dict[PodRef, list[ProcessSample]]] = {}
     for proc in telemetry.processes:
         owner = proc.pod or owners.get(proc.pid)
         if owner is not None:
-            per_pod.setdefault((proc.device_uuid, owner), []).append(proc)
+            per_device.setdefault(proc.device_uuid, {}).setdefault(owner, []).append(proc)
     for gpu in machine.gpus:
         base = device_labels(machine, gpu, None, hostname, hostname_label)
-        gpu_values = values.get(gpu.uuid)
-        if gpu_values:
-            owner = attribution.owner(gpu.uuid)
-            labels = base + _pod_labels(owner) if owner else base
-            for spec in _PER_GPU:
-                value = gpu_values.get(spec.name)
-                if value is not None:
-                    families[spec.name].add(labels, value)
-            if not gpu.mig_enabled:
-                for spec in _PER_DEVICE:
-                    value = gpu_values.get(spec.name)
-                    if value is not None:
-                        families[spec.name].add(labels, value)
-        _per_pod(families, base, gpu.uuid, per_pod)
+        specs = _PER_GPU if gpu.mig_enabled else _WHOLE_GPU
+        _device_series(families, base, gpu.uuid, values, specs, attribution)
+        _per_pod(families, base, per_device.get(gpu.uuid))
         for mig in gpu.mig_devices if gpu.mig_enabled else ():
             mig_base = device_labels(machine, gpu, mig, hostname, hostname_label)
-            mig_values = values.get(mig.uuid)
-            if mig_values:
-                owner = attribution.owner(mig.uuid)
-                labels = mig_base + _pod_labels(owner) if owner else mig_base
-                for spec in _PER_DEVICE:
-                    value = mig_values.get(spec.name)
-                    if value is not None:
-                        families[spec.name].add(labels, value)
-            _per_pod(families, mig_base, mig.uuid, per_pod)
+            _device_series(families, mig_base, mig.uuid, values, _PER_DEVICE, attribution)
+            _per_pod(families, mig_base, per_device.get(mig.uuid))
+
+
+def _device_series(
+    families: FamilySet,
+    base: str,
+    uuid: str,
+    values: Mapping[str, Mapping[str, float]],
+    specs: Sequence[F.MetricSpec],
+    attribution: Attribution,
+) -> None:
+    """The device's DCGM series, labelled with its one holder when exactly one holds it."""
+    device_values = values.get(uuid)
+    if not device_values:
+        return
+    owner = attribution.owner(uuid)
+    labels = base + _pod_labels(owner) if owner else base
+    for spec in specs:
+        value = device_values.get(spec.name)
+        if value is not None:
+            families[spec.name].add(labels, value)
 
 
 def _per_pod(
-    families: FamilySet,
-    base: str,
-    device_uuid: str,
-    per_pod: Mapping[tuple[str, PodRef], list[ProcessSample]],
+    families: FamilySet, base: str, by_pod: Mapping[PodRef, list[ProcessSample]] | None
 ) -> None:
-    refs = sorted(ref for (uuid, ref) in per_pod if uuid == device_uuid)
-    for ref in refs:
-        procs = per_pod[(device_uuid, ref)]
+    if not by_pod:
+        return
+    for ref in sorted(by_pod):
+        procs = by_pod[ref]
         labels = base + _pod_labels(ref)
         mems = [p.used_memory_bytes for p in procs if p.used_memory_bytes is not None]
         if mems:
