@@ -229,12 +229,13 @@ def _select(rule: _Rule, candidates: list[_Base]) -> list[_Base]:
 def _assign(
     bases: list[_Base],
     config: DevicePluginConfig,
-    entry: PluginConfigEntry | None,
+    rules: list[_Rule],
+    file: str,
+    name: str,
     warnings: list[str],
 ) -> dict[int, _Rule]:
-    """Which sharing rule applies to each base device (by position)."""
-    file, name = (entry.source, entry.name) if entry else ("", "")
-    rules = _rules(config)
+    """Which sharing rule applies to each base device (by position); ``file``/``name`` locate
+    the device-plugin config entry in warnings."""
     if config.uses_mps and config.uses_time_slicing:
         warnings.append(
             f"{file}: {name}: both sharing.timeSlicing and sharing.mps are set; upstream runs "
@@ -337,6 +338,7 @@ def _build(
 ) -> NodeView:
     warnings: list[str] = list(configs.warnings)
     config = entry.config if entry else DEFAULT_PLUGIN_CONFIG
+    source, entry_name = (entry.source, entry.name) if entry else ("", "")
     if mig is not None:
         machine = _apply_mig(machine, mig, warnings)
     strategy, strategy_source = _strategy(configs, config, strategy_override)
@@ -347,12 +349,13 @@ def _build(
                 f"{strategy_source}): upstream refuses to start (using --mig-strategy=mixed is "
                 "not supported with MPS)",
                 "sharing.mps",
-                entry.source if entry else "",
-                entry.name if entry else "",
+                source,
+                entry_name,
             )
         )
     bases = _bases(machine, strategy, warnings)
-    assigned = _assign(bases, config, entry, warnings)
+    all_rules = _rules(config)
+    assigned = _assign(bases, config, all_rules, source, entry_name, warnings)
     id_strategy = config.device_id_strategy
 
     grouped: dict[str, list[AdvertisedDevice]] = {}
@@ -427,7 +430,7 @@ def _build(
         )
 
     advertised_bases = {b.resource for b in bases}
-    for rule in _rules(config):
+    for rule in all_rules:
         if rule.entry.name not in advertised_bases:
             warnings.append(
                 str(
@@ -435,8 +438,8 @@ def _build(
                         f"{rule.entry.name} is not advertised on this node "
                         f"({machine.profile}, migStrategy {strategy}); entry unused",
                         join_path(rule.path, "name"),
-                        entry.source if entry else "",
-                        entry.name if entry else "",
+                        source,
+                        entry_name,
                     )
                 )
             )
