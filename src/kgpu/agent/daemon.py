@@ -40,7 +40,11 @@ from kgpu.errors import FieldError, KgpuError
 from kgpu.hardware.backend import Backend, XidEvent
 from kgpu.hardware.model import Machine
 from kgpu.kubelet.cdi import write_atomic
-from kgpu.kubelet.deviceplugin.registration import KUBELET_SOCKET, RegistrationError
+from kgpu.kubelet.deviceplugin.registration import (
+    DEVICE_PLUGINS_DIR,
+    KUBELET_SOCKET,
+    RegistrationError,
+)
 from kgpu.kubelet.deviceplugin.server import PluginServer
 from kgpu.node import health
 from kgpu.node.model import NodeView
@@ -463,7 +467,7 @@ class Agent:
         opts = self.options
         if opts.fault_dir is not None and opts.fault_dir.is_dir():
             process_fault_dir(opts.fault_dir, self.backend)
-        kubelet_sock = opts.kubelet_root / "device-plugins" / KUBELET_SOCKET
+        kubelet_sock = opts.kubelet_root / DEVICE_PLUGINS_DIR / KUBELET_SOCKET
         try:
             inode: int | None = kubelet_sock.stat().st_ino
         except FileNotFoundError:
