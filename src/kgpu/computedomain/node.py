@@ -47,7 +47,7 @@ from kgpu.computedomain.imex import (
     render_imex_config,
     render_nodes_config,
 )
-from kgpu.computedomain.placement import node_healthy
+from kgpu.computedomain.placement import node_clique, node_healthy
 from kgpu.computedomain.slices import DEFAULT_SLOTS, node_slice
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.hardware.model import Machine
@@ -242,7 +242,7 @@ class ComputeDomainHandler:
             node = self.store.get("v1", "Node", self.node_name)
         except NotFound:
             return None
-        return ((node.get("metadata") or {}).get("labels") or {}).get(CLIQUE_LABEL) or None
+        return node_clique(node)
 
     def _domain(self, uid: str) -> ComputeDomain:
         for obj in self.store.list(API_VERSION, KIND):

@@ -39,6 +39,12 @@ def pod_requests(pod: Obj) -> dict[str, Fraction]:
     return total
 
 
+def node_clique(node: Obj | None) -> str | None:
+    """The node's NVLink clique (its ``nvidia.com/gpu.clique`` label), None when it has none."""
+    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    return labels.get(CLIQUE_LABEL) or None
+
+
 def node_healthy(node: Obj | None) -> bool:
     """A node exists and its Ready condition (if reported) is True. Cordoning does not count:
     a cordoned node still runs its IMEX daemons."""
@@ -125,10 +131,10 @@ def room_view(
 ) -> list[NodeRoom]:
     out = []
     for node in nodes:
-        meta = node.get("metadata") or {}
-        name = str(meta.get("name", ""))
-        clique = (meta.get("labels") or {}).get(CLIQUE_LABEL) or None
-        out.append(NodeRoom(name, clique, pod_fits(pod, node, pods_by_node.get(name, ()))))
+        name = str((node.get("metadata") or {}).get("name", ""))
+        out.append(
+            NodeRoom(name, node_clique(node), pod_fits(pod, node, pods_by_node.get(name, ())))
+        )
     return out
 
 

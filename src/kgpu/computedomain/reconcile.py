@@ -21,7 +21,6 @@ from typing import Any
 from kgpu.cluster.store import AlreadyExists, Conflict, NotFound, ObjectStore
 from kgpu.computedomain.api import (
     API_VERSION,
-    CLIQUE_LABEL,
     DOMAIN_LABEL,
     FINALIZER,
     KIND,
@@ -37,7 +36,7 @@ from kgpu.computedomain.objects import (
     daemon_claim_template,
     daemon_set,
 )
-from kgpu.computedomain.placement import node_healthy, place, room_view
+from kgpu.computedomain.placement import node_clique, node_healthy, place, room_view
 from kgpu.errors import FieldError
 
 Obj = dict[str, Any]
@@ -157,7 +156,7 @@ def domain_status(
         running = (pod.get("status") or {}).get("phase") == "Running"
         if not healthy:
             failed.append(name if node is not None else f"{name} (gone)")
-        clique = str(((node or {}).get("metadata") or {}).get("labels", {}).get(CLIQUE_LABEL, ""))
+        clique = node_clique(node) or ""
         entries.append(
             (name, node_ip(node, name), clique, "Ready" if healthy and running else "NotReady")
         )
@@ -344,7 +343,7 @@ def _pending_reason(
     for p in mine:
         name = (p.get("spec") or {}).get("nodeName")
         if name and node_healthy(nodes.get(name)):
-            members[name] = (_meta(nodes[name]).get("labels") or {}).get(CLIQUE_LABEL)
+            members[name] = node_clique(nodes[name])
     by_node: dict[str, list[Obj]] = {}
     for p in pods:
         name = (p.get("spec") or {}).get("nodeName")

@@ -34,7 +34,7 @@ from kgpu.computedomain.api import (
 from kgpu.computedomain.imex import CHANNEL_DIR
 from kgpu.computedomain.node import ComputeDomainHandler
 from kgpu.computedomain.objects import DRIVER_NAMESPACE
-from kgpu.computedomain.placement import node_healthy, place, room_view
+from kgpu.computedomain.placement import node_clique, node_healthy, place, room_view
 from kgpu.computedomain.reconcile import reconcile
 from kgpu.computedomain.slices import machine_clique
 from kgpu.dra.publish import publish_slices, unpublish_slices
@@ -296,13 +296,13 @@ class CliqueSchedulerPlugin:
             seen.add(okey)
             by_node.setdefault(str(node), []).append(other)
             if okey != key and self._holds(other, domain) and node_healthy(by_name.get(node)):
-                members[str(node)] = _clique(by_name.get(node))
+                members[str(node)] = node_clique(by_name.get(node))
         for okey, (uid, node, other) in self._reserved.items():
             if okey in seen or okey == key:
                 continue
             by_node.setdefault(node, []).append(other)
             if uid == domain.uid and node_healthy(by_name.get(node)):
-                members[node] = _clique(by_name.get(node))
+                members[node] = node_clique(by_name.get(node))
         decision = place(domain.ref, domain.spec.num_nodes, members, room_view(pod, nodes, by_node))
         self._cycle[key] = (domain, decision.allowed)
         return decision.reason
@@ -341,10 +341,6 @@ class CliqueSchedulerPlugin:
 
 #: The name the simulator's plugin loader looks for.
 ComputeDomainSchedulerPlugin = CliqueSchedulerPlugin
-
-
-def _clique(node: Mapping[str, Any] | None) -> str | None:
-    return ((node or {}).get("metadata") or {}).get("labels", {}).get(CLIQUE_LABEL) or None
 
 
 __all__ = [
