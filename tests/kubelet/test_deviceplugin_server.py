@@ -122,3 +122,23 @@ def test_fake_kubelet_refuses_a_wrong_version(short_root: Path) -> None:
                 )
         finally:
             registration.API_VERSION = old
+
+
+def test_a_server_that_never_becomes_ready_leaves_no_socket_behind(
+    short_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class NeverReady:
+        def __init__(self, channel: grpc.Channel) -> None:
+            pass
+
+        def result(self, timeout: float | None = None) -> None:
+            raise grpc.FutureTimeoutError()
+
+    monkeypatch.setattr(grpc, "channel_ready_future", NeverReady)
+    server = PluginServer(
+        "nvidia.com/gpu", Holder(make_view(MACHINE, [whole_gpus(MACHINE)])), short_root
+    )
+    with pytest.raises(grpc.FutureTimeoutError):
+        server.start()
+    assert not server.socket_path.exists()
+    assert server._server is None  # stopped, not left serving on a file nobody knows

@@ -62,8 +62,12 @@ class PluginServer:
             options=[("grpc.so_reuseport", 0)],
         )
         self._inode = self.socket_path.stat().st_ino
-        with grpc.insecure_channel(unix_target(self.socket_path)) as channel:
-            grpc.channel_ready_future(channel).result(timeout=ready_timeout_s)
+        try:
+            with grpc.insecure_channel(unix_target(self.socket_path)) as channel:
+                grpc.channel_ready_future(channel).result(timeout=ready_timeout_s)
+        except BaseException:  # the caller drops us: leave no server threads or socket behind
+            self.stop(grace_s=0)
+            raise
         log.info("serving %s on %s", self.resource, self.socket_path)
 
     def register(self, timeout_s: float = 5.0) -> None:
