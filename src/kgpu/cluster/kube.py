@@ -106,6 +106,22 @@ def _quote(part: str) -> str:
     return urllib.parse.quote(part, safe="")
 
 
+def _collection_path(api_version: str, resource: Resource, namespace: str | None) -> str:
+    """``.../<plural>`` of a kind: within one namespace for a namespaced kind given one, else
+    across the cluster."""
+    path = _base_path(api_version)
+    if resource.namespaced and namespace is not None:
+        path += f"/namespaces/{_quote(namespace)}"
+    return f"{path}/{resource.plural}"
+
+
+def _body(obj: Obj, resource: Resource, namespace: str) -> Obj:
+    """What is sent for ``obj``: a namespaced object names its (defaulted) namespace."""
+    if not resource.namespaced:
+        return dict(obj)
+    return {**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": namespace}}
+
+
 def _label_selector(labels: Mapping[str, str]) -> str:
     """Equality-based selector in the API's syntax: ``k1=v1,k2=v2`` (all must match)."""
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
@@ -202,11 +218,7 @@ class KubeStore:
         namespace: str | None = None,
         labels: Mapping[str, str] | None = None,
     ) -> Items:
-        resource = self._resource(api_version, kind)
-        path = _base_path(api_version)
-        if resource.namespaced and namespace is not None:
-            path += f"/namespaces/{_quote(namespace)}"
-        path += f"/{resource.plural}"
+        path = _collection_path(api_version, self._resource(api_version, kind), namespace)
         query = [("labelSelector", _label_selector(labels))] if labels else []
         answer = self._request("GET", path, query=query)
         items: Items = []
@@ -218,13 +230,8 @@ class KubeStore:
 
     def create(self, obj: Obj) -> Obj:
         api_version, _kind, resource, namespace, _ = self._locate(obj)
-        path = _base_path(api_version)
-        if resource.namespaced:
-            path += f"/namespaces/{_quote(namespace)}"
-        path += f"/{resource.plural}"
-        body = dict(obj)
-        if resource.namespaced:
-            body["metadata"] = {**(obj.get("metadata") or {}), "namespace": namespace}
+        path = _collection_path(api_version, resource, namespace)
+        body = _body(obj, resource, namespace)
         created = self._request("POST", path, body=body, query=self._write_query())
         return self._carry_status(obj, created, resource)
 
@@ -271,9 +278,7 @@ class KubeStore:
     def _put(self, obj: Obj) -> Obj:
         api_version, kind, resource, namespace, name = self._locate(obj)
         path = self._item_path(api_version, kind, name, namespace)
-        body = dict(obj)
-        if resource.namespaced:
-            body["metadata"] = {**(obj.get("metadata") or {}), "namespace": namespace}
+        body = _body(obj, resource, namespace)
         updated = self._request("PUT", path, body=body, query=self._write_query())
         return self._carry_status(obj, updated, resource)
 
@@ -309,10 +314,7 @@ class KubeStore:
 
     def _item_path(self, api_version: str, kind: str, name: str, namespace: str | None) -> str:
         resource = self._resource(api_version, kind)
-        path = _base_path(api_version)
-        if resource.namespaced:
-            path += f"/namespaces/{_quote(namespace or 'default')}"
-        return f"{path}/{resource.plural}/{_quote(name)}"
+        return f"{_collection_path(api_version, resource, namespace or 'default')}/{_quote(name)}"
 
     def _resource(self, api_version: str, kind: str) -> Resource:
         known = KNOWN_RESOURCES.get((group_of(api_version), kind))
