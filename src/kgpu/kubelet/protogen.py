@@ -29,7 +29,6 @@ from pathlib import Path
 
 PROTO_ROOT = Path(__file__).resolve().parent / "proto"
 SRC_ROOT = PROTO_ROOT.parents[2]  # .../src
-GENERATED_SUFFIXES = ("_pb2.py", "_pb2_grpc.py", "_pb2.pyi", "_pb2_grpc.pyi")
 
 
 class ProtogenError(RuntimeError):
@@ -82,22 +81,24 @@ def _generate_into(out_dir: Path, protos: Sequence[Path]) -> None:
             raise ProtogenError(f"protoc failed on {rel} (exit {code})")
 
 
-def _ensure_packages(root: Path = PROTO_ROOT) -> None:
-    """Make every directory holding generated code an importable package."""
+def _package_dirs(root: Path = PROTO_ROOT) -> list[Path]:
+    """Every directory from ``root`` down to a ``.proto``: each must be an importable package."""
+    dirs: set[Path] = set()
     for proto in find_protos(root):
         directory = proto.parent
         while True:
-            init = directory / "__init__.py"
-            if not init.exists():
-                init.write_text(f'"""Generated kubelet API stubs: {directory.name}."""\n')
+            dirs.add(directory)
             if directory == root:
                 break
             directory = directory.parent
+    return sorted(dirs)
 
 
-def expected_outputs(proto: Path) -> list[Path]:
-    stem = proto.with_suffix("")
-    return [stem.parent / f"{stem.name}{suffix}" for suffix in GENERATED_SUFFIXES]
+def _ensure_packages(root: Path = PROTO_ROOT) -> None:
+    for directory in _package_dirs(root):
+        init = directory / "__init__.py"
+        if not init.exists():
+            init.write_text(f'"""Generated kubelet API stubs: {directory.name}."""\n')
 
 
 def generate(root: Path = PROTO_ROOT) -> list[Path]:
@@ -130,14 +131,9 @@ def stale(root: Path = PROTO_ROOT) -> list[str]:
                 problems.append(f"{target.relative_to(SRC_ROOT)}: missing")
             elif not filecmp.cmp(produced, target, shallow=False):
                 problems.append(f"{target.relative_to(SRC_ROOT)}: stale")
-    for proto in protos:
-        directory = proto.parent
-        while True:
-            if not (directory / "__init__.py").exists():
-                problems.append(f"{(directory / '__init__.py').relative_to(SRC_ROOT)}: missing")
-            if directory == root:
-                break
-            directory = directory.parent
+    for directory in _package_dirs(root):
+        if not (directory / "__init__.py").exists():
+            problems.append(f"{(directory / '__init__.py').relative_to(SRC_ROOT)}: missing")
     return sorted(set(problems))
 
 
