@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kgpu.config.plugin import DeviceSelection, parse_plugin_config
+from kgpu.config.plugin import DeviceSelection, normalize_resource_name, parse_plugin_config
 from kgpu.errors import FieldError
 
 
@@ -160,3 +160,8 @@ def test_mps_forces_fail_requests_greater_than_one_unless_turned_off() -> None:
     ).config
     assert on.mps_fail_requests_greater_than_one() is True
     assert off.mps_fail_requests_greater_than_one() is False
+
+
+def test_a_resource_name_with_a_trailing_newline_is_refused() -> None:
+    with pytest.raises(ValueError, match="DNS subdomain"):
+        normalize_resource_name("gpu\n")

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kgpu.config import load_config_strings
 from kgpu.hardware.profiles import load_machine
-from kgpu.node.labels import arch_family, sanitize_value
+from kgpu.node.labels import (
+    arch_family,
+    is_valid_label_key,
+    is_valid_label_value,
+    sanitize_value,
+)
 from kgpu.node.view import build_node_view
 
 
@@ -107,3 +114,10 @@ def test_recorded_real_h100_snapshot_plans_and_labels() -> None:
     assert plain.labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert plain.labels["nvidia.com/gpu.family"] == "hopper"
     assert plain.labels["nvidia.com/cuda.driver.major"] == machine.driver_version.split(".")[0]
+
+
+@pytest.mark.parametrize("key", ["nvidia.com\n/gpu", "nvidia.com/gpu\n", "gpu\n"])
+def test_a_trailing_newline_never_passes_as_a_label_key(key: str) -> None:
+    """``$`` matches before a final newline; the API server's rule is the whole string."""
+    assert not is_valid_label_key(key)
+    assert not is_valid_label_value("value\n")

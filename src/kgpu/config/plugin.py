@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from kgpu.config.fields import StrictModel, problems_from, unknown_warnings
+from kgpu.config.fields import StrictModel, is_dns_subdomain, problems_from, unknown_warnings
 from kgpu.errors import FieldError, FieldProblem, join_path
 
 VERSION = "v1"
@@ -28,7 +28,6 @@ DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri
 MIG_STRATEGIES = ("none", "single", "mixed")
 DEFAULT_MPS_ROOT = "/run/nvidia/mps"
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _GO_DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$|^0$")
 _MIG_RESOURCE = re.compile(r"^mig-(\d+c\.)?\d+g\.\d+gb(\.[a-z]+)*$")
 
@@ -41,7 +40,7 @@ def normalize_resource_name(raw: str) -> str:
             f"fully-qualified resource name must be {MAX_RESOURCE_NAME} characters or less: {name}"
         )
     short = name.split("/", 1)[1]
-    if not _DNS_SUBDOMAIN.match(short):
+    if not is_dns_subdomain(short):
         raise ValueError(
             f"incorrect format for resource name {name!r}: the part after 'nvidia.com/' must be "
             "a DNS subdomain (lowercase letters, digits, '-' and '.')"
@@ -56,7 +55,7 @@ def default_shared_rename(name: str) -> str:
 def is_known_resource(name: str) -> bool:
     """True for the names the device plugin can advertise: nvidia.com/gpu, nvidia.com/mig-*."""
     short = name.split("/", 1)[1] if "/" in name else name
-    return short == "gpu" or bool(_MIG_RESOURCE.match(short))
+    return short == "gpu" or bool(_MIG_RESOURCE.fullmatch(short))
 
 
 def _is_uuid(text: str) -> bool:
@@ -252,7 +251,7 @@ class GfdFlags(StrictModel):
     @field_validator("sleep_interval", mode="after")
     @classmethod
     def _duration(cls, value: str | None) -> str | None:
-        if value is not None and not _GO_DURATION.match(value):
+        if value is not None and not _GO_DURATION.fullmatch(value):
             raise ValueError(f"{value!r} is not a duration (for example 60s, 1m30s)")
         return value
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from kgpu.config.fields import is_dns_subdomain
 from kgpu.hardware.model import Gpu, Machine, MigDevice
 from kgpu.node.model import AdvertisedDevice, ResourceView, Sharing
 
@@ -24,20 +25,19 @@ MAX_LABEL_VALUE = 63
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9\-_. ]")
 
 
 def is_valid_label_key(key: str) -> bool:
     """Kubernetes' rule: optional DNS-subdomain prefix (<= 253) '/' name (<= 63)."""
     prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+    if prefix and not is_dns_subdomain(prefix):
         return False
-    return 0 < len(name) <= MAX_LABEL_VALUE and bool(_LABEL_NAME.match(name))
+    return 0 < len(name) <= MAX_LABEL_VALUE and bool(_LABEL_NAME.fullmatch(name))
 
 
 def is_valid_label_value(value: str) -> bool:
-    return len(value) <= MAX_LABEL_VALUE and bool(_LABEL_VALUE.match(value))
+    return len(value) <= MAX_LABEL_VALUE and bool(_LABEL_VALUE.fullmatch(value))
 
 
 def sanitize_value(value: str) -> str:
