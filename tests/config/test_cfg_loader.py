@@ -119,3 +119,13 @@ def test_configmap_entry_errors_name_the_entry() -> None:
     assert str(info.value) == (
         "time-slicing.yaml: any: sharing.timeSlicing.resources[0].replicas: must be >= 2"
     )
+
+
+@pytest.mark.parametrize("section", ["migManager", "devicePlugin"])
+def test_helm_values_config_data_that_is_not_a_mapping_is_an_error(
+    tmp_path: Path, section: str
+) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(f"{section}:\n  config:\n    data: oops\n")
+    with pytest.raises(FieldError, match=f"{section}.config.data: must be a mapping"):
+        load_config_files([values])

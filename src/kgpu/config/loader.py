@@ -269,6 +269,12 @@ def _add_operator_values(builder: _Builder, doc: dict[str, Any], *, file: str) -
                 builder.add_plugin(str(key), data, file=file, entry=path)
             except FieldError as exc:
                 problems.extend(exc.problems)
+    elif dp_data is not None:
+        problems.append(
+            FieldProblem(
+                "must be a mapping of config names to strings", "devicePlugin.config.data", file
+            )
+        )
     dp_default = _get(doc, "devicePlugin", "config", "default")
     if isinstance(dp_default, str) and dp_default:
         builder.default_plugin = dp_default
