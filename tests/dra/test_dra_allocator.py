@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 
 from kgpu.dra import cel
-from kgpu.dra.allocator import AllocationError, Allocator, SliceIndex, allocate
+from kgpu.dra.allocator import AllocationError, Allocator, NodeRef, SliceIndex, allocate
 from kgpu.dra.classes import device_classes
 from kgpu.dra.slices import resource_slices
 from kgpu.hardware.mig import apply_layout
@@ -747,3 +747,24 @@ def test_identical_devices_share_one_cel_evaluation(monkeypatch: pytest.MonkeyPa
         assert alloc.allocate({"name": n}, [c]) is not None
     # 200 GPUs with distinct UUIDs: one evaluation per expression, not per device
     assert len(calls) == 2
+
+
+def test_node_pools_are_assembled_once_whatever_labels_the_caller_passes() -> None:
+    """Without slices shared between nodes a node's pools depend on its name alone, so the
+    scheduler asking with labels (a claim already allocated) and without (bin-packing score)
+    shares one assembly; with a shared slice the labels decide and each label set counts."""
+    labelled = NodeRef("node-a", (("zone", "a"),))
+    local = SliceIndex([slice_([gpu(0), gpu(1)])])
+    assert local.usable_devices(labelled) is local.usable_devices(NodeRef("node-a"))
+    assert local.pools_for(labelled) is local.pools_for(NodeRef("node-a"))
+    shared = SliceIndex([slice_([gpu(0)], pool="p", node=None, selector=_zone_selector("a"))])
+    assert [d.id[2] for d in shared.usable_devices(labelled)] == ["gpu-0"]
+    assert shared.usable_devices(NodeRef("node-a")) == []
+
+
+def _zone_selector(zone: str) -> dict[str, Any]:
+    return {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": [zone]}]}
+        ]
+    }

@@ -284,12 +284,18 @@ class SliceIndex:
                 self.pool_nodes.setdefault((rec.driver, rec.pool), set()).add(str(node_name))
             else:
                 self.shared.append(rec)
-        self._pools: dict[NodeRef, list[Pool]] = {}
-        self._usable: dict[NodeRef, list[Device]] = {}
+        self._pools: dict[NodeRef | str, list[Pool]] = {}
+        self._usable: dict[NodeRef | str, list[Device]] = {}
+
+    def _key(self, node: NodeRef) -> NodeRef | str:
+        """What a node's pools depend on: its labels only when some slice is shared between
+        nodes, so a node asked for with and without labels is assembled once."""
+        return node if self.shared else node.name
 
     def usable_devices(self, node: NodeRef) -> list[Device]:
         """Devices of the node's complete, valid pools in allocation order."""
-        cached = self._usable.get(node)
+        key = self._key(node)
+        cached = self._usable.get(key)
         if cached is None:
             cached = [
                 d
@@ -299,11 +305,12 @@ class SliceIndex:
             ]
             if len(self._usable) > 100_000:
                 self._usable.clear()
-            self._usable[node] = cached
+            self._usable[key] = cached
         return cached
 
     def pools_for(self, node: NodeRef) -> list[Pool]:
-        cached = self._pools.get(node)
+        key = self._key(node)
+        cached = self._pools.get(key)
         if cached is not None:
             return cached
         by_pool: dict[tuple[str, str], list[SliceRec]] = {}
@@ -317,10 +324,10 @@ class SliceIndex:
                 reaches = _access_matches(spec, node)
             if reaches:
                 by_pool.setdefault((rec.driver, rec.pool), []).append(rec)
-        pools = [_build_pool(by_pool[key]) for key in sorted(by_pool)]
+        pools = [_build_pool(by_pool[k]) for k in sorted(by_pool)]
         if len(self._pools) > 100_000:
             self._pools.clear()
-        self._pools[node] = pools
+        self._pools[key] = pools
         return pools
 
 
