@@ -21,8 +21,10 @@ from kgpu.hardware.model import Machine
 from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.kubelet import cdi
 from kgpu.kubelet.dra.component import DraComponent
+from kgpu.kubelet.dra.gpu import GpuHandler
 from kgpu.kubelet.dra.handler import ClaimInfo, PreparedClaim, PreparedDevice
-from kgpu.kubelet.dra.plugin import CRASH_POINTS
+from kgpu.kubelet.dra.plugin import CRASH_POINTS, DraPlugin
+from kgpu.kubelet.dra.server import DriverServer, plugin_dir
 from kgpu.testing.fake_kubelet_dra import FakeDraKubelet
 
 pytestmark = pytest.mark.slow
@@ -372,3 +374,16 @@ def test_a_relative_kubelet_root_serves_and_names_an_absolute_endpoint(
             }
     finally:
         component.stop()
+
+
+def test_a_registration_socket_that_cannot_be_made_leaves_no_dra_socket(
+    short_tmp: Path, machine: Machine, store: MemoryStore
+) -> None:
+    root = short_tmp / "kubelet"
+    directory = plugin_dir(root, DRIVER)
+    plugin = DraPlugin(GpuHandler(machine, NODE, directory), directory, short_tmp / "cdi", store)
+    server = DriverServer(plugin, root)
+    server.registration_socket.mkdir(parents=True)  # not a socket we may replace
+    with pytest.raises(OSError):
+        server.start()
+    assert not server.socket.exists()

@@ -145,7 +145,13 @@ class DriverServer:
             v1beta1_grpc.add_DRAPluginServicer_to_server(V1beta1Servicer(self.plugin), server)
 
         self._dra = serve_unix(self.socket, add_dra, workers=4)
-        self._reg = self._serve_registration()
+        try:
+            self._reg = self._serve_registration()
+        except BaseException:  # the component never learns of us: leave nothing serving
+            self._dra.stop(grace=None)
+            self._dra = None
+            self.socket.unlink(missing_ok=True)
+            raise
         log.info(
             "%s: serving %s, registering at %s", self.driver, self.socket, self.registration_socket
         )
