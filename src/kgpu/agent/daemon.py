@@ -112,6 +112,7 @@ class Agent:
         self.options = options
         self._backend = backend
         self._store = store
+        self._owns_store = False  # a store passed in stays open: its owner closes it
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._reload_requested = threading.Event()
@@ -151,6 +152,7 @@ class Agent:
 
             kubeconfig = self.options.kubeconfig
             self._store = KubeStore.from_config(None if kubeconfig is None else str(kubeconfig))
+            self._owns_store = True
             log.info("talking to the Kubernetes API at %s", self._store.host)
         return self._store
 
@@ -204,7 +206,7 @@ class Agent:
         except Exception as exc:
             log.debug("closing backend: %s", exc)
         close_store = getattr(self._store, "close", None)
-        if close_store is not None:
+        if self._owns_store and close_store is not None:
             close_store()
         self._write_status(stopped=True)
 

@@ -8,22 +8,13 @@ printed as is.
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any
 
-import typer
 from rich.markup import escape
 
-from kgpu.errors import FieldError, KgpuError
+from kgpu.cli.output import fail
 
-
-def fail(exc: KgpuError | str, code: int = 1) -> NoReturn:
-    """Like :func:`kgpu.cli.output.fail`: every problem on its own line, then exit ``code``."""
-    from kgpu.cli.output import err_console
-
-    lines = [str(p) for p in exc.problems] if isinstance(exc, FieldError) else [str(exc)]
-    for line in lines:
-        err_console.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
+__all__ = ["add_row", "cell", "fail", "warn"]  # fail: output's, which prints literally too
 
 
 def warn(console: Any, text: str) -> None:
