@@ -79,14 +79,11 @@ class SimMetrics:
         targets = []
         with self._lock:
             for node in _nodes(self.sim):
-                machine: Machine | None = node.machine
                 view = node.view
-                if machine is None and view is not None:
-                    machine = view.machine
+                # the MIG layout the node runs (the simulator keeps node.machine equal to it)
+                machine: Machine | None = view.machine if view is not None else node.machine
                 if machine is None or not machine.gpus:
                     continue
-                if view is not None:
-                    machine = view.machine  # the MIG layout the node runs
                 source = self._sources.get(node.name)
                 if source is None:
                     source = SimulatedTelemetry(clock=lambda: _now(self.sim))
