@@ -204,3 +204,17 @@ def test_apply_layout_errors_name_the_gpu() -> None:
         apply_layout(load_machine("p4de.24xlarge"), {3: {"3g.40gb": 3}})
     with pytest.raises(FieldError, match="GPU 9 does not exist"):
         apply_layout(load_machine("p4de.24xlarge"), {9: None})
+
+
+def test_one_mig_device_is_built_like_a_whole_layout() -> None:
+    """The DRA plugin materialises single placements with ``mig_device``; they must equal what
+    applying a layout creates (SM count included: it was left 0 once)."""
+    from kgpu.hardware.mig import geometry_for, mig_device, mig_devices_for
+    from kgpu.hardware.profiles import load_machine
+
+    gpu = load_machine("dgx-h100", hostname="n").gpus[3]
+    geometry = geometry_for(gpu)
+    assert geometry is not None
+    (whole,) = mig_devices_for(gpu, geometry, {"3g.40gb": 1})
+    one = mig_device(gpu, geometry, "3g.40gb", whole.placement_start, index=0)
+    assert one == whole and one.multiprocessor_count > 0

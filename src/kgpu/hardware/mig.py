@@ -208,33 +208,36 @@ def gi_id_for(geometry: MigGeometry, size: int, start: int) -> int:
     return offset + start // max(size, 1)
 
 
+def mig_device(gpu: Gpu, geometry: MigGeometry, name: str, start: int, index: int) -> MigDevice:
+    """The MIG device (one full compute instance) that profile ``name`` placed at ``start``
+    on ``gpu`` is, as NVML would report it once created; ``index`` is its position on the GPU."""
+    profile = geometry.profiles[name]
+    gi_id = gi_id_for(geometry, profile.memory_slices, start)
+    return MigDevice(
+        parent_index=gpu.index,
+        parent_uuid=gpu.uuid,
+        index=index,
+        uuid=stable_uuid("MIG", gpu.uuid, gi_id),
+        profile=name,
+        gi_id=gi_id,
+        ci_id=0,
+        placement_start=start,
+        placement_size=profile.memory_slices,
+        memory_mib=profile.memory_mib,
+        compute_slices=profile.compute_slices,
+        multiprocessor_count=profile.multiprocessor_count
+        or profile.compute_slices * geometry.multiprocessors_per_slice,
+    )
+
+
 def mig_devices_for(
     gpu: Gpu, geometry: MigGeometry, counts: Mapping[str, int]
 ) -> tuple[MigDevice, ...]:
     """The MIG devices ``gpu`` has once ``counts`` is applied (one full compute instance each)."""
     placed = sorted(place(geometry, counts), key=lambda item: (item[1], item[0]))
-    devices = []
-    for index, (name, start) in enumerate(placed):
-        profile = geometry.profiles[name]
-        gi_id = gi_id_for(geometry, profile.memory_slices, start)
-        devices.append(
-            MigDevice(
-                parent_index=gpu.index,
-                parent_uuid=gpu.uuid,
-                index=index,
-                uuid=stable_uuid("MIG", gpu.uuid, gi_id),
-                profile=name,
-                gi_id=gi_id,
-                ci_id=0,
-                placement_start=start,
-                placement_size=profile.memory_slices,
-                memory_mib=profile.memory_mib,
-                compute_slices=profile.compute_slices,
-                multiprocessor_count=profile.multiprocessor_count
-                or profile.compute_slices * geometry.multiprocessors_per_slice,
-            )
-        )
-    return tuple(devices)
+    return tuple(
+        mig_device(gpu, geometry, name, start, index) for index, (name, start) in enumerate(placed)
+    )
 
 
 def apply_layout(machine: Machine, layout: Mapping[int, Mapping[str, int] | None]) -> Machine:

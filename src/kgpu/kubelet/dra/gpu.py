@@ -104,8 +104,7 @@ def resolve_devices(
 
 def _placement(device: Mapping[str, Any], parent: Gpu) -> ResolvedDevice | None:
     """A partitionable MIG placement: the MIG device there now, or the one MIG would create."""
-    from kgpu.hardware.mig import geometry_for, gi_id_for
-    from kgpu.hardware.profiles import stable_uuid
+    from kgpu.hardware.mig import geometry_for, mig_device
 
     profile = str(_attr(device, "profile"))
     slices = sorted(
@@ -116,25 +115,11 @@ def _placement(device: Mapping[str, Any], parent: Gpu) -> ResolvedDevice | None:
     geometry = geometry_for(parent)
     if not slices or geometry is None or profile not in geometry.profiles:
         return None
-    start, size = slices[0], len(slices)
+    start = slices[0]
     for mig in parent.mig_devices:
         if mig.profile == profile and mig.placement_start == start:
             return ResolvedDevice(device["name"], mig.uuid, parent, mig)
-    spec = geometry.profiles[profile]
-    gi_id = gi_id_for(geometry, size, start)
-    mig = MigDevice(
-        parent_index=parent.index,
-        parent_uuid=parent.uuid,
-        index=len(parent.mig_devices),
-        uuid=stable_uuid("MIG", parent.uuid, gi_id),
-        profile=profile,
-        gi_id=gi_id,
-        ci_id=0,
-        placement_start=start,
-        placement_size=size,
-        memory_mib=spec.memory_mib,
-        compute_slices=spec.compute_slices,
-    )
+    mig = mig_device(parent, geometry, profile, start, index=len(parent.mig_devices))
     return ResolvedDevice(device["name"], mig.uuid, parent, mig, dynamic=True)
 
 
