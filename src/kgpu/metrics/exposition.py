@@ -28,18 +28,6 @@ def escape_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-def label_text(pairs: Iterable[tuple[str, str]]) -> str:
-    """``a="x",b="y"``: the inside of a series' braces, in the order given."""
-    return ",".join(f'{name}="{escape_label_value(value)}"' for name, value in pairs)
-
-
-def format_value(value: float, integer: bool) -> str:
-    """dcgm-exporter's formatting: ``%d`` for int64 fields, ``%f`` for double fields."""
-    if integer:
-        return f"{int(value):d}"
-    return f"{value:f}"
-
-
 @dataclass
 class Family:
     """One metric family: its spec and its series as (pre-rendered labels, value)."""
@@ -65,6 +53,7 @@ def render(families: Sequence[Family], keep_empty: Iterable[str] = ()) -> str:
         name = spec.name
         integer = spec.integer
         for labels, value in family.samples:
+            # dcgm-exporter's formatting: %d for int64 fields, %f for double fields
             text = f"{int(value):d}" if integer else f"{value:f}"
             if labels:
                 out.append(f"{name}{{{labels}}} {text}\n")
