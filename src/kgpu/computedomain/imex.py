@@ -110,8 +110,3 @@ def render_imex_config(bind_ip: str) -> str:
 def cdi_device_name(claim_uid: str, device: str) -> str:
     """CDI device name for one claim's device, as upstream: ``<claimUID>-<device>``."""
     return f"{claim_uid}-{device}"
-
-
-def cdi_device_id(claim_uid: str, device: str) -> str:
-    """The qualified CDI id a runtime resolves (``k8s.compute-domain.nvidia.com/claim=...``)."""
-    return f"{CDI_KIND}={cdi_device_name(claim_uid, device)}"

@@ -492,12 +492,3 @@ def device_view(driver: str, device: Mapping[str, Any]) -> dict[str, Any]:
     view: dict[str, Any] = {"driver": driver, "attributes": attrs, "capacity": caps}
     view["_signature"] = _hashable({"d": driver, "a": attrs, "c": caps})
     return view
-
-
-def cel_device(view: Mapping[str, Any]) -> dict[str, Any]:
-    """The view without kgpu's private keys (what an expression may see)."""
-    return {
-        "driver": view["driver"],
-        "attributes": view["attributes"],
-        "capacity": view["capacity"],
-    }
