@@ -157,14 +157,16 @@ class MemoryStore:
     ) -> list[Obj]:
         group = group_of(api_version)
         with self._lock:
-            return [
-                copy.deepcopy(obj)
-                for (g, k, ns, _), obj in sorted(self._objects.items())
-                if g == group
-                and k == kind
-                and (namespace is None or ns == namespace)
+            chosen = [
+                (key, obj)
+                for key, obj in self._objects.items()
+                if key[0] == group
+                and key[1] == kind
+                and (namespace is None or key[2] == namespace)
                 and matches_labels(obj, labels)
             ]
+            # filter first, then sort only what is returned (the order callers see is unchanged)
+            return [copy.deepcopy(obj) for _, obj in sorted(chosen, key=lambda item: item[0])]
 
     def kind_revision(self, api_version: str, kind: str) -> int:
         """The store revision of the last create/update/delete of an object of this kind (0

@@ -48,7 +48,7 @@ from kgpu.computedomain.imex import (
     render_nodes_config,
 )
 from kgpu.computedomain.placement import node_clique, node_healthy
-from kgpu.computedomain.slices import DEFAULT_SLOTS, node_slice
+from kgpu.computedomain.slices import DEFAULT_SLOTS, machine_clique, node_slice
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.hardware.model import Machine
 from kgpu.kubelet.cdi import ContainerEdits, DeviceNode, Mount, write_atomic
@@ -368,7 +368,7 @@ def compute_domain_driver(
 ) -> ComputeDomainHandler | None:
     """The ``compute-domain.nvidia.com`` driver for a node whose GPUs sit in an NVLink fabric
     clique, else None (a :data:`kgpu.kubelet.dra.component.DriverFactory`)."""
-    clique = next((g.fabric.clique for g in machine.gpus if g.fabric is not None), None)
+    clique = machine_clique(machine)  # registered with the fabric manager, as slices require
     if clique is None:
         return None
     return ComputeDomainHandler(node_name, store, plugin_dir(kubelet_root, DRIVER), clique=clique)
