@@ -66,6 +66,13 @@ def namespace_of(obj: Mapping[str, Any]) -> str:
     return str(meta.get("namespace") or "default")
 
 
+def object_ref(obj: Mapping[str, Any]) -> str:
+    """``namespace/name`` of a namespaced object (``default`` when unset), as events and
+    ``kubectl`` name it."""
+    meta = obj.get("metadata") or {}
+    return f"{namespace_of(obj)}/{meta.get('name', '')}"
+
+
 def key_of(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
     """Identity of an object: (group, kind, namespace, name). Versions of one group share it."""
     meta = obj.get("metadata") or {}

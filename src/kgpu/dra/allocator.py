@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from kgpu.cluster.store import object_ref
 from kgpu.dra.cel import (
     CelCompileError,
     CelRuntimeError,
@@ -335,8 +336,7 @@ class SliceIndex:
 
 
 def claim_ref(claim: Mapping[str, Any]) -> str:
-    meta = claim.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+    return object_ref(claim)
 
 
 @dataclass(eq=False)

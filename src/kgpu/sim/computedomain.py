@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kgpu.cluster.store import NotFound, ObjectStore
+from kgpu.cluster.store import NotFound, ObjectStore, object_ref
 from kgpu.computedomain.api import (
     API_VERSION,
     CLIQUE_LABEL,
@@ -51,11 +51,6 @@ RESOURCE_API = "resource.k8s.io/v1"
 _AGENTS: weakref.WeakKeyDictionary[Any, weakref.WeakSet[ComputeDomainKubeletPlugin]] = (
     weakref.WeakKeyDictionary()
 )
-
-
-def _pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
 def claim_name_for(
@@ -150,7 +145,7 @@ class ComputeDomainKubeletPlugin:
             result = plugin.prepare([ref], {ref.uid: claim})[ref.uid]
             if result.error:
                 raise ClaimError(f"{DRIVER}: claim {ns}/{ref.name}: {result.error}")
-            self._pods.setdefault((node_name, ref.uid), set()).add(_pod_key(pod))
+            self._pods.setdefault((node_name, ref.uid), set()).add(object_ref(pod))
             ids = [i for d in result.devices for i in d.cdi_device_ids]
             paths = self._device_paths(plugin, ref.uid)
             for container in spec.get("containers") or []:
@@ -178,7 +173,7 @@ class ComputeDomainKubeletPlugin:
         plugin = self._plugins.get(node_name)
         if plugin is None:
             return
-        key = _pod_key(pod)
+        key = object_ref(pod)
         for (node, uid), users in list(self._pods.items()):
             if node != node_name or key not in users:
                 continue
@@ -277,7 +272,7 @@ class CliqueSchedulerPlugin:
         return None
 
     def prefilter(self, pod: Obj, store: ObjectStore) -> str | None:
-        key = _pod_key(pod)
+        key = object_ref(pod)
         self._cycle.pop(key, None)
         domain = self._domain_of(pod, store)
         if domain is None:
@@ -289,7 +284,7 @@ class CliqueSchedulerPlugin:
         by_node: dict[str, list[Obj]] = {}
         seen: set[str] = set()
         for other in pods:
-            okey = _pod_key(other)
+            okey = object_ref(other)
             node = (other.get("spec") or {}).get("nodeName")
             if not node or (other.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 continue
@@ -316,7 +311,7 @@ class CliqueSchedulerPlugin:
         )
 
     def filter(self, pod: Obj, node: NodeInfo, store: ObjectStore) -> str | None:
-        hit = self._cycle.get(_pod_key(pod))
+        hit = self._cycle.get(object_ref(pod))
         if hit is None:
             return None
         domain, allowed = hit
@@ -327,16 +322,16 @@ class CliqueSchedulerPlugin:
         return f"node(s) not in the NVLink clique of ComputeDomain {domain.ref}"
 
     def reserve(self, pod: Obj, node: NodeInfo, store: ObjectStore) -> None:
-        hit = self._cycle.get(_pod_key(pod))
+        hit = self._cycle.get(object_ref(pod))
         if hit is not None:
-            self._reserved[_pod_key(pod)] = (hit[0].uid, node.name, pod)
+            self._reserved[object_ref(pod)] = (hit[0].uid, node.name, pod)
 
     def unreserve(self, pod: Obj, node: NodeInfo, store: ObjectStore) -> None:
-        self._reserved.pop(_pod_key(pod), None)
+        self._reserved.pop(object_ref(pod), None)
 
     def release(self, pod: Obj, store: ObjectStore) -> None:
-        self._reserved.pop(_pod_key(pod), None)
-        self._cycle.pop(_pod_key(pod), None)
+        self._reserved.pop(object_ref(pod), None)
+        self._cycle.pop(object_ref(pod), None)
 
 
 #: The name the simulator's plugin loader looks for.

@@ -30,7 +30,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgpu.cluster.store import AlreadyExists, NotFound, ObjectStore
+from kgpu.cluster.store import AlreadyExists, NotFound, ObjectStore, namespace_of
 from kgpu.dra.allocator import (
     CANNOT_ALLOCATE,
     AllocationError,
@@ -54,16 +54,12 @@ def _meta(obj: Obj) -> Obj:
     return meta
 
 
-def _ns(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("namespace") or "default")
-
-
 def _name(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("name", ""))
 
 
 def pod_key(pod: Obj) -> tuple[str, str]:
-    return (_ns(pod), _name(pod))
+    return (namespace_of(pod), _name(pod))
 
 
 def consumer_ref(pod: Obj) -> Obj:
@@ -196,7 +192,7 @@ class DraSchedulerPlugin:
                 names.append(str(existing))
                 continue
             try:
-                template = store.get(API, "ResourceClaimTemplate", template_name, _ns(pod))
+                template = store.get(API, "ResourceClaimTemplate", template_name, namespace_of(pod))
             except NotFound:
                 return f'resourceclaimtemplate "{template_name}" not found'
             tmeta = (template.get("spec") or {}).get("metadata") or {}
@@ -205,7 +201,7 @@ class DraSchedulerPlugin:
                 "kind": "ResourceClaim",
                 "metadata": {
                     "generateName": f"{_name(pod)}-{pod_claim}-"[:58],
-                    "namespace": _ns(pod),
+                    "namespace": namespace_of(pod),
                     "labels": dict(tmeta.get("labels") or {}),
                     "annotations": {
                         **(tmeta.get("annotations") or {}),
@@ -239,7 +235,7 @@ class DraSchedulerPlugin:
                 {"name": k, "resourceClaimName": v} for k, v in statuses.items() if v
             ]
             with contextlib.suppress(NotFound):
-                current = store.get("v1", "Pod", _name(pod), _ns(pod))
+                current = store.get("v1", "Pod", _name(pod), namespace_of(pod))
                 current.setdefault("status", {})["resourceClaimStatuses"] = status[
                     "resourceClaimStatuses"
                 ]
@@ -256,7 +252,7 @@ class DraSchedulerPlugin:
         if name is not None:
             return name
         try:
-            stored = store.get("v1", "Pod", _name(pod), _ns(pod))
+            stored = store.get("v1", "Pod", _name(pod), namespace_of(pod))
         except NotFound:
             return None
         for s in (stored.get("status") or {}).get("resourceClaimStatuses") or []:
@@ -273,7 +269,7 @@ class DraSchedulerPlugin:
         claims = []
         for name in names:
             try:
-                claim = store.get(API, "ResourceClaim", name, _ns(pod))
+                claim = store.get(API, "ResourceClaim", name, namespace_of(pod))
             except NotFound:
                 return f'resourceclaim "{name}" not found'
             if (claim.get("metadata") or {}).get("deletionTimestamp"):
@@ -379,7 +375,7 @@ class DraSchedulerPlugin:
         me = consumer_ref(pod)
         state.reserved = []
         for claim in state.claims:
-            current = store.get(API, "ResourceClaim", _name(claim), _ns(claim))
+            current = store.get(API, "ResourceClaim", _name(claim), namespace_of(claim))
             before = allocated_devices([current])
             status = current.setdefault("status", {})
             allocated_here = False
@@ -401,7 +397,7 @@ class DraSchedulerPlugin:
         me = consumer_ref(pod)
         for name, allocated_here in state.reserved:
             try:
-                current = store.get(API, "ResourceClaim", name, _ns(pod))
+                current = store.get(API, "ResourceClaim", name, namespace_of(pod))
             except NotFound:
                 continue
             before = allocated_devices([current])
@@ -435,7 +431,7 @@ class DraSchedulerPlugin:
         ] + sorted(n for n in generated if n)
         for name in names:
             try:
-                current = store.get(API, "ResourceClaim", str(name), _ns(pod))
+                current = store.get(API, "ResourceClaim", str(name), namespace_of(pod))
             except NotFound:
                 continue
             before = allocated_devices([current])
@@ -447,7 +443,7 @@ class DraSchedulerPlugin:
                 alloc.allocated -= before
                 self._touch(before)
                 with contextlib.suppress(NotFound):
-                    store.delete(API, "ResourceClaim", str(name), _ns(pod))
+                    store.delete(API, "ResourceClaim", str(name), namespace_of(pod))
                 self._claims_rev = self._rev(store, "ResourceClaim")
                 continue
             self._write_claim(store, current, before)
