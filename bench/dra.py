@@ -25,14 +25,14 @@ import resource
 import time
 import tracemalloc
 
-from kgpu.cluster.store import MemoryStore
 from kgpu.dra.allocator import SliceIndex
 from kgpu.dra.classes import device_classes
-from kgpu.dra.publish import publish_slices
 from kgpu.dra.slices import resource_slices
+from kgpu.drivers.publish import publish_slices
 from kgpu.hardware.profiles import load_machine
 from kgpu.sim.dra_scheduler import DraSchedulerPlugin, ensure_classes
 from kgpu.sim.plugins import NodeInfo
+from kgpu.store import MemoryStore
 
 API = "resource.k8s.io/v1"
 SELECTOR = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA GB200'"

@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kgpu.drivers.attribution import build_attribution
 from kgpu.hardware.mig import apply_layout
 from kgpu.hardware.model import Machine
 from kgpu.hardware.profiles import load_machine
 from kgpu.kubelet.podresources import ContainerResources, PodResources
-from kgpu.metrics.attribution import build_attribution
 from kgpu.metrics.collector import Exporter, NodeTarget
 from kgpu.metrics.simulated import SimulatedTelemetry, Workload
 from kgpu.metrics.sources import PodRef

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import json
-import logging
 import subprocess
 import threading
 from pathlib import Path
 
 import pytest
 
-from kgpu.agent import components, mps
+from kgpu.agent import components
 from kgpu.agent.daemon import Agent, AgentOptions, merge_machines
 from kgpu.agent.inputs import parse_label_args, read_labels_file
-from kgpu.agent.mps import MpsManager, plans
 from kgpu.agent.nfd import FEATURES_FILE, write_features
 from kgpu.config import load_config_strings
+from kgpu.drivers import mps
+from kgpu.drivers.component import Component
+from kgpu.drivers.mps import MpsManager, plans
 from kgpu.errors import FieldError
 from kgpu.hardware.profiles import load_machine
 from kgpu.hardware.simulated import SimulatedBackend
@@ -188,18 +189,6 @@ def test_real_daemons_get_their_gpu_only_and_report_clients(
     assert [c for _, c, _ in fake.calls].count("quit") == 2
 
 
-def test_missing_component_module_warns_and_continues(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    monkeypatch.setattr(components, "METRICS_MODULE", "kgpu.not_there.component")
-    with caplog.at_level(logging.WARNING, logger="kgpu"):
-        got = components.load_metrics(
-            "127.0.0.1:9400", SimulatedBackend(make_machine(1)), Path("/x"), "n"
-        )
-    assert got is None
-    assert "not installed" in caplog.text
-
-
 class Recorder:
     def __init__(self) -> None:
         self.views: list[NodeView] = []
@@ -222,7 +211,7 @@ def test_in_process_agent_feeds_components_and_serves(root: Path) -> None:
     opts = AgentOptions(machine="test", kubelet_root=root, dra=False, node_name="n")
     agent = Agent(opts, backend=backend)
     recorder = Recorder()
-    assert isinstance(recorder, components.Component)
+    assert isinstance(recorder, Component)
     with FakeKubelet(root) as kubelet:
         agent.start()
         agent.components.append(recorder)
@@ -258,8 +247,7 @@ def test_dra_component_of_a_fabric_node_serves_compute_domains_too() -> None:
         root = Path(tempfile.mkdtemp(prefix="kgpu-"))
         try:
             backend = SimulatedBackend(load_machine("gb200", hostname="tray-0", clique=clique))
-            got = components.load_dra(root / "k", root / "cdi", "tray-0", backend, required=True)
-            assert got is not None
+            got = components.load_dra(root / "k", root / "cdi", "tray-0", backend)
             got.start()
             try:
                 assert set(got.servers) == expected  # type: ignore[attr-defined]

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from kgpu.cli import app
@@ -160,8 +158,3 @@ def test_validate_reports_every_schema_error_in_a_document(tmp_path: Path) -> No
     assert "document 0: spec.containers[0]:" in result.output and "bogus" in result.output
 
 
-def test_plan_dra_without_the_dra_module_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "kgpu.dra.slices", None)  # as if it were not built
-    result = runner.invoke(app, ["plan", "-m", "t4", "--dra"])
-    assert result.exit_code == 1
-    assert "DRA slices are not available in this build" in result.output

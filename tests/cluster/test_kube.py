@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from kgpu.cluster.kube import KubeApiError, KubeStore
-from kgpu.cluster.store import AlreadyExists, Conflict, NotFound
 from kgpu.errors import FieldError
+from kgpu.store import AlreadyExists, Conflict, NotFound
 
 from .apiserver import FakeApiServer
 from .conftest import TOKEN, write_kubeconfig

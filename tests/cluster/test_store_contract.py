@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kgpu.cluster.kube import KubeStore
-from kgpu.cluster.store import AlreadyExists, Conflict, MemoryStore, NotFound, ObjectStore
+from kgpu.store import AlreadyExists, Conflict, MemoryStore, NotFound, ObjectStore
 
 from .apiserver import FakeApiServer
 from .conftest import TOKEN, write_kubeconfig

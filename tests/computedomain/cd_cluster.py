@@ -14,7 +14,6 @@ from typing import Any
 
 import yaml
 
-from kgpu.cluster.store import MemoryStore, NotFound
 from kgpu.computedomain.api import CLIQUE_LABEL
 from kgpu.computedomain.placement import pod_fits
 from kgpu.dra.allocator import allocate
@@ -22,6 +21,7 @@ from kgpu.dra.classes import device_classes
 from kgpu.hardware.profiles import load_machine
 from kgpu.sim.computedomain import ComputeDomainController, ComputeDomainKubeletPlugin
 from kgpu.sim.plugins import NodeInfo
+from kgpu.store import MemoryStore, NotFound
 
 Obj = dict[str, Any]
 RES = "resource.k8s.io/v1"

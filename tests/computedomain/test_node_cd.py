@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 import yaml
 
-from kgpu.cluster.store import MemoryStore
 from kgpu.computedomain.api import API_VERSION, node_label
 from kgpu.computedomain.imex import assign_channel, render_nodes_config
-from kgpu.computedomain.node import ComputeDomainHandler
+from kgpu.drivers.computedomain import ComputeDomainHandler
 from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
 from kgpu.kubelet.dra.plugin import DraPlugin, claim_info
+from kgpu.store import MemoryStore
 
 CLIQUE = "7bd2ae60-8d26-4a5a-b5a0-2b1d4ec1f0c5.0"
 

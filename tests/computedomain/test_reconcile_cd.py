@@ -10,7 +10,6 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kgpu.cluster.store import MemoryStore, NotFound
 from kgpu.computedomain.api import API_VERSION, FINALIZER, node_label, parse_compute_domain
 from kgpu.computedomain.crd import crd, validate_object
 from kgpu.computedomain.objects import DRIVER_NAMESPACE, daemon_object_name
@@ -18,6 +17,7 @@ from kgpu.computedomain.placement import NodeRoom, place
 from kgpu.computedomain.reconcile import reconcile
 from kgpu.computedomain.slices import node_slice
 from kgpu.errors import FieldError
+from kgpu.store import MemoryStore, NotFound
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = "1.34.0"

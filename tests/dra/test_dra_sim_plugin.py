@@ -5,13 +5,13 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 
-from kgpu.cluster.store import MemoryStore
 from kgpu.dra.classes import device_classes
-from kgpu.dra.publish import publish_slices
 from kgpu.dra.slices import resource_slices
+from kgpu.drivers.publish import publish_slices
 from kgpu.hardware.profiles import load_machine
 from kgpu.sim.dra_scheduler import DraSchedulerPlugin, ensure_classes
 from kgpu.sim.plugins import NodeInfo
+from kgpu.store import MemoryStore
 
 API = "resource.k8s.io/v1"
 

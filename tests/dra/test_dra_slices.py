@@ -8,12 +8,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kgpu.cluster.store import MemoryStore
 from kgpu.dra.classes import device_classes
-from kgpu.dra.publish import publish_slices, unpublish_slices
 from kgpu.dra.slices import resource_slices
+from kgpu.drivers.publish import publish_slices, unpublish_slices
 from kgpu.hardware.mig import apply_layout
 from kgpu.hardware.profiles import load_machine
+from kgpu.store import MemoryStore
 
 K8S = "1.34.0"  # first release with resource.k8s.io/v1
 REPO = Path(__file__).resolve().parents[2]

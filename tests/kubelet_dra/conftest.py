@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from dra_kubelet_helpers import NODE
 
-from kgpu.cluster.store import MemoryStore
 from kgpu.hardware.mig import apply_layout
 from kgpu.hardware.model import Machine
 from kgpu.hardware.profiles import load_machine
+from kgpu.store import MemoryStore
 
 
 @pytest.fixture

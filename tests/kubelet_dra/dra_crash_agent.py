@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kgpu.cluster.store import NotFound
+from kgpu.drivers.gpu import DRIVER, GpuHandler
 from kgpu.hardware.mig import apply_layout
 from kgpu.hardware.profiles import load_machine
-from kgpu.kubelet.dra.gpu import DRIVER, GpuHandler
 from kgpu.kubelet.dra.plugin import DraPlugin
 from kgpu.kubelet.dra.server import DriverServer, plugin_dir
+from kgpu.store import NotFound
 
 
 class FileStore:

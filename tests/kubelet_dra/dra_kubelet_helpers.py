@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kgpu.cluster.store import MemoryStore
+from kgpu.store import MemoryStore
 
 NODE = "node-a"
 

@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 from dra_kubelet_helpers import NODE
 
-from kgpu.cluster.store import MemoryStore
 from kgpu.computedomain.api import API_VERSION, node_label
-from kgpu.computedomain.node import compute_domain_driver
 from kgpu.config.loader import ConfigSet
+from kgpu.drivers.computedomain import compute_domain_driver
+from kgpu.drivers.dra import DraComponent
 from kgpu.hardware.model import Machine
 from kgpu.hardware.profiles import load_machine
 from kgpu.hardware.simulated import SimulatedBackend
-from kgpu.kubelet.dra.component import DraComponent
 from kgpu.kubelet.dra.handler import ClaimRef
 from kgpu.node.view import build_node_view
+from kgpu.store import MemoryStore
 
 CLIQUE = "5a3c1a2e-0000-4000-8000-000000000001.3"
 CD_DRIVER = "compute-domain.nvidia.com"

@@ -16,15 +16,15 @@ import grpc
 import pytest
 from dra_kubelet_helpers import NODE, gpu_config, make_claim, ref_of
 
-from kgpu.cluster.store import MemoryStore
+from kgpu.drivers.dra import DraComponent
+from kgpu.drivers.gpu import GpuHandler
 from kgpu.hardware.model import Machine
 from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.kubelet import cdi
-from kgpu.kubelet.dra.component import DraComponent
-from kgpu.kubelet.dra.gpu import GpuHandler
 from kgpu.kubelet.dra.handler import ClaimInfo, PreparedClaim, PreparedDevice
 from kgpu.kubelet.dra.plugin import CRASH_POINTS, DraPlugin
 from kgpu.kubelet.dra.server import DriverServer, plugin_dir
+from kgpu.store import MemoryStore
 from kgpu.testing.fake_kubelet_dra import FakeDraKubelet
 
 pytestmark = pytest.mark.slow
@@ -330,7 +330,7 @@ def test_fabric_nodes_serve_the_compute_domain_driver_too(
 ) -> None:
     """The agent's DRA component adds compute-domain.nvidia.com on a node whose GPUs are in an
     NVLink clique (through the factory the agent passes), and only there."""
-    from kgpu.computedomain.node import compute_domain_driver
+    from kgpu.drivers.computedomain import compute_domain_driver
     from kgpu.hardware.profiles import load_machine
 
     gb200 = load_machine(

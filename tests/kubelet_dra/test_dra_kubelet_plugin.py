@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from dra_kubelet_helpers import NODE, gpu_config, make_claim, ref_of
 
-from kgpu.cluster.store import MemoryStore
+from kgpu.drivers.gpu import GpuHandler
 from kgpu.hardware.model import Machine
 from kgpu.kubelet import cdi
 from kgpu.kubelet.checkpoint import Checkpoint, CheckpointError, ClaimState
-from kgpu.kubelet.dra.gpu import GpuHandler
 from kgpu.kubelet.dra.handler import ClaimRef
 from kgpu.kubelet.dra.plugin import CRASH_POINTS, DraPlugin
+from kgpu.store import MemoryStore
 
 KIND = "k8s.gpu.nvidia.com/claim"
 
@@ -363,7 +363,7 @@ def test_crash_while_reconciling_still_converges(
 
 def test_mig_capability_minors_match_a_real_driver_table() -> None:
     """Entries of /proc/driver/nvidia-caps/mig-minors read on a real H100 node (driver 5xx)."""
-    from kgpu.kubelet.dra.gpu import mig_cap_minors
+    from kgpu.drivers.gpu import mig_cap_minors
 
     table = {
         ("gpu0/gi0/access", "gpu0/gi0/ci0/access"): (3, 4),

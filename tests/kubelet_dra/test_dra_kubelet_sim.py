@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from dra_kubelet_helpers import NODE, gpu_config, make_claim
 
-from kgpu.cluster.store import MemoryStore
 from kgpu.hardware.model import Machine
 from kgpu.hardware.profiles import load_machine
 from kgpu.kubelet import cdi
 from kgpu.kubelet.dra.handler import ClaimError
 from kgpu.sim.dra_node import DraKubeletPlugin
+from kgpu.store import MemoryStore
 
 KIND = "k8s.gpu.nvidia.com/claim"
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import urllib.request
 from pathlib import Path
 
-from kgpu.agent.components import Component, load_metrics
+from kgpu.agent.components import load_metrics
 from kgpu.config.loader import ConfigSet
+from kgpu.drivers.component import Component
+from kgpu.drivers.metrics import MetricsComponent
 from kgpu.hardware.model import Machine
 from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.kubelet.podresources import ContainerResources, PodResources
-from kgpu.metrics.component import MetricsComponent
 from kgpu.node.view import build_node_view
 from kgpu.testing.fake_podresources import FakePodResourcesServer
 

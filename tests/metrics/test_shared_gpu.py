@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from kgpu.config.loader import load_config_strings
+from kgpu.drivers.metrics import MetricsComponent
 from kgpu.hardware.model import Machine
 from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.kubelet.podresources import ContainerResources, PodResources
-from kgpu.metrics.component import MetricsComponent
 from kgpu.metrics.nvml_source import NvmlTelemetry
 from kgpu.node.view import build_node_view
 from kgpu.testing.fake_podresources import FakePodResourcesServer

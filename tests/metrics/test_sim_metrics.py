@@ -6,10 +6,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from kgpu.config.loader import ConfigSet
+from kgpu.drivers.attribution import resolve_dra_device
 from kgpu.hardware.mig import apply_layout
 from kgpu.hardware.profiles import load_machine
 from kgpu.kubelet.podresources import ClaimDevice
-from kgpu.metrics.attribution import resolve_dra_device
 from kgpu.metrics.simulated import DEFAULT_MEMORY_MIB
 from kgpu.node.view import build_node_view
 from kgpu.sim.metrics import SimMetrics

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kgpu.cluster.store import ObjectStore
 from kgpu.hardware.model import Machine
 from kgpu.sim.plugins import ContainerDevices, Event, NodeInfo
 from kgpu.sim.scenario import scenario_from_dict
 from kgpu.sim.simulation import Simulation
+from kgpu.store import ObjectStore
 
 Obj = dict[str, Any]
 

@@ -30,12 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from kgpu.agent import components as comps
-from kgpu.agent.components import Component
 from kgpu.agent.faults import process_fault_dir
 from kgpu.agent.inputs import fingerprint, read_labels_file
-from kgpu.agent.mps import MpsManager
 from kgpu.agent.nfd import write_features
-from kgpu.cluster.store import ObjectStore
+from kgpu.drivers.component import Component
+from kgpu.drivers.mps import MpsManager
 from kgpu.errors import FieldError, KgpuError
 from kgpu.hardware.backend import Backend, XidEvent
 from kgpu.hardware.model import Machine
@@ -48,6 +47,7 @@ from kgpu.kubelet.deviceplugin.registration import (
 from kgpu.kubelet.deviceplugin.server import PluginServer
 from kgpu.node import health
 from kgpu.node.model import NodeView
+from kgpu.store import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -377,7 +377,6 @@ class Agent:
                     opts.cdi_root,
                     node,
                     self.backend,
-                    required=bool(opts.dra),
                     store=self.cluster_store(),
                 )
             )

@@ -1,17 +1,17 @@
 """The ``kgpu`` command line.
 
 Each command lives in its own module under :mod:`kgpu.cli` and exposes ``register(app)``; this
-module only assembles them, so a command's heavy imports (gRPC, CEL, prometheus) load only when
-that command runs.
+module only assembles them. A command's heavy imports (gRPC, CEL) sit inside its function, so
+they load only when that command runs.
 """
 
 from __future__ import annotations
 
-import importlib
-
 import typer
 
-COMMANDS = ("machines", "plan", "validate", "sim", "agent", "metrics", "allocate")
+from kgpu.cli import agent, allocate, machines, metrics, plan, sim, validate
+
+COMMANDS = (machines, plan, validate, sim, agent, metrics, allocate)
 
 app = typer.Typer(
     name="kgpu",
@@ -23,13 +23,7 @@ app = typer.Typer(
 
 
 def _register_all() -> None:
-    for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"kgpu.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"kgpu.cli.{name}":
-                continue  # command not built yet
-            raise
+    for module in COMMANDS:
         module.register(app)
 
 

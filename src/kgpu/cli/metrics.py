@@ -41,11 +41,11 @@ def register(app: typer.Typer) -> None:
         import threading
 
         from kgpu.cli.plain import fail
+        from kgpu.drivers.metrics import MetricsComponent
         from kgpu.errors import FieldError, FieldProblem, KgpuError
         from kgpu.hardware import open_backend
         from kgpu.hardware.backend import BackendError
         from kgpu.metrics.collector import HOSTNAME_LABELS
-        from kgpu.metrics.component import MetricsComponent
         from kgpu.metrics.server import parse_address
 
         if hostname_label not in HOSTNAME_LABELS:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -226,18 +225,9 @@ def _print_tables(view: NodeView, slices: list[Any] | None) -> None:
 
 
 def _resource_slices(view: NodeView, node_name: str) -> list[Any]:
-    from kgpu.errors import KgpuError
+    from kgpu.dra.slices import resource_slices
 
-    try:
-        module = importlib.import_module("kgpu.dra.slices")
-    except ModuleNotFoundError as exc:
-        if exc.name in ("kgpu.dra.slices", "kgpu.dra"):
-            raise KgpuError("DRA slices are not available in this build") from None
-        raise
-    func = getattr(module, "resource_slices", None)
-    if func is None:
-        raise KgpuError("DRA slices are not available in this build")
-    return list(func(view.machine, node_name))
+    return list(resource_slices(view.machine, node_name))
 
 
 def _nvml_snapshot(hostname: str) -> Any:

@@ -19,10 +19,10 @@ if TYPE_CHECKING:
 
 def check_compute_domains(path: Path, report: FileReport) -> None:
     """Add the ComputeDomain parser's problems to ``report`` for documents that had none."""
-    from kgpu.cluster.store import group_of
     from kgpu.computedomain.api import GROUP, KIND, parse_compute_domain
     from kgpu.config.fields import load_yaml_documents
     from kgpu.errors import FieldError, FieldProblem
+    from kgpu.store import group_of
 
     try:
         docs = load_yaml_documents(path.read_text(), file=report.file)

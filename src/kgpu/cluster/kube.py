@@ -1,4 +1,4 @@
-"""The :class:`~kgpu.cluster.store.ObjectStore` protocol against a real Kubernetes API server.
+"""The :class:`~kgpu.store.ObjectStore` protocol against a real Kubernetes API server.
 
 Why the official ``kubernetes`` client and not lightkube: its config loader already handles every
 way a kubeconfig can authenticate (client certificates, static and exec-plugin tokens, OIDC) and
@@ -34,22 +34,26 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import threading
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kgpu.cluster.store import (
+from kgpu.errors import FieldError, FieldProblem, KgpuError
+from kgpu.store import (
     CLUSTER_SCOPED,
     AlreadyExists,
     Conflict,
+    Gone,
     NotFound,
     Obj,
+    ObjectList,
     StoreError,
+    WatchEvent,
     group_of,
 )
-from kgpu.errors import FieldError, FieldProblem, KgpuError
 
 Query = list[tuple[str, str]]
 Items = list[Obj]
@@ -127,8 +131,91 @@ def _label_selector(labels: Mapping[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
+def _selectors(labels: Mapping[str, str] | None, fields: Mapping[str, str] | None) -> Query:
+    query: Query = []
+    if labels:
+        query.append(("labelSelector", _label_selector(labels)))
+    if fields:
+        query.append(("fieldSelector", _label_selector(fields)))
+    return query
+
+
+class KubeWatch:
+    """One watch stream (``?watch=1``) read by a background thread: the API server sends one
+    JSON event per line; an ``ERROR`` event with code 410 ends it with :class:`Gone`."""
+
+    def __init__(self, response: Any, api_version: str, kind: str) -> None:
+        self._response = response
+        self._api_version = api_version
+        self._kind = kind
+        self._events: queue.Queue[WatchEvent | BaseException | None] = queue.Queue()
+        self._closed = False
+        self._thread = threading.Thread(target=self._read, name=f"watch-{kind}", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        buf = b""
+        try:
+            for chunk in self._response.stream(65536, decode_content=True):
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.strip():
+                        self._events.put(self._event(json.loads(line)))
+        except BaseException as exc:  # a closed or broken stream ends the watch
+            if not self._closed:
+                self._events.put(exc if isinstance(exc, StoreError) else None)
+                return
+        self._events.put(None)
+
+    def _event(self, raw: Obj) -> WatchEvent | BaseException:
+        etype = str(raw.get("type", ""))
+        obj = raw.get("object") or {}
+        if etype == "ERROR":
+            code = int(obj.get("code") or 0)
+            message = str(obj.get("message") or "watch error")
+            return Gone(message) if code == 410 else KubeApiError(message, "InternalError", code)
+        obj.setdefault("apiVersion", self._api_version)
+        obj.setdefault("kind", self._kind)
+        return WatchEvent(etype, obj)  # type: ignore[arg-type]
+
+    def next(self, timeout: float | None = None) -> WatchEvent | None:
+        if self._closed and self._events.empty():
+            return None
+        try:
+            item = self._events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if item is None:
+            self._closed = True
+            return None
+        if isinstance(item, BaseException):
+            self._closed = True
+            raise item
+        return item
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        while True:
+            event = self.next(None)
+            if event is None:
+                return
+            yield event
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def stop(self) -> None:
+        self._closed = True
+        try:
+            self._response.release_conn()
+            self._response.close()
+        except Exception:  # already closed
+            pass
+
+
 class KubeStore:
-    """An :class:`~kgpu.cluster.store.ObjectStore` backed by a Kubernetes API server.
+    """An :class:`~kgpu.store.ObjectStore` backed by a Kubernetes API server.
 
     Build it with :meth:`from_config` (kubeconfig or in-cluster service account), or hand it a
     ready ``kubernetes.client.ApiClient``. Thread-safe: the client's connection pool is, and the
@@ -217,16 +304,66 @@ class KubeStore:
         kind: str,
         namespace: str | None = None,
         labels: Mapping[str, str] | None = None,
-    ) -> Items:
+        fields: Mapping[str, str] | None = None,
+    ) -> ObjectList:
         path = _collection_path(api_version, self._resource(api_version, kind), namespace)
-        query = [("labelSelector", _label_selector(labels))] if labels else []
-        answer = self._request("GET", path, query=query)
+        answer = self._request("GET", path, query=_selectors(labels, fields))
         items: Items = []
         for item in answer.get("items") or []:
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
             items.append(item)
-        return items
+        rv = str((answer.get("metadata") or {}).get("resourceVersion") or "")
+        return ObjectList(items, rv)
+
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        fields: Mapping[str, str] | None = None,
+        resource_version: str | None = None,
+        bookmarks: bool = False,
+    ) -> KubeWatch:
+        path = _collection_path(api_version, self._resource(api_version, kind), namespace)
+        query = [("watch", "1"), *_selectors(labels, fields)]
+        if resource_version:
+            query.append(("resourceVersion", resource_version))
+        if bookmarks:
+            query.append(("allowWatchBookmarks", "true"))
+        response = self._send("GET", path, query=query, timeout=(self._timeout, None))
+        status = int(response.status)
+        if not 200 <= status < 300:
+            data = response.read()
+            try:
+                answer = json.loads(data) if data else {}
+            except ValueError:
+                answer = {}
+            if status == 410:
+                raise Gone(str(answer.get("message") or "resource version too old"))
+            raise _error("GET", path, status, answer if isinstance(answer, dict) else {}, data)
+        return KubeWatch(response.response, api_version, kind)
+
+    def patch(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        patch: Obj,
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> Obj:
+        path = self._item_path(api_version, kind, name, namespace)
+        if subresource:
+            path += f"/{subresource}"
+        return self._request(
+            "PATCH",
+            path,
+            query=self._write_query(),
+            raw=json.dumps(patch).encode(),
+            content_type="application/merge-patch+json",
+        )
 
     def create(self, obj: Obj) -> Obj:
         api_version, _kind, resource, namespace, _ = self._locate(obj)
@@ -345,17 +482,22 @@ class KubeStore:
         return discovered[(api_version, kind)]
 
     # -- transport ---------------------------------------------------------------------------
-    def _request(
+    def _send(
         self,
         method: str,
         path: str,
         *,
         query: Query | None = None,
         body: Obj | None = None,
-    ) -> Obj:
+        raw: bytes | None = None,
+        content_type: str = "application/json",
+        timeout: Any = None,
+    ) -> Any:
+        """The raw response (its body not read yet), or :class:`KubeApiError` when the server
+        cannot be reached."""
         headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
+        if body is not None or raw is not None:
+            headers["Content-Type"] = content_type
         method, url, headers, body, _ = self._api.param_serialize(
             method,
             path,
@@ -365,13 +507,36 @@ class KubeStore:
             auth_settings=["BearerToken"],
         )
         try:
-            response = self._api.call_api(
-                method, url, header_params=headers, body=body, _request_timeout=self._timeout
+            return self._api.call_api(
+                method,
+                url,
+                header_params=headers,
+                body=raw if raw is not None else body,
+                _request_timeout=timeout if timeout is not None else self._timeout,
             )
-            data = response.read()
         except Exception as exc:  # urllib3 and ApiException(status=0): no answer at all
             if isinstance(exc, StoreError):
                 raise
+            raise KubeApiError(
+                f"{method} {path}: cannot reach the API server: {exc}", "ServiceUnavailable", 0
+            ) from exc
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Query | None = None,
+        body: Obj | None = None,
+        raw: bytes | None = None,
+        content_type: str = "application/json",
+    ) -> Obj:
+        response = self._send(
+            method, path, query=query, body=body, raw=raw, content_type=content_type
+        )
+        try:
+            data = response.read()
+        except Exception as exc:  # the connection broke while the answer was read
             raise KubeApiError(
                 f"{method} {path}: cannot reach the API server: {exc}", "ServiceUnavailable", 0
             ) from exc

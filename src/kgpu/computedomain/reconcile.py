@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kgpu.cluster.store import AlreadyExists, Conflict, NotFound, ObjectStore
 from kgpu.computedomain.api import (
     API_VERSION,
     DOMAIN_LABEL,
@@ -38,6 +37,7 @@ from kgpu.computedomain.objects import (
 )
 from kgpu.computedomain.placement import node_clique, node_healthy, place, room_view
 from kgpu.errors import FieldError
+from kgpu.store import AlreadyExists, Conflict, NotFound, ObjectStore
 
 Obj = dict[str, Any]
 RCT = ("resource.k8s.io/v1", "ResourceClaimTemplate")

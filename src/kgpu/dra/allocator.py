@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from kgpu.cluster.store import object_ref
 from kgpu.dra.cel import (
     CelCompileError,
     CelRuntimeError,
@@ -44,6 +43,7 @@ from kgpu.dra.cel import (
     parse_quantity,
 )
 from kgpu.errors import KgpuError
+from kgpu.store import object_ref
 
 Obj = dict[str, Any]
 DeviceID = tuple[str, str, str]  # (driver, pool, device)

@@ -1,7 +1,9 @@
-"""Which pod holds which GPU: device ids from PodResources mapped back to physical devices.
+"""Which pod holds which GPU: the answer the exporter labels series with, and how a kubelet
+device id maps back to the physical GPU or MIG device a series is about.
 
 The kubelet reports device-plugin device ids and DRA devices per container; what a series is
-about is a physical GPU or MIG device. :func:`build_attribution` joins the two, purely:
+about is a physical GPU or MIG device. :func:`kgpu.drivers.attribution.build_attribution` joins
+the two (it reads the kubelet's PodResources, so it lives with the drivers), purely:
 
 * device-plugin ids resolve through the node view the device plugin serves (whole GPUs, MIG
   devices, ``<id>::<n>`` time-slicing/MPS replicas, renamed resources, index ids); ids the view
@@ -14,20 +16,18 @@ about is a physical GPU or MIG device. :func:`build_attribution` joins the two, 
 * pod UIDs (what a process's cgroup names) map to pods through the kubelet's device
   checkpoint, joined to PodResources on the (container, device id) pairs both list.
 
-:class:`AttributionCache` refreshes this in a background thread so that no scrape ever waits
-on the kubelet.
+:class:`~kgpu.drivers.attribution.AttributionCache` refreshes this in a background thread so
+that no scrape ever waits on the kubelet.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kgpu.hardware.model import Machine
-from kgpu.kubelet.podresources import CheckpointEntry, ClaimDevice, PodResources
 from kgpu.metrics.cgroups import CgroupIdentity
 from kgpu.metrics.sources import PodRef
 from kgpu.node.model import NodeView
@@ -36,9 +36,7 @@ log = logging.getLogger(__name__)
 
 DraKey = tuple[str, str, str]  # (driver, pool, device)
 
-_UUID_RE = re.compile(r"(?:GPU|MIG)-[0-9a-fA-F-]{8,}")
-_DRA_GPU_RE = re.compile(r"^gpu-(\d+)$")
-_DRA_MIG_RE = re.compile(r"^gpu-(\d+)-mig-(.+)$")
+UUID_RE = re.compile(r"(?:GPU|MIG)-[0-9a-fA-F-]{8,}")
 _MIG_INDEX_RE = re.compile(r"^(\d+):(\d+)$")
 
 
@@ -94,7 +92,7 @@ def device_index(view: NodeView | None) -> dict[str, str]:
     return {dev.id: dev.backing_uuid for res in view.resources for dev in res.devices}
 
 
-def _known_uuids(machine: Machine | None) -> set[str]:
+def known_uuids(machine: Machine | None) -> set[str]:
     if machine is None:
         return set()
     out = set()
@@ -114,8 +112,8 @@ def resolve_device_id(
     if base in index:
         return index[base]
     if machine is None:
-        return base if _UUID_RE.fullmatch(base) else None
-    if base in _known_uuids(machine):
+        return base if UUID_RE.fullmatch(base) else None
+    if base in known_uuids(machine):
         return base
     if base.isdigit():
         for gpu in machine.gpus:
@@ -132,199 +130,3 @@ def resolve_device_id(
     return None
 
 
-def resolve_dra_device(
-    device: ClaimDevice, machine: Machine | None, explicit: Mapping[DraKey, str]
-) -> str | None:
-    """The GPU/MIG UUID behind a DRA device, or None."""
-    key = (device.driver, device.pool, device.device)
-    if key in explicit:
-        return explicit[key]
-    known = _known_uuids(machine)
-    for cdi in device.cdi_devices:
-        for found in _UUID_RE.finditer(cdi):
-            if found.group(0) in known:
-                return found.group(0)
-    if machine is None:
-        return None
-    match = _DRA_GPU_RE.match(device.device)
-    if match:
-        minor = int(match.group(1))
-        for gpu in machine.gpus:
-            if gpu.minor == minor:
-                return gpu.uuid
-        for gpu in machine.gpus:
-            if gpu.index == minor:
-                return gpu.uuid
-        return None
-    match = _DRA_MIG_RE.match(device.device)
-    if not match:
-        return None
-    minor, rest = int(match.group(1)), match.group(2)
-    parents = [g for g in machine.gpus if g.minor == minor] or [
-        g for g in machine.gpus if g.index == minor
-    ]
-    if not parents:
-        return None
-    migs = list(parents[0].mig_devices)
-    named = [m for m in migs if m.profile.replace(".", "").replace("+", "") in rest]
-    if named:
-        migs = named
-    numbers = [int(n) for n in re.findall(r"\d+", rest.split("-", 1)[-1])] if "-" in rest else []
-    if len(numbers) >= 2:
-        exact = [
-            m for m in migs if (m.placement_start, m.placement_size) == (numbers[-2], numbers[-1])
-        ]
-        if len(exact) == 1:
-            return exact[0].uuid
-    if numbers:
-        by_start = [m for m in migs if m.placement_start == numbers[-1]]
-        if len(by_start) == 1:
-            return by_start[0].uuid
-    return migs[0].uuid if len(migs) == 1 else None
-
-
-def build_attribution(
-    pods: Sequence[PodResources],
-    checkpoint: Sequence[CheckpointEntry] = (),
-    view: NodeView | None = None,
-    machine: Machine | None = None,
-    dra_devices: Mapping[DraKey, str] | None = None,
-) -> Attribution:
-    """Join PodResources, the device checkpoint and the node view (pure)."""
-    machine = machine if machine is not None else (view.machine if view is not None else None)
-    index = device_index(view)
-    explicit = dra_devices or {}
-    holders: dict[str, set[PodRef]] = {}
-    # (container, device id) -> (namespace, name): the join key with the checkpoint.
-    by_container_id: dict[tuple[str, str], tuple[str, str]] = {}
-    unresolved: list[str] = []
-    resource_names = {res.name for res in view.resources} if view is not None else set()
-    for pod in pods:
-        for container in pod.containers:
-            ref = PodRef(pod.namespace, pod.name, container.name)
-            for resource, device_id in container.device_ids():
-                by_container_id[(container.name, device_id)] = (pod.namespace, pod.name)
-                uuid = resolve_device_id(device_id, index, machine)
-                if uuid is None:
-                    if resource in resource_names or resource.startswith("nvidia.com/"):
-                        unresolved.append(device_id)
-                    continue
-                holders.setdefault(uuid, set()).add(ref)
-            for claim in container.claims:
-                for dev in claim.devices:
-                    uuid = resolve_dra_device(dev, machine, explicit)
-                    if uuid is None:
-                        unresolved.append(f"{dev.driver}/{dev.pool}/{dev.device}")
-                        continue
-                    holders.setdefault(uuid, set()).add(ref)
-    pod_uids: dict[str, tuple[str, str]] = {}
-    uid_containers: dict[tuple[str, str], set[str]] = {}
-    for entry in checkpoint:
-        for device_id in entry.device_ids:
-            owner = by_container_id.get((entry.container, device_id))
-            if owner is None:
-                continue
-            pod_uids[entry.pod_uid] = owner
-            uuid = resolve_device_id(device_id, index, machine)
-            if uuid is not None:
-                uid_containers.setdefault((entry.pod_uid, uuid), set()).add(entry.container)
-    return Attribution(
-        holders={k: tuple(sorted(v)) for k, v in holders.items()},
-        pod_uids=pod_uids,
-        uid_containers={k: tuple(sorted(v)) for k, v in uid_containers.items()},
-        unresolved=tuple(sorted(set(unresolved))),
-    )
-
-
-class AttributionCache:
-    """Keeps an :class:`Attribution` fresh from a background thread.
-
-    ``fetch_pods`` calls the kubelet (``PodResourcesClient.list``); ``fetch_checkpoint`` reads
-    its device checkpoint. A failed refresh keeps the last good answer and reports the error
-    through ``on_error`` (the exporter counts it). A new node view re-joins the last answer at
-    once, without calling the kubelet.
-    """
-
-    def __init__(
-        self,
-        fetch_pods: Callable[[], Sequence[PodResources]],
-        fetch_checkpoint: Callable[[], Sequence[CheckpointEntry]] = lambda: (),
-        interval_s: float = 10.0,
-        on_error: Callable[[str, str], None] = lambda op, reason: None,
-    ) -> None:
-        self._fetch_pods = fetch_pods
-        self._fetch_checkpoint = fetch_checkpoint
-        self.interval_s = interval_s
-        self._on_error = on_error
-        self._lock = threading.Lock()
-        self._pods: Sequence[PodResources] = ()
-        self._checkpoint: Sequence[CheckpointEntry] = ()
-        self._view: NodeView | None = None
-        self._machine: Machine | None = None
-        self._dra: dict[DraKey, str] = {}
-        self._current = Attribution()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def current(self) -> Attribution:
-        return self._current
-
-    def set_view(self, view: NodeView | None) -> None:
-        with self._lock:
-            self._view = view
-            self._rebuild()
-
-    def set_machine(self, machine: Machine | None) -> None:
-        """The hardware to resolve ids against when there is no node view."""
-        with self._lock:
-            self._machine = machine
-            self._rebuild()
-
-    def set_dra_devices(self, mapping: Mapping[DraKey, str]) -> None:
-        """Exact (driver, pool, device) -> GPU/MIG UUID names from the DRA driver."""
-        with self._lock:
-            self._dra = dict(mapping)
-            self._rebuild()
-
-    def _rebuild(self) -> None:
-        self._current = build_attribution(
-            self._pods, self._checkpoint, self._view, self._machine, self._dra
-        )
-
-    def refresh(self) -> bool:
-        """One round against the kubelet; True when it answered."""
-        try:
-            pods = list(self._fetch_pods())
-        except Exception as exc:  # a gRPC error, a missing socket: keep the last answer
-            self._on_error("PodResources.List", type(exc).__name__)
-            log.debug("PodResources refresh failed: %s", exc)
-            return False
-        try:
-            checkpoint = list(self._fetch_checkpoint())
-        except Exception as exc:
-            self._on_error("kubelet_internal_checkpoint", type(exc).__name__)
-            checkpoint = list(self._checkpoint)
-        with self._lock:
-            self._pods = pods
-            self._checkpoint = checkpoint
-            self._rebuild()
-        return True
-
-    def _run(self) -> None:
-        while True:
-            self.refresh()
-            if self._stop.wait(self.interval_s):
-                return
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="kgpu-podresources", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None

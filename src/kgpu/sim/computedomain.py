@@ -6,7 +6,7 @@
   (upstream's daemon rewrites ``nodes_config.cfg`` when the domain's nodes change).
 * :class:`ComputeDomainKubeletPlugin` is the kubelet's DRA plugin for that driver on every
   simulated node: it runs the agent's own :class:`~kgpu.kubelet.dra.plugin.DraPlugin` with the
-  agent's :class:`~kgpu.computedomain.node.ComputeDomainHandler` (checkpoint, CDI files and IMEX
+  agent's :class:`~kgpu.drivers.computedomain.ComputeDomainHandler` (checkpoint, CDI files and IMEX
   config files under ``work_dir/<node>/``), so the simulator exercises the agent's code.
 * :class:`CliqueSchedulerPlugin` keeps the pods holding one domain's channel claim inside one
   NVLink clique and within ``numNodes`` nodes, and says why when no clique has room.
@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kgpu.cluster.store import NotFound, ObjectStore, object_ref
 from kgpu.computedomain.api import (
     API_VERSION,
     CLIQUE_LABEL,
@@ -32,17 +31,18 @@ from kgpu.computedomain.api import (
     parse_compute_domain,
 )
 from kgpu.computedomain.imex import CHANNEL_DIR
-from kgpu.computedomain.node import ComputeDomainHandler
 from kgpu.computedomain.objects import DRIVER_NAMESPACE
 from kgpu.computedomain.placement import node_clique, node_healthy, place, room_view
 from kgpu.computedomain.reconcile import reconcile
 from kgpu.computedomain.slices import machine_clique
-from kgpu.dra.publish import publish_slices, unpublish_slices
+from kgpu.drivers.computedomain import ComputeDomainHandler
+from kgpu.drivers.publish import publish_slices, unpublish_slices
 from kgpu.errors import FieldError
 from kgpu.hardware.model import Machine
 from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
 from kgpu.kubelet.dra.plugin import DraPlugin
 from kgpu.sim.plugins import ContainerDevices, Event, NodeInfo
+from kgpu.store import NotFound, ObjectStore, object_ref
 
 Obj = dict[str, Any]
 RESOURCE_API = "resource.k8s.io/v1"

@@ -2,7 +2,7 @@
 process.
 
 Each simulated node gets the same :class:`~kgpu.kubelet.dra.plugin.DraPlugin` and
-:class:`~kgpu.kubelet.dra.gpu.GpuHandler` that ``kgpu agent`` runs (checkpoint, CDI spec files
+:class:`~kgpu.drivers.gpu.GpuHandler` that ``kgpu agent`` runs (checkpoint, CDI spec files
 under ``work_dir/<node>/cdi``, opaque configs), minus the gRPC sockets. The kubelet's part is
 played here as the real one does it: find the pod's claims (``spec.resourceClaims`` by
 ``resourceClaimName``, or through ``status.resourceClaimStatuses`` for claims made from
@@ -20,13 +20,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kgpu.cluster.store import NotFound, ObjectStore
+from kgpu.drivers.dra import publish
+from kgpu.drivers.gpu import DRIVER, GpuHandler, visible_uuids
 from kgpu.hardware.model import Machine
-from kgpu.kubelet.dra.component import publish
-from kgpu.kubelet.dra.gpu import DRIVER, GpuHandler, visible_uuids
 from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
 from kgpu.kubelet.dra.plugin import RESOURCE_API, DraPlugin
 from kgpu.sim.plugins import ContainerDevices
+from kgpu.store import NotFound, ObjectStore
 
 Obj = dict[str, Any]
 PodKey = tuple[str, str, str]  # node, namespace, pod name

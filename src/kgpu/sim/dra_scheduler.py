@@ -30,7 +30,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgpu.cluster.store import AlreadyExists, NotFound, ObjectStore, namespace_of
 from kgpu.dra.allocator import (
     CANNOT_ALLOCATE,
     AllocationError,
@@ -42,6 +41,7 @@ from kgpu.dra.allocator import (
     node_selector_matches,
 )
 from kgpu.sim.plugins import NodeInfo
+from kgpu.store import AlreadyExists, NotFound, ObjectStore, namespace_of
 
 Obj = dict[str, Any]
 API = "resource.k8s.io/v1"

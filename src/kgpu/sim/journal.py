@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from kgpu.cluster.store import MemoryStore, Obj, namespace_of
+from kgpu.store import MemoryStore, Obj, namespace_of
 
 
 class SimStore(MemoryStore):
@@ -50,6 +50,19 @@ class SimStore(MemoryStore):
     def apply(self, obj: Obj) -> Obj:
         out = super().apply(obj)
         self._note_obj(obj)
+        return out
+
+    def patch(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        patch: Obj,
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> Obj:
+        out = super().patch(api_version, kind, name, patch, namespace, subresource)
+        self._note_obj(out)
         return out
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kgpu.cluster.store import group_of
 from kgpu.computedomain.api import GROUP as CD_GROUP
 from kgpu.computedomain.api import KIND as CD_KIND
 from kgpu.computedomain.api import parse_compute_domain
 from kgpu.config.fields import load_yaml_documents
 from kgpu.errors import FieldError, FieldProblem, join_path
 from kgpu.sim.podspec import validate_pod_spec
+from kgpu.store import group_of
 
 Obj = dict[str, Any]
 

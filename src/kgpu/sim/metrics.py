@@ -13,9 +13,10 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from kgpu.drivers.attribution import build_attribution
 from kgpu.hardware.model import Machine
 from kgpu.kubelet.podresources import ContainerResources, PodResources
-from kgpu.metrics.attribution import Attribution, build_attribution
+from kgpu.metrics.attribution import Attribution
 from kgpu.metrics.collector import Exporter, NodeTarget
 from kgpu.metrics.server import MetricsServer
 from kgpu.metrics.simulated import SimulatedTelemetry, workloads_from_allocations

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Mapping
 
-from kgpu.cluster.store import NotFound
 from kgpu.errors import FieldError, KgpuError
 from kgpu.sim import nodeside
 from kgpu.sim.context import SimContext
@@ -28,6 +27,7 @@ from kgpu.sim.pod_lifecycle import delete_pod
 from kgpu.sim.podspec import Taint, parse_taints, tolerates
 from kgpu.sim.scenario import NodeSpec
 from kgpu.sim.state import SimNode
+from kgpu.store import NotFound
 
 UNREACHABLE = "node.kubernetes.io/unreachable"
 

@@ -110,7 +110,7 @@ def servicers_for(node: SimNode) -> dict[str, DevicePluginServicer]:
 
 def mps_daemons(view: NodeView | None) -> list[MpsDaemon]:
     """The MPS control daemons the agent starts: one per MPS-shared GPU (upstream runs one per
-    resource; see :mod:`kgpu.agent.mps`), each with that GPU's per-client limits and its own
+    resource; see :mod:`kgpu.drivers.mps`), each with that GPU's per-client limits and its own
     pipe directory, in resource then GPU order."""
     if view is None:
         return []

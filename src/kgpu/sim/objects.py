@@ -13,7 +13,6 @@ from typing import Any
 
 import yaml
 
-from kgpu.cluster.store import NotFound, key_of
 from kgpu.errors import FieldError
 from kgpu.sim import nodeside
 from kgpu.sim.context import SimContext
@@ -22,6 +21,7 @@ from kgpu.sim.node_lifecycle import refresh_all
 from kgpu.sim.pod_lifecycle import create_pod, delete_pod
 from kgpu.sim.scenario import ObjectRef
 from kgpu.sim.workloads import API_VERSIONS
+from kgpu.store import NotFound, key_of
 
 Obj = dict[str, Any]
 

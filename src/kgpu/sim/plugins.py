@@ -6,7 +6,7 @@ package (``kgpu.dra``, ``kgpu.computedomain``, ``kgpu.metrics``) and the simulat
 at the points where kube-scheduler, the kubelet and the controller manager would.
 
 Objects are plain dicts in Kubernetes wire form; shared state lives in the simulator's
-:class:`kgpu.cluster.store.MemoryStore` (claims, slices, classes, ComputeDomains, Nodes).
+:class:`kgpu.store.MemoryStore` (claims, slices, classes, ComputeDomains, Nodes).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kgpu.cluster.store import ObjectStore
 from kgpu.hardware.model import Machine
+from kgpu.store import ObjectStore
 
 Obj = dict[str, Any]
 

@@ -14,12 +14,12 @@ import contextlib
 import heapq
 from typing import Any
 
-from kgpu.cluster.store import NotFound
 from kgpu.errors import KgpuError
 from kgpu.sim import nodeside
 from kgpu.sim.context import SimContext
 from kgpu.sim.podspec import pod_requirements
 from kgpu.sim.state import PodRecord, SimNode
+from kgpu.store import NotFound
 
 Obj = dict[str, Any]
 

@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgpu.cluster.store import ObjectStore
 from kgpu.sim.plugins import NodeInfo, SchedulerPlugin
 from kgpu.sim.podspec import (
     PodRequirements,
@@ -33,6 +32,7 @@ from kgpu.sim.podspec import (
     tolerates,
 )
 from kgpu.sim.state import PodRecord, SimNode
+from kgpu.store import ObjectStore
 
 UNSCHEDULABLE = "node(s) were unschedulable"
 AFFINITY = "node(s) didn't match Pod's node affinity/selector"

@@ -12,7 +12,6 @@ import heapq
 from collections.abc import Sequence
 from typing import Any
 
-from kgpu.cluster.store import NotFound
 from kgpu.errors import KgpuError
 from kgpu.sim.binding import schedule_pending
 from kgpu.sim.context import SimContext
@@ -21,6 +20,7 @@ from kgpu.sim.plugins import Controller
 from kgpu.sim.pod_lifecycle import admit_bound, delete_pod, finish, merge_external, track_pod
 from kgpu.sim.podspec import parse_taints, validate_pod_spec
 from kgpu.sim.workloads import Workloads
+from kgpu.store import NotFound
 
 MAX_ROUNDS = 64
 

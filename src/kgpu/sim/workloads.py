@@ -16,11 +16,11 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from kgpu.cluster.store import NotFound
 from kgpu.sim.names import template_hash
 from kgpu.sim.podspec import pod_requirements
 from kgpu.sim.scheduler import static_reasons
 from kgpu.sim.state import PodRecord
+from kgpu.store import NotFound
 
 if TYPE_CHECKING:
     from kgpu.sim.simulation import Simulation

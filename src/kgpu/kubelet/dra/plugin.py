@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kgpu.cluster.store import ObjectStore, StoreError
 from kgpu.errors import FieldError
 from kgpu.kubelet import cdi
 from kgpu.kubelet.checkpoint import Checkpoint, ClaimRecord, ClaimState, PreparedDeviceRecord
@@ -39,6 +38,7 @@ from kgpu.kubelet.dra.handler import (
     OpaqueConfig,
     PreparedClaim,
 )
+from kgpu.store import ObjectStore, StoreError
 
 log = logging.getLogger(__name__)
 

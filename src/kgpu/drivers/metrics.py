@@ -18,10 +18,11 @@ import logging
 import time
 from pathlib import Path
 
+from kgpu.drivers.attribution import AttributionCache
 from kgpu.hardware.backend import Backend
 from kgpu.hardware.model import Machine
 from kgpu.kubelet.podresources import PodResourcesClient, read_device_checkpoint
-from kgpu.metrics.attribution import Attribution, AttributionCache, DraKey
+from kgpu.metrics.attribution import Attribution, DraKey
 from kgpu.metrics.cgroups import ProcCgroups
 from kgpu.metrics.collector import Exporter, NodeTarget
 from kgpu.metrics.server import DEFAULT_ADDRESS, MetricsServer

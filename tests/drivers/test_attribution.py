@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kgpu.config.loader import load_config_strings
+from kgpu.drivers.attribution import AttributionCache, build_attribution, resolve_dra_device
 from kgpu.hardware.mig import apply_layout
 from kgpu.hardware.model import Machine
 from kgpu.hardware.profiles import load_machine
@@ -15,12 +16,7 @@ from kgpu.kubelet.podresources import (
     DynamicClaim,
     PodResources,
 )
-from kgpu.metrics.attribution import (
-    AttributionCache,
-    build_attribution,
-    resolve_device_id,
-    resolve_dra_device,
-)
+from kgpu.metrics.attribution import resolve_device_id
 from kgpu.metrics.cgroups import CgroupIdentity, parse_cgroup
 from kgpu.metrics.sources import PodRef
 from kgpu.node.view import build_node_view

@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kgpu.cluster.store import Conflict, NotFound, ObjectStore
 from kgpu.computedomain.api import (
     API_VERSION,
     CHANNEL_CONFIG_KIND,
@@ -60,6 +59,7 @@ from kgpu.kubelet.dra.handler import (
     PreparedDevice,
 )
 from kgpu.kubelet.dra.server import plugin_dir
+from kgpu.store import Conflict, NotFound, ObjectStore
 
 Obj = dict[str, Any]
 #: Node annotation: the IMEX channel each domain uses on the node (JSON ``{uid: channel}``),
@@ -367,7 +367,7 @@ def compute_domain_driver(
     node_name: str, store: ObjectStore, machine: Machine, kubelet_root: Path
 ) -> ComputeDomainHandler | None:
     """The ``compute-domain.nvidia.com`` driver for a node whose GPUs sit in an NVLink fabric
-    clique, else None (a :data:`kgpu.kubelet.dra.component.DriverFactory`)."""
+    clique, else None (a :data:`kgpu.drivers.dra.DriverFactory`)."""
     clique = machine_clique(machine)  # registered with the fabric manager, as slices require
     if clique is None:
         return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kgpu.cluster.store import AlreadyExists, Conflict, MemoryStore, NotFound
+from kgpu.store import AlreadyExists, Conflict, MemoryStore, NotFound
 
 
 def _cm(name: str, data: str = "a") -> dict[str, object]:

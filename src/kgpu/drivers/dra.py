@@ -3,7 +3,7 @@
 ``gpu.nvidia.com`` is always there; other drivers join with :meth:`DraComponent.add_driver`, or
 through ``driver_factories``: functions the component calls at start with the hardware snapshot,
 each returning a handler or None. The agent passes the ComputeDomain driver's factory
-(:func:`kgpu.computedomain.node.compute_domain_driver`), which serves
+(:func:`kgpu.drivers.computedomain.compute_domain_driver`), which serves
 ``compute-domain.nvidia.com`` on a node whose GPUs belong to a multi-node NVLink fabric (a
 clique), as upstream runs its ComputeDomain kubelet plugin on such nodes. The component itself
 knows no driver but the GPU one, so the kubelet layer never imports the ComputeDomain package.
@@ -27,14 +27,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kgpu.cluster.store import MemoryStore, ObjectStore
+from kgpu.drivers.gpu import GpuHandler
 from kgpu.hardware.backend import Backend
 from kgpu.hardware.model import Machine
-from kgpu.kubelet.dra.gpu import GpuHandler
 from kgpu.kubelet.dra.handler import DriverHandler
 from kgpu.kubelet.dra.plugin import DraPlugin
 from kgpu.kubelet.dra.server import DriverServer, plugin_dir
 from kgpu.node.model import NodeView
+from kgpu.store import MemoryStore, ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def publish(store: ObjectStore, handler: DriverHandler, node_name: str) -> int |
     """Publish ``handler``'s slices for ``node_name``; the pool generation, or None when the
     publishing module is not installed."""
     try:
-        from kgpu.dra.publish import publish_slices
+        from kgpu.drivers.publish import publish_slices
     except ImportError:  # pragma: no cover - the dra package ships with kgpu
         return None
     return publish_slices(store, handler.driver, node_name, handler.resource_slices(node_name))

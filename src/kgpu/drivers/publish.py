@@ -11,8 +11,8 @@ import copy
 import itertools
 from typing import Any
 
-from kgpu.cluster.store import NotFound, ObjectStore
 from kgpu.dra.slices import slice_name
+from kgpu.store import NotFound, ObjectStore
 
 API_VERSION = "resource.k8s.io/v1"
 Obj = dict[str, Any]

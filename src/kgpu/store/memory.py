@@ -1,0 +1,358 @@
+"""The in-memory object store: the simulator's cluster state and the tests' API server.
+
+It follows the API server's rules that controllers can observe: ``resourceVersion`` bumps on
+every write and a stale one conflicts; ``generateName`` gets a suffix; deleting an object that
+still has finalizers only sets ``metadata.deletionTimestamp`` until the last finalizer goes;
+``list`` reports the collection's version and ``watch`` continues from it, replaying from a
+bounded history (as kube-apiserver's watch cache does) and answering :class:`Gone` for a version
+older than that history. Thread-safe: the agent's components and a test may share one.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from kgpu.store.objects import (
+    CLUSTER_SCOPED,
+    Obj,
+    group_of,
+    key_of,
+    matches_fields,
+    matches_labels,
+    merge_patch,
+)
+from kgpu.store.protocol import (
+    AlreadyExists,
+    Conflict,
+    EventType,
+    Gone,
+    NotFound,
+    ObjectList,
+    WatchEvent,
+)
+
+Key = tuple[str, str, str, str]
+
+#: Events kept for watches that resume from an older ``resourceVersion``.
+DEFAULT_HISTORY = 1024
+
+
+class MemoryWatch:
+    """A watch on a :class:`MemoryStore`: events are queued by the writer's thread and read by
+    the watcher's, so a slow reader never slows a write."""
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        group: str,
+        kind: str,
+        namespace: str | None,
+        labels: Mapping[str, str] | None,
+        fields: Mapping[str, str] | None,
+        bookmarks: bool,
+    ) -> None:
+        self._store = store
+        self._group = group
+        self._kind = kind
+        self._namespace = namespace
+        self._labels = dict(labels or {})
+        self._fields = dict(fields or {})
+        self._bookmarks = bookmarks
+        self._queue: deque[WatchEvent] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def matches(self, key: Key, obj: Obj) -> bool:
+        return (
+            key[0] == self._group
+            and key[1] == self._kind
+            and (self._namespace is None or key[2] == self._namespace)
+            and matches_labels(obj, self._labels)
+            and matches_fields(obj, self._fields)
+        )
+
+    def push(self, event: WatchEvent) -> None:
+        with self._cond:
+            if not self._closed:
+                self._queue.append(event)
+                self._cond.notify()
+
+    def next(self, timeout: float | None = None) -> WatchEvent | None:
+        with self._cond:
+            if not self._queue and not self._closed:
+                self._cond.wait(timeout)
+            if self._queue:
+                return self._queue.popleft()
+            if self._bookmarks and not self._closed:
+                rv = str(self._store.resource_version)
+                return WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": rv}})
+            return None
+
+    def drain(self) -> list[WatchEvent]:
+        """Every queued event, without waiting."""
+        with self._cond:
+            out = list(self._queue)
+            self._queue.clear()
+            return out
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        while True:
+            event = self.next(None)
+            if event is None:
+                return
+            yield event
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def stop(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._store._unwatch(self)
+
+
+class MemoryStore:
+    """An in-memory :class:`~kgpu.store.protocol.ObjectStore`.
+
+    ``clock`` supplies ``creationTimestamp``/``deletionTimestamp`` values so the simulator's
+    clock, not the wall clock, shows in objects. ``history`` is how many past events a watch
+    can resume across.
+    """
+
+    def __init__(
+        self, clock: Callable[[], str] | None = None, history: int = DEFAULT_HISTORY
+    ) -> None:
+        self._objects: dict[Key, Obj] = {}
+        self._lock = threading.RLock()
+        self._rv = itertools.count(1)
+        self._uid = itertools.count(1)
+        self._clock = clock or (lambda: "1970-01-01T00:00:00Z")
+        self.resource_version = 0  # the last resourceVersion handed out
+        self.revision = 0  # bumps on every write; lets callers notice change cheaply
+        # (group, kind) -> revision of the last write to an object of that kind, so a cache of
+        # one kind (ResourceSlices in the DRA scheduler) survives writes to other kinds.
+        self.kind_revisions: dict[tuple[str, str], int] = {}
+        self._history: deque[tuple[int, EventType, Key, Obj]] = deque(maxlen=history)
+        self._watchers: list[MemoryWatch] = []
+
+    # -- reads -----------------------------------------------------------------------------
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Obj:
+        with self._lock:
+            obj = self._objects.get(_probe_key(api_version, kind, name, namespace))
+            if obj is None:
+                raise NotFound(f"{kind} {name!r} not found")
+            return copy.deepcopy(obj)
+
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        fields: Mapping[str, str] | None = None,
+    ) -> ObjectList:
+        group = group_of(api_version)
+        with self._lock:
+            chosen = [
+                (key, obj)
+                for key, obj in self._objects.items()
+                if key[0] == group
+                and key[1] == kind
+                and (namespace is None or key[2] == namespace)
+                and matches_labels(obj, labels)
+                and matches_fields(obj, fields)
+            ]
+            # filter first, then sort only what is returned (the order callers see is unchanged)
+            items = [copy.deepcopy(obj) for _, obj in sorted(chosen, key=lambda item: item[0])]
+            return ObjectList(items, str(self.resource_version))
+
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        fields: Mapping[str, str] | None = None,
+        resource_version: str | None = None,
+        bookmarks: bool = False,
+    ) -> MemoryWatch:
+        w = MemoryWatch(self, group_of(api_version), kind, namespace, labels, fields, bookmarks)
+        with self._lock:
+            if resource_version in (None, "", "0"):
+                for key, obj in sorted(self._objects.items()):
+                    if w.matches(key, obj):
+                        w.push(WatchEvent("ADDED", copy.deepcopy(obj)))
+            else:
+                since = _parse_rv(resource_version)
+                oldest = self._history[0][0] if self._history else self.resource_version + 1
+                if since < oldest - 1 and since < self.resource_version:
+                    raise Gone(
+                        f"too old resource version: {since} ({oldest - 1})",
+                    )
+                for rv, etype, key, obj in self._history:
+                    if rv > since and w.matches(key, obj):
+                        w.push(WatchEvent(etype, copy.deepcopy(obj)))
+            self._watchers.append(w)
+        return w
+
+    def kind_revision(self, api_version: str, kind: str) -> int:
+        """The store revision of the last create/update/delete of an object of this kind (0
+        if none yet): equal values mean no object of the kind changed in between."""
+        return self.kind_revisions.get((group_of(api_version), kind), 0)
+
+    def all(self) -> Iterable[Obj]:
+        with self._lock:
+            return [copy.deepcopy(obj) for _, obj in sorted(self._objects.items())]
+
+    # -- writes ----------------------------------------------------------------------------
+    def create(self, obj: Obj) -> Obj:
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        with self._lock:
+            if not meta.get("name") and meta.get("generateName"):
+                meta["name"] = f"{meta['generateName']}{next(self._uid):05x}"
+            if obj.get("kind") not in CLUSTER_SCOPED:
+                meta.setdefault("namespace", "default")
+            key = key_of(obj)
+            if key in self._objects:
+                raise AlreadyExists(f"{obj.get('kind')} {meta.get('name')!r} already exists")
+            meta["uid"] = f"00000000-0000-4000-8000-{next(self._uid):012x}"
+            meta.setdefault("creationTimestamp", self._clock())
+            meta.setdefault("generation", 1)
+            return self._write(key, obj, "ADDED")
+
+    def update(self, obj: Obj) -> Obj:
+        obj = copy.deepcopy(obj)
+        key = key_of(obj)
+        with self._lock:
+            current = self._objects.get(key)
+            if current is None:
+                raise NotFound(f"{obj.get('kind')} {key[3]!r} not found")
+            _check_precondition(obj, current, key)
+            return self._replace(key, current, obj)
+
+    def patch(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        patch: Obj,
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> Obj:
+        key = _probe_key(api_version, kind, name, namespace)
+        with self._lock:
+            current = self._objects.get(key)
+            if current is None:
+                raise NotFound(f"{kind} {name!r} not found")
+            _check_precondition(patch, current, key)
+            if subresource == "status":
+                patch = {"status": patch.get("status")} if "status" in patch else {}
+            merged = merge_patch(current, patch)
+            merged.setdefault("metadata", {})["resourceVersion"] = current["metadata"][
+                "resourceVersion"
+            ]
+            return self._replace(key, current, copy.deepcopy(merged))
+
+    def apply(self, obj: Obj) -> Obj:
+        obj = copy.deepcopy(obj)
+        with self._lock:
+            if obj.get("kind") not in CLUSTER_SCOPED:
+                # as the API server defaults it on create: a re-apply names the same object
+                obj.setdefault("metadata", {}).setdefault("namespace", "default")
+            key = key_of(obj)
+            current = self._objects.get(key)
+            if current is None:
+                return self.create(obj)
+            return self._replace(key, current, obj)
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+        key = _probe_key(api_version, kind, name, namespace)
+        with self._lock:
+            current = self._objects.get(key)
+            if current is None:
+                raise NotFound(f"{kind} {name!r} not found")
+            if current["metadata"].get("finalizers"):
+                if "deletionTimestamp" not in current["metadata"]:
+                    marked = copy.deepcopy(current)
+                    marked["metadata"]["deletionTimestamp"] = self._clock()
+                    self._write(key, marked, "MODIFIED")
+                return
+            self._remove(key, current)
+
+    # -- internals -------------------------------------------------------------------------
+    def _replace(self, key: Key, current: Obj, obj: Obj) -> Obj:
+        meta = obj.setdefault("metadata", {})
+        for kept in ("uid", "creationTimestamp", "deletionTimestamp"):
+            if kept in current["metadata"]:
+                meta[kept] = current["metadata"][kept]
+        generation = int(current["metadata"].get("generation", 1))
+        if obj.get("spec") != current.get("spec"):
+            generation += 1
+        meta["generation"] = generation
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            self._remove(key, obj)
+            return obj
+        return self._write(key, obj, "MODIFIED")
+
+    def _write(self, key: Key, obj: Obj, etype: EventType) -> Obj:
+        rv = self._next_rv()
+        obj["metadata"]["resourceVersion"] = str(rv)
+        self._objects[key] = obj
+        self._record(rv, etype, key, obj)
+        return copy.deepcopy(obj)
+
+    def _remove(self, key: Key, last: Obj) -> None:
+        self._objects.pop(key, None)
+        rv = self._next_rv()
+        gone = dict(last)
+        gone["metadata"] = {**last.get("metadata", {}), "resourceVersion": str(rv)}
+        self._record(rv, "DELETED", key, gone)
+
+    def _next_rv(self) -> int:
+        rv = next(self._rv)
+        self.resource_version = rv
+        return rv
+
+    def _record(self, rv: int, etype: EventType, key: Key, obj: Obj) -> None:
+        self.revision += 1
+        self.kind_revisions[key[:2]] = self.revision
+        self._history.append((rv, etype, key, obj))
+        for w in self._watchers:
+            if w.matches(key, obj):
+                w.push(WatchEvent(etype, copy.deepcopy(obj)))
+
+    def _unwatch(self, w: MemoryWatch) -> None:
+        with self._lock:
+            if w in self._watchers:
+                self._watchers.remove(w)
+
+
+def _probe_key(api_version: str, kind: str, name: str, namespace: str | None) -> Key:
+    probe: Obj = {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}}
+    if namespace is not None:
+        probe["metadata"]["namespace"] = namespace
+    return key_of(probe)
+
+
+def _check_precondition(obj: Obj, current: Obj, key: Key) -> None:
+    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    if rv is not None and rv != current["metadata"]["resourceVersion"]:
+        raise Conflict(
+            f"{key[1]} {key[3]!r}: the object has been modified; "
+            "please apply your changes to the latest version and try again"
+        )
+
+
+def _parse_rv(value: Any) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        raise Gone(f"resource version {value!r} is not one this store handed out") from None
