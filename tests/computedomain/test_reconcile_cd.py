@@ -170,7 +170,8 @@ def test_emitted_objects_validate_against_official_schemas() -> None:
 
 
 def test_crd_manifest_is_valid_and_current() -> None:
-    manifest = yaml.safe_load((REPO / "deploy" / "crds" / "computedomain.yaml").read_text())
+    chart_crd = REPO / "deploy" / "helm" / "kgpu" / "crds" / "computedomain.yaml"
+    manifest = yaml.safe_load(chart_crd.read_text())
     assert manifest == crd()
     kubernetes_validate.validate(manifest, K8S, strict=True)
 

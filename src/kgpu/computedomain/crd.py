@@ -2,8 +2,8 @@
 
 The schema carries upstream's fields, enums and defaults (so manifests written for NVIDIA's
 driver validate unchanged) plus one optional addition, ``status.conditions``, where kgpu says
-why a domain is not Ready. ``deploy/crds/computedomain.yaml`` is this object dumped
-(``python -m kgpu.computedomain.crd``); a test keeps the two identical.
+why a domain is not Ready. ``deploy/helm/kgpu/crds/computedomain.yaml`` (the Helm chart's CRD) is
+this object dumped (``python -m kgpu.computedomain.crd``); a test keeps the two identical.
 """
 
 from __future__ import annotations
