@@ -1,0 +1,88 @@
+{{/* Names, labels and the settings several templates share. */}}
+
+{{- define "kgpu.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kgpu.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Name of one process's objects: "<fullname>-agent", "<fullname>-controller". */}}
+{{- define "kgpu.componentName" -}}
+{{- printf "%s-%s" (include "kgpu.fullname" .context) .component | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kgpu.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "kgpu.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* Selector labels of one process (dict "context" $ "component" "agent"). The component label
+     is also how tests/deploy tie a ServiceAccount and its Roles to the process that uses them. */}}
+{{- define "kgpu.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kgpu.name" .context }}
+app.kubernetes.io/instance: {{ .context.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "kgpu.componentLabels" -}}
+{{ include "kgpu.labels" .context }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "kgpu.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* ServiceAccount of one process (dict "context" $ "component" "agent"). */}}
+{{- define "kgpu.serviceAccountName" -}}
+{{- $sa := (index .context.Values .component).serviceAccount }}
+{{- if $sa.create }}
+{{- default (include "kgpu.componentName" .) $sa.name }}
+{{- else }}
+{{- default "default" $sa.name }}
+{{- end }}
+{{- end }}
+
+{{/* The resource.k8s.io version the cluster serves: v1 from 1.34, v1beta2 on 1.33, v1beta1 on
+     1.32. Decided from the server's version, not from .Capabilities.APIVersions: `helm template`
+     without a cluster reports every API version as served. deviceClasses.apiVersion overrides. */}}
+{{- define "kgpu.resourceApiVersion" -}}
+{{- if .Values.deviceClasses.apiVersion }}
+{{- .Values.deviceClasses.apiVersion }}
+{{- else if semverCompare ">=1.34.0-0" .Capabilities.KubeVersion.Version }}
+{{- "resource.k8s.io/v1" }}
+{{- else if semverCompare ">=1.33.0-0" .Capabilities.KubeVersion.Version }}
+{{- "resource.k8s.io/v1beta2" }}
+{{- else }}
+{{- "resource.k8s.io/v1beta1" }}
+{{- end }}
+{{- end }}
+
+{{/* The agent's settings file: the chart's values that have the GPU Operator's names, in the
+     GPU Operator's shape, which `kgpu agent --config` reads as GPU Operator Helm values. */}}
+{{- define "kgpu.agentSettings" -}}
+{{- $dp := dict "default" .Values.devicePlugin.config.default }}
+{{- if and .Values.devicePlugin.config.create .Values.devicePlugin.config.data }}
+{{- $_ := set $dp "data" .Values.devicePlugin.config.data }}
+{{- end }}
+{{- $mig := dict "default" .Values.migManager.config.default }}
+{{- if and .Values.migManager.config.create .Values.migManager.config.data }}
+{{- $_ := set $mig "data" .Values.migManager.config.data }}
+{{- end }}
+{{- $settings := dict "mig" (dict "strategy" .Values.mig.strategy) "devicePlugin" (dict "config" $dp) "migManager" (dict "config" $mig) }}
+{{- toYaml $settings }}
+{{- end }}
