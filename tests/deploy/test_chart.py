@@ -314,7 +314,7 @@ def test_gpu_operator_named_values_reach_the_agent(render: Render, values: str) 
     configs = load_config_strings({"values.yaml": cm["data"]["values.yaml"]})
     assert configs.mig_strategy == settings["mig"]["strategy"]
     assert configs.default_plugin_config == (settings["devicePlugin"]["config"]["default"] or None)
-    assert configs.default_mig_config == settings["migManager"]["config"]["default"]
+    assert configs.default_mig_config == (settings["migManager"]["config"]["default"] or None)
     dp, mig = settings["devicePlugin"]["config"], settings["migManager"]["config"]
     if dp["create"]:
         assert set(configs.plugin_configs) == set(dp["data"])
