@@ -308,3 +308,17 @@ def test_pass_device_specs_lists_the_control_nodes_then_the_devices(
     assert paths[2] == "/dev/nvidia0" and len(paths) == 5
     assert all(s.host_path == f"{root}{s.container_path}" for s in specs)
     assert {s.permissions for s in specs} == {"rw"}
+
+
+def test_a_real_gpu_backend_gets_the_driver_from_upstreams_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class NvmlBackend:  # the agent's backend on real GPUs, by name as the agent tells them apart
+        pass
+
+    monkeypatch.setenv("NVIDIA_DRIVER_ROOT", "/run/nvidia/driver")
+    monkeypatch.setenv("DRIVER_ROOT_CTR_PATH", "/driver-root")
+    driver = for_backend(NvmlBackend())
+    assert driver is not None
+    assert driver.root.root == Path("/driver-root")
+    assert driver.root.host("/usr/bin/nvidia-smi") == "/run/nvidia/driver/usr/bin/nvidia-smi"

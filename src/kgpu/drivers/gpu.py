@@ -8,7 +8,9 @@ node plus the GPU-instance and compute-instance capability nodes
 checked against a real H100 node's ``/proc/driver/nvidia-caps/mig-minors``). The
 spec-level edits add the control nodes (``/dev/nvidiactl``, ``/dev/nvidia-uvm``,
 ``/dev/nvidia-uvm-tools``) and ``NVIDIA_VISIBLE_DEVICES=void``, which upstream sets so the
-NVIDIA runtime hook does not expose GPUs a second time beside CDI.
+NVIDIA runtime hook does not expose GPUs a second time beside CDI. On real GPUs the handler is
+given the node's driver (:class:`kgpu.kubelet.nvidia_cdi.NodeDriver`) and the spec-level edits
+carry it as upstream's do: libraries, tools, firmware, sockets and the toolkit's hooks.
 
 Opaque ``GpuConfig``/``MigDeviceConfig`` (:mod:`kgpu.dra.opaque`) apply per request, claim
 configs over class configs, last one wins. MPS adds upstream's pipe and shm mounts under
