@@ -322,3 +322,12 @@ def test_a_real_gpu_backend_gets_the_driver_from_upstreams_variables(
     assert driver is not None
     assert driver.root.root == Path("/driver-root")
     assert driver.root.host("/usr/bin/nvidia-smi") == "/run/nvidia/driver/usr/bin/nvidia-smi"
+
+
+def test_a_toolkit_spec_that_is_not_yaml_is_reported_not_raised(tmp_path: Path) -> None:
+    root = lay_out_driver(tmp_path / "host")
+    (root / "etc/cdi").mkdir(parents=True)
+    (root / "etc/cdi/nvidia.yaml").write_text("devices: [unclosed\n")
+    driver = node_driver(root)
+    assert any(m.container_path == "/usr/bin/nvidia-smi" for m in driver.common_edits().mounts)
+    assert "not a YAML or JSON file" in driver.warnings[0]

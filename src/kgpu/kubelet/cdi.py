@@ -574,7 +574,12 @@ def write_spec(path: Path, spec: Mapping[str, Any]) -> None:
 
 
 def read_spec(path: Path) -> dict[str, Any]:
-    loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    """The spec in a YAML or JSON file ({} when it holds no mapping); ValueError naming the file
+    when it is not YAML."""
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a YAML or JSON file: {exc}") from None
     return loaded if isinstance(loaded, dict) else {}
 
 

@@ -225,10 +225,6 @@ def _glob(root: Path, directory: str, pattern: str) -> list[str]:
     return [f"{directory.rstrip('/')}/{n}" for n in names if fnmatch.fnmatchcase(n, pattern)]
 
 
-def _is_symlink(path: Path) -> bool:
-    return path.is_symlink()
-
-
 # -- ELF SONAME -------------------------------------------------------------------------------
 
 _SHT_DYNAMIC = 6
@@ -385,11 +381,11 @@ def _symlinks_for(root: Path, library: str) -> list[tuple[str, str]]:
     soname = elf_soname(host_dir / name)
     if soname is None:
         return links
-    if soname != name and _is_symlink(host_dir / soname):
+    if soname != name and (host_dir / soname).is_symlink():
         links.append((name, f"{directory}/{soname}"))
     target = soname or name
     link = so_link(target)
-    if link and link != target and _is_symlink(host_dir / link):
+    if link and link != target and (host_dir / link).is_symlink():
         links.append((target, f"{directory}/{link}"))
     return links
 
