@@ -1,7 +1,8 @@
 """Benchmark: CPU time of one /metrics scrape.
 
-    python bench/metrics.py            # simulated: 8 x H100, and 8 x A100 with 7 MIG devices each
-    python bench/metrics.py --nvml     # also a real-GPU scrape vs the raw cost of its NVML calls
+    python bench/metrics.py              # simulated: 8 x H100, and 8 x A100 with 7 MIG devices each
+    python bench/metrics.py --fake-nvml  # also the NVML path over tests/metrics' fake NVML
+    python bench/metrics.py --nvml       # also a real-GPU scrape vs the raw cost of its NVML calls
 
 Attribution is on in every case: PodResources-style allocations are joined to the devices
 (time-sliced pods on every H100, one pod per MIG device) and per-pod series are rendered. CPU
@@ -19,6 +20,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kgpu.drivers.attribution import build_attribution
@@ -101,7 +103,8 @@ def run_simulated(runs: int) -> list[dict[str, Any]]:
 
 def raw_nvml_calls(nvml: Any, machine: Machine) -> Callable[[], None]:
     """The NVML calls one scrape makes, without anything around them: the same calls in the same
-    order (process utilisation only where processes run, one non-blocking event-set poll)."""
+    order (process utilisation only where processes run, one non-blocking event-set poll, one
+    GPM sample and metrics computation per GPM-capable GPU)."""
     handles = [nvml.nvmlDeviceGetHandleByUUID(g.uuid) for g in machine.gpus]
     links = [sum(link.links for link in g.nvlinks) for g in machine.gpus]
     tx, rx = nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
@@ -110,17 +113,43 @@ def raw_nvml_calls(nvml: Any, machine: Machine) -> Callable[[], None]:
         with contextlib.suppress(nvml.NVMLError):
             nvml.nvmlDeviceRegisterEvents(h, nvml.nvmlEventTypeXidCriticalError, events)
 
-    def call(fn: Callable[..., Any], *args: Any) -> Any:
+    def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args)
-        except nvml.NVMLError:
+            return fn(*args, **kwargs)
+        except (nvml.NVMLError, AttributeError):
             return None
+
+    gpm: dict[int, Any] = {}
+    for i, h in enumerate(handles):
+        support = call(nvml.nvmlGpmQueryDeviceSupport, h)
+        if support is not None and support.isSupportedDevice:
+            gpm[i] = call(nvml.nvmlGpmSampleGet, h, nvml.nvmlGpmSampleAlloc())
+    metric_ids = [
+        nvml.NVML_GPM_METRIC_GRAPHICS_UTIL,
+        nvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+        nvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
+        nvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC,
+        nvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC,
+    ]
+
+    def gpm_metrics(i: int, h: Any) -> None:
+        sample = call(nvml.nvmlGpmSampleGet, h, nvml.nvmlGpmSampleAlloc())
+        get = nvml.c_nvmlGpmMetricsGet_t()
+        get.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        get.numMetrics = len(metric_ids)
+        get.sample1, get.sample2 = gpm[i], sample
+        for j, metric in enumerate(metric_ids):
+            get.metrics[j].metricId = metric
+        call(nvml.nvmlGpmMetricsGet, get)
+        call(nvml.nvmlGpmSampleFree, gpm[i])
+        gpm[i] = sample
 
     def once() -> None:
         call(nvml.nvmlEventSetWait_v2, events, 0)
-        for h, n in zip(handles, links, strict=True):
+        for i, (h, n) in enumerate(zip(handles, links, strict=True)):
             call(nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
             call(nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_MEM)
+            call(nvml.nvmlDeviceGetFieldValues, h, [nvml.NVML_FI_DEV_MEMORY_TEMP])
             call(nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU)
             call(nvml.nvmlDeviceGetPowerUsage, h)
             call(nvml.nvmlDeviceGetTotalEnergyConsumption, h)
@@ -128,14 +157,53 @@ def raw_nvml_calls(nvml: Any, machine: Machine) -> Callable[[], None]:
             call(nvml.nvmlDeviceGetUtilizationRates, h)
             call(nvml.nvmlDeviceGetEncoderUtilization, h)
             call(nvml.nvmlDeviceGetDecoderUtilization, h)
-            call(nvml.nvmlDeviceGetMemoryInfo, h)
+            call(nvml.nvmlDeviceGetMemoryInfo, h, version=nvml.nvmlMemory_v2)
             if n:
                 fields = [(f, link) for link in range(n) for f in (tx, rx)]
                 call(nvml.nvmlDeviceGetFieldValues, h, fields)
+            call(nvml.nvmlDeviceGetGridLicensableFeatures, h)
+            call(nvml.nvmlDeviceGetRemappedRows, h)
+            if i in gpm:
+                gpm_metrics(i, h)
             if call(nvml.nvmlDeviceGetComputeRunningProcesses, h):
                 call(nvml.nvmlDeviceGetProcessUtilization, h, 0)
 
     return once
+
+
+def run_fake_nvml(runs: int) -> list[dict[str, Any]]:
+    """The NVML path (``NvmlTelemetry``, the collector, the renderer) over the fake NVML of
+    tests/metrics: what kgpu's own code costs per scrape, without a driver."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from kgpu.metrics.nvml_source import NvmlTelemetry
+    from tests.metrics.fake_nvml import FakeNvml
+
+    results = []
+    h100 = load_machine("dgx-h100", hostname="bench")
+    a100 = load_machine("p4de.24xlarge", hostname="bench")
+    for label, machine in (("8 x H100 (GPM), fake NVML", h100), ("8 x A100, fake NVML", a100)):
+        nvml = FakeNvml(machine)
+        for state in nvml.state.values():
+            state.gpm = {1: 40.0, 5: 20.0, 10: 10.0, 20: 100.0, 21: 200.0}
+        try:
+            source = NvmlTelemetry(nvml, gpm_prime_s=0.0)
+        except TypeError:  # a kgpu from before GPM (for before/after comparisons)
+            source = NvmlTelemetry(nvml)
+        exporter = Exporter([NodeTarget(machine=lambda m=machine: m, source=source)])
+        text = exporter.scrape()
+        median, mean, p95 = cpu_ms(exporter.scrape, runs)
+        results.append(
+            {
+                "case": label,
+                "pods": 0,
+                "series": sum(1 for line in text.splitlines() if line and line[0] != "#"),
+                "bytes": len(text),
+                "median_ms": median,
+                "mean_ms": mean,
+                "p95_ms": p95,
+            }
+        )
+    return results
 
 
 def run_nvml(runs: int) -> dict[str, Any]:
@@ -190,11 +258,17 @@ def main() -> int:
     )
     parser.add_argument("--runs", type=int, default=500)
     parser.add_argument("--nvml", action="store_true", help="also measure against real GPUs")
+    parser.add_argument(
+        "--fake-nvml", action="store_true", help="also the NVML path over a fake NVML"
+    )
     parser.add_argument("--dump", help="with --nvml: write one real scrape to this file")
     args = parser.parse_args()
     print(f"python {platform.python_version()} on {platform.machine()}")
     print(f"{'case':58} {'pods':>5} {'series':>6} {'KiB':>6} {'median':>8} {'mean':>8} {'p95':>8}")
-    for r in run_simulated(args.runs):
+    cases = run_simulated(args.runs)
+    if args.fake_nvml:
+        cases += run_fake_nvml(args.runs)
+    for r in cases:
         print(
             f"{r['case']:58} {r['pods']:5d} {r['series']:6d} {r['bytes'] / 1024:6.1f} "
             f"{r['median_ms']:7.2f}ms {r['mean_ms']:7.2f}ms {r['p95_ms']:7.2f}ms"

@@ -59,3 +59,15 @@ def test_agent_can_name_the_node_label_hostname_like_dcgm_exporter_main(
     assert labels and all(
         lab.get("hostname") == "node-b" and "Hostname" not in lab for lab in labels
     )
+
+
+def test_an_xid_injected_into_a_simulated_backend_is_the_last_xid(h100: Machine) -> None:
+    """What ``kgpu agent --fault-dir`` does: the XID reaches the simulated backend, and the
+    exporter reports it as that GPU's last XID."""
+    backend = SimulatedBackend(h100)
+    component = MetricsComponent("127.0.0.1:0", backend, None, "node-a")
+    backend.inject_xid(3, 94)
+    text = component.scrape()
+    component.stop()
+    xids = {lab["gpu"]: v for lab, v in series(text, "DCGM_FI_DEV_XID_ERRORS")}
+    assert xids["3"] == 94 and sum(xids.values()) == 94

@@ -16,7 +16,7 @@ from kgpu.sim.metrics import SimMetrics
 from kgpu.sim.scenario import scenario_from_dict
 from kgpu.sim.simulation import run_scenario
 
-from .conftest import series
+from .conftest import parse_series, series
 
 
 def test_time_sliced_pods_of_row_3_get_their_share(acceptance: Path) -> None:
@@ -68,3 +68,35 @@ def test_devices_from_dra_claims_count_too() -> None:
     # kgpu's DRA driver names MIG devices gpu-<minor>-mig-<profile>-<profile id>-<start>.
     device = ClaimDevice("gpu.nvidia.com", "dra-node", f"gpu-0-mig-1g10gb-19-{mig.placement_start}")
     assert resolve_dra_device(device, machine, {}) == mig.uuid
+
+
+def test_the_last_injected_xid_is_served_per_gpu_application_xids_included() -> None:
+    sim = run_scenario(
+        scenario_from_dict({"name": "xid", "nodes": [{"name": "n1", "machine": "dgx-h100"}]})
+    )
+    try:
+        metrics = SimMetrics(sim)
+        assert {v for _, v in series(metrics.scrape(), "DCGM_FI_DEV_XID_ERRORS")} == {0}
+        sim.inject_xid("n1", 2, 79)
+        sim.inject_xid("n1", 5, 13)  # an application XID: no device turns Unhealthy, DCGM shows it
+        sim.inject_xid("n1", 2, 48)
+        text = metrics.scrape()
+    finally:
+        sim.close()
+    xids = {lab["gpu"]: v for lab, v in series(text, "DCGM_FI_DEV_XID_ERRORS")}
+    assert xids == {**{str(i): 0 for i in range(8)}, "2": 48, "5": 13}
+
+
+def test_every_default_field_is_served_on_a_simulated_hopper_node() -> None:
+    """Dashboards can be built on the simulator: a dgx-h100 serves all 25 default fields."""
+    from kgpu.metrics import fields as F
+
+    sim = run_scenario(
+        scenario_from_dict({"name": "all", "nodes": [{"name": "n1", "machine": "dgx-h100"}]})
+    )
+    try:
+        text = SimMetrics(sim).scrape()
+    finally:
+        sim.close()
+    served = {name for name, _, _ in parse_series(text)}
+    assert {spec.name for spec in F.DCGM_METRICS} <= served

@@ -78,7 +78,11 @@ def test_mig_gpus_report_memory_per_mig_device_and_no_utilisation() -> None:
     mig = gpu.mig_devices[0]
     tel = SimulatedTelemetry(workloads=[Workload(A, mig.uuid, memory_mib=4096)]).read(a100)
     assert F.GPU_UTIL.name not in tel.values[gpu.uuid]
-    assert tel.values[mig.uuid] == {F.FB_USED.name: 4096, F.FB_FREE.name: mig.memory_mib - 4096}
+    assert tel.values[mig.uuid] == {
+        F.FB_USED.name: 4096,
+        F.FB_FREE.name: mig.memory_mib - 4096,
+        F.FB_RESERVED.name: 0,
+    }
     assert tel.values[gpu.mig_devices[1].uuid][F.FB_USED.name] == 0
     assert [p.device_uuid for p in tel.processes] == [mig.uuid]
 

@@ -33,6 +33,14 @@ def register(app: typer.Typer) -> None:
         once: bool = typer.Option(
             False, "--once", help="print one scrape to stdout and exit instead of serving"
         ),
+        collectors: str = typer.Option(
+            "",
+            "--collectors",
+            "-f",
+            envvar="DCGM_EXPORTER_COLLECTORS",
+            help="a counters CSV in dcgm-exporter's format selecting the fields "
+            "(default: dcgm-exporter's default set)",
+        ),
     ) -> None:
         """Serve GPU metrics with dcgm-exporter's names, plus per-pod series on shared GPUs."""
         import os
@@ -40,12 +48,15 @@ def register(app: typer.Typer) -> None:
         import sys
         import threading
 
-        from kgpu.cli.plain import fail
+        from rich.console import Console
+
+        from kgpu.cli.plain import fail, warn
         from kgpu.drivers.metrics import MetricsComponent
         from kgpu.errors import FieldError, FieldProblem, KgpuError
         from kgpu.hardware import open_backend
         from kgpu.hardware.backend import BackendError
         from kgpu.metrics.collector import HOSTNAME_LABELS
+        from kgpu.metrics.counters import counters_for
         from kgpu.metrics.server import parse_address
 
         if hostname_label not in HOSTNAME_LABELS:
@@ -60,10 +71,13 @@ def register(app: typer.Typer) -> None:
             )
         node = hostname or os.environ.get("NODE_NAME", "") or socket.gethostname()
         try:
+            counters = counters_for(collectors or None, env={})
             parse_address(address)
             backend = open_backend(machine, hostname=node)
         except (KgpuError, BackendError) as exc:
             fail(exc if isinstance(exc, KgpuError) else str(exc))
+        for warning in counters.warnings:
+            warn(Console(stderr=True), warning)
         component = MetricsComponent(
             address,
             backend,
@@ -71,6 +85,7 @@ def register(app: typer.Typer) -> None:
             node,
             hostname_label=hostname_label,
             proc_root=proc_root,
+            counters=counters,
         )
         if once:
             if component.cache is not None:

@@ -30,6 +30,7 @@ from typing import Any
 from kgpu.drivers.gpu import GpuHandler
 from kgpu.hardware.backend import Backend
 from kgpu.hardware.model import Machine
+from kgpu.kubelet import nvidia_cdi
 from kgpu.kubelet.dra.handler import DriverHandler
 from kgpu.kubelet.dra.plugin import DraPlugin
 from kgpu.kubelet.dra.server import DriverServer, plugin_dir
@@ -121,6 +122,7 @@ class DraComponent:
                 self.node_name,
                 plugin_dir(self.kubelet_root, "gpu.nvidia.com"),
                 partitionable=self.partitionable,
+                node_driver=nvidia_cdi.for_backend(self.backend),
             )
             machine = self.gpu.machine
             for factory in self.driver_factories:

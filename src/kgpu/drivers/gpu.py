@@ -8,7 +8,9 @@ node plus the GPU-instance and compute-instance capability nodes
 checked against a real H100 node's ``/proc/driver/nvidia-caps/mig-minors``). The
 spec-level edits add the control nodes (``/dev/nvidiactl``, ``/dev/nvidia-uvm``,
 ``/dev/nvidia-uvm-tools``) and ``NVIDIA_VISIBLE_DEVICES=void``, which upstream sets so the
-NVIDIA runtime hook does not expose GPUs a second time beside CDI.
+NVIDIA runtime hook does not expose GPUs a second time beside CDI. On real GPUs the handler is
+given the node's driver (:class:`kgpu.kubelet.nvidia_cdi.NodeDriver`) and the spec-level edits
+carry it as upstream's do: libraries, tools, firmware, sockets and the toolkit's hooks.
 
 Opaque ``GpuConfig``/``MigDeviceConfig`` (:mod:`kgpu.dra.opaque`) apply per request, claim
 configs over class configs, last one wins. MPS adds upstream's pipe and shm mounts under
@@ -33,19 +35,12 @@ from kgpu.hardware.model import Gpu, Machine, MigDevice
 from kgpu.kubelet.cdi import ContainerEdits, DeviceNode, Mount
 from kgpu.kubelet.dra.handler import ClaimError, ClaimInfo, OpaqueConfig, PreparedClaim
 from kgpu.kubelet.dra.handler import PreparedDevice as Prepared
+from kgpu.kubelet.nvidia_cdi import NodeDriver, mig_cap_minors
 
 DRIVER = "gpu.nvidia.com"
 CDI_KIND = "k8s.gpu.nvidia.com/claim"
 
 Obj = dict[str, Any]
-
-
-def mig_cap_minors(gpu_minor: int, gi_id: int, ci_id: int) -> tuple[int, int]:
-    """Minor numbers of ``gpu<minor>/gi<gi>/access`` and ``.../ci<ci>/access`` in
-    ``/proc/driver/nvidia-caps/mig-minors``: after ``config`` (1) and ``monitor`` (2), each GPU
-    has 15 GPU instances of 1 access + 8 compute-instance minors each."""
-    gi = 3 + gpu_minor * 15 * 9 + gi_id * 9
-    return gi, gi + 1 + ci_id
 
 
 @dataclass(frozen=True)
@@ -188,8 +183,10 @@ class GpuHandler:
         dev_root: str = "/dev",
         dynamic_mig: bool = False,
         partitionable: bool = False,
+        node_driver: NodeDriver | None = None,
     ) -> None:
         self.node_name = node_name
+        self.node_driver = node_driver  # the driver's files for the specs (None: simulated)
         self.plugin_dir = plugin_dir
         self.mps_root = plugin_dir / "mps"
         self.dev_root = dev_root
@@ -293,7 +290,7 @@ class GpuHandler:
                         pool=str(result.get("pool", "")),
                         device=device.name,
                         cdi_name=f"{claim.uid}-{device.name}",
-                        edits=device_edits(device, self.dev_root).merged(extra),
+                        edits=self._device_edits(device).merged(extra),
                     )
                 )
         state: Obj = {
@@ -311,7 +308,18 @@ class GpuHandler:
             state["sharing"] = sharing_state
         if mps_ids:
             state["mps"] = mps_ids
-        return PreparedClaim(tuple(devices), common_edits(self.dev_root), state)
+        common = (
+            self.node_driver.common_edits(self._machine.driver_version)
+            if self.node_driver is not None
+            else common_edits(self.dev_root)
+        )
+        return PreparedClaim(tuple(devices), common, state)
+
+    def _device_edits(self, device: ResolvedDevice) -> ContainerEdits:
+        if self.node_driver is None:
+            return device_edits(device, self.dev_root)
+        mig = (device.mig.gi_id, device.mig.ci_id) if device.mig is not None else None
+        return ContainerEdits(device_nodes=self.node_driver.device_nodes(device.gpu.minor, mig))
 
     def unprepare(self, claim_uid: str, state: Mapping[str, Any] | None) -> None:
         """Remove the claim's MPS directories (by uid prefix, so an incomplete preparation

@@ -25,6 +25,8 @@ from kgpu.kubelet.podresources import PodResourcesClient, read_device_checkpoint
 from kgpu.metrics.attribution import Attribution, DraKey
 from kgpu.metrics.cgroups import ProcCgroups
 from kgpu.metrics.collector import Exporter, NodeTarget
+from kgpu.metrics.counters import DEFAULT as DEFAULT_COUNTERS
+from kgpu.metrics.counters import CounterSet
 from kgpu.metrics.server import DEFAULT_ADDRESS, MetricsServer
 from kgpu.metrics.simulated import SimulatedTelemetry, Workload
 from kgpu.metrics.sources import TelemetrySource
@@ -33,15 +35,19 @@ from kgpu.node.model import NodeView
 log = logging.getLogger(__name__)
 
 
-def source_for(backend: Backend) -> TelemetrySource:
-    """NVML telemetry for the NVML backend; for anything else simulated telemetry on a clock
-    that starts now (values breathe and energy accumulates in real time)."""
+def source_for(backend: Backend, counters: CounterSet = DEFAULT_COUNTERS) -> TelemetrySource:
+    """NVML telemetry for the NVML backend (reading only what ``counters`` selects); for
+    anything else simulated telemetry on a clock that starts now (values breathe and energy
+    accumulates in real time), with the XIDs injected into a simulated backend (the agent's
+    ``--fault-dir``) as the last XID per GPU."""
     if type(backend).__name__ == "NvmlBackend":
         from kgpu.metrics.nvml_source import NvmlTelemetry
 
-        return NvmlTelemetry()
+        return NvmlTelemetry(counters=counters)
     started = time.monotonic()
-    return SimulatedTelemetry(clock=lambda: time.monotonic() - started)
+    return SimulatedTelemetry(
+        clock=lambda: time.monotonic() - started, xids=getattr(backend, "last_xids", None)
+    )
 
 
 def workloads_from_holders(attribution: Attribution, view: NodeView | None) -> list[Workload]:
@@ -75,7 +81,8 @@ class MetricsComponent:
     """Serves ``/metrics`` for one node.
 
     ``kubelet_root`` None (or "") turns pod attribution off. ``source`` overrides the telemetry
-    source chosen for ``backend``.
+    source chosen for ``backend``. ``counters`` selects the DCGM fields served (a counters CSV,
+    :func:`kgpu.metrics.counters.counters_for`; default: dcgm-exporter's default set).
     """
 
     def __init__(
@@ -89,11 +96,13 @@ class MetricsComponent:
         proc_root: Path | str = "/proc",
         refresh_interval_s: float = 10.0,
         source: TelemetrySource | None = None,
+        counters: CounterSet = DEFAULT_COUNTERS,
     ) -> None:
         self.address = address or DEFAULT_ADDRESS
         self.backend = backend
         self.node_name = node_name
-        self.source = source if source is not None else source_for(backend)
+        self.counters = counters
+        self.source = source if source is not None else source_for(backend, counters)
         self._view: NodeView | None = None
         self._machine: Machine | None = None
         self._server: MetricsServer | None = None
@@ -118,6 +127,7 @@ class MetricsComponent:
                 )
             ],
             hostname_label=hostname_label,
+            counters=counters,
         )
 
     # -- what the scrape reads (never blocking on the kubelet) ---------------------------------

@@ -112,6 +112,12 @@ class SimulatedBackend:
         with self._cond:
             return self._machine
 
+    def last_xids(self) -> dict[str, int]:
+        """The newest XID per GPU UUID injected so far (what ``DCGM_FI_DEV_XID_ERRORS``
+        reports; NVML's event carries the GPU even when a MIG device raised it)."""
+        with self._cond:
+            return {event.gpu_uuid: event.xid for event in self._history}
+
     def xid_history(self) -> list[XidEvent]:
         """Every event injected so far (``wait_events`` consumes; this does not)."""
         with self._cond:

@@ -25,6 +25,8 @@ from kgpu.hardware.model import Gpu, Machine, MigDevice
 from kgpu.metrics import fields as F
 from kgpu.metrics.attribution import Attribution
 from kgpu.metrics.cgroups import ProcCgroups
+from kgpu.metrics.counters import DEFAULT as DEFAULT_COUNTERS
+from kgpu.metrics.counters import CounterSet
 from kgpu.metrics.exposition import Family, escape_label_value, render
 from kgpu.metrics.sources import PodRef, ProcessSample, Telemetry, TelemetrySource
 
@@ -32,18 +34,21 @@ log = logging.getLogger(__name__)
 
 HOSTNAME_LABELS = ("Hostname", "hostname")
 
-_PER_GPU = tuple(s for s in F.DCGM_METRICS if not s.per_mig)
-_PER_DEVICE = tuple(s for s in F.DCGM_METRICS if s.per_mig)
-_WHOLE_GPU = _PER_GPU + _PER_DEVICE  # a GPU without MIG is its own (only) device
-
-
 class FamilySet:
-    """Families in exposition order; series of several nodes merge under one HELP/TYPE."""
+    """Families in exposition order; series of several nodes merge under one HELP/TYPE.
 
-    def __init__(self) -> None:
+    ``counters`` selects the DCGM families (and their TYPE/HELP); which of them a GPU, a
+    MIG-enabled GPU and a MIG device report is worked out once here."""
+
+    def __init__(self, counters: CounterSet = DEFAULT_COUNTERS) -> None:
+        self.counters = counters
+        metrics = counters.metrics
+        self.per_gpu = tuple(s for s in metrics if not s.per_mig)  # a MIG-enabled GPU
+        self.whole_gpu = tuple(metrics)  # a GPU without MIG is its own (only) device
+        self.per_mig = tuple(s for s in metrics if s.per_mig or s.also_mig)
         self.families: dict[str, Family] = {
             spec.name: Family(spec)
-            for spec in (*F.DCGM_METRICS, F.POD_MEMORY_USED, F.POD_SM_UTIL, F.EXPORTER_ERRORS)
+            for spec in (*metrics, F.POD_MEMORY_USED, F.POD_SM_UTIL, F.EXPORTER_ERRORS)
         }
 
     def __getitem__(self, name: str) -> Family:
@@ -70,6 +75,7 @@ def device_labels(
     mig: MigDevice | None,
     hostname: str,
     hostname_label: str = "Hostname",
+    driver_version: bool = True,
 ) -> str:
     """The label text every series of one GPU (or MIG device) starts with."""
     parts = [
@@ -84,7 +90,8 @@ def device_labels(
         parts.append(_pair("GPU_I_ID", str(mig.gi_id)))
     if hostname:
         parts.append(_pair(hostname_label, hostname))
-    parts.append(_pair(F.DRIVER_VERSION_LABEL, machine.driver_version))
+    if driver_version:
+        parts.append(_pair(F.DRIVER_VERSION_LABEL, machine.driver_version))
     return ",".join(parts)
 
 
@@ -104,14 +111,15 @@ def collect(
         owner = proc.pod or owners.get(proc.pid)
         if owner is not None:
             per_device.setdefault(proc.device_uuid, {}).setdefault(owner, []).append(proc)
+    driver_label = families.counters.driver_version_label
     for gpu in machine.gpus:
-        base = device_labels(machine, gpu, None, hostname, hostname_label)
-        specs = _PER_GPU if gpu.mig_enabled else _WHOLE_GPU
+        base = device_labels(machine, gpu, None, hostname, hostname_label, driver_label)
+        specs = families.per_gpu if gpu.mig_enabled else families.whole_gpu
         _device_series(families, base, gpu.uuid, values, specs, attribution)
         _per_pod(families, base, per_device.get(gpu.uuid))
         for mig in gpu.mig_devices if gpu.mig_enabled else ():
-            mig_base = device_labels(machine, gpu, mig, hostname, hostname_label)
-            _device_series(families, mig_base, mig.uuid, values, _PER_DEVICE, attribution)
+            mig_base = device_labels(machine, gpu, mig, hostname, hostname_label, driver_label)
+            _device_series(families, mig_base, mig.uuid, values, families.per_mig, attribution)
             _per_pod(families, mig_base, per_device.get(mig.uuid))
 
 
@@ -186,10 +194,12 @@ class Exporter:
         targets: Sequence[NodeTarget] | Callable[[], Sequence[NodeTarget]],
         hostname_label: str = "Hostname",
         errors: ErrorCounts | None = None,
+        counters: CounterSet = DEFAULT_COUNTERS,
     ) -> None:
         if hostname_label not in HOSTNAME_LABELS:
             raise ValueError(f"hostname label must be one of {', '.join(HOSTNAME_LABELS)}")
         self._targets = targets
+        self.counters = counters
         self.hostname_label = hostname_label
         self.errors = errors or ErrorCounts()
         self._scrape_lock = threading.Lock()
@@ -200,7 +210,7 @@ class Exporter:
     def scrape(self) -> str:
         """The exposition text; never raises."""
         with self._scrape_lock:  # sources keep per-scrape state (NVML sample timestamps)
-            families = FamilySet()
+            families = FamilySet(self.counters)
             try:
                 targets = list(self._target_list())
             except Exception as exc:

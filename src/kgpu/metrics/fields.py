@@ -1,13 +1,18 @@
 """The metric families kgpu exports, with dcgm-exporter's names, types and HELP texts.
 
 Dashboards, alerts and KEDA queries written for dcgm-exporter select these names byte for byte,
-so the table below is the contract: names, Prometheus types and HELP strings follow
-dcgm-exporter's ``etc/default-counters.csv``. Its two counters carry no ``_total`` suffix, which
-is why kgpu renders the exposition itself (:mod:`kgpu.metrics.exposition`) instead of using
-``prometheus_client``'s counter families, which append one.
+so the table below is the contract: the 25 metrics of dcgm-exporter's
+``etc/default-counters.csv`` in its order, with its Prometheus types and HELP strings (a
+counters CSV may set other types and HELP texts, as it can for dcgm-exporter:
+:mod:`kgpu.metrics.counters`). Its counters carry no ``_total`` suffix, which is why kgpu renders
+the exposition itself (:mod:`kgpu.metrics.exposition`) instead of using ``prometheus_client``'s
+counter families, which append one.
 
 ``integer`` says how DCGM types the field: dcgm-exporter prints int64 fields with ``%d`` and
-double fields with ``%f`` (``312.500000``), and so does kgpu.
+double fields with ``%f`` (``312.500000``), and so does kgpu. ``per_mig``: a MIG-enabled GPU
+reports the field per MIG device instead of for the whole GPU (framebuffer memory);
+``also_mig``: per MIG device as well as for the whole GPU (the profiling activities, which GPM
+samples per GPU instance too).
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ class MetricSpec:
     type: str  # "gauge" | "counter"
     help: str
     integer: bool = True
-    per_mig: bool = False  # also reported per MIG device (GPU_I_PROFILE / GPU_I_ID labels)
+    per_mig: bool = False
+    also_mig: bool = False
 
 
 SM_CLOCK = MetricSpec("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).")
 MEM_CLOCK = MetricSpec("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).")
+MEMORY_TEMP = MetricSpec("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).")
 GPU_TEMP = MetricSpec("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).")
 POWER_USAGE = MetricSpec("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", integer=False)
 TOTAL_ENERGY = MetricSpec(
@@ -49,16 +56,78 @@ FB_FREE = MetricSpec(
 FB_USED = MetricSpec(
     "DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", per_mig=True
 )
+FB_RESERVED = MetricSpec(
+    "DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).", per_mig=True
+)
 NVLINK_BANDWIDTH_TOTAL = MetricSpec(
     "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
     "counter",
     "Total number of NVLink bandwidth counters for all lanes",
 )
+VGPU_LICENSE_STATUS = MetricSpec("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "vGPU License status")
+UNCORRECTABLE_REMAPPED_ROWS = MetricSpec(
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "counter",
+    "Number of remapped rows for uncorrectable errors",
+)
+CORRECTABLE_REMAPPED_ROWS = MetricSpec(
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "counter",
+    "Number of remapped rows for correctable errors",
+)
+ROW_REMAP_FAILURE = MetricSpec(
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"
+)
+GR_ENGINE_ACTIVE = MetricSpec(
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "gauge",
+    "Ratio of time the graphics engine is active.",
+    integer=False,
+    also_mig=True,
+)
+PIPE_TENSOR_ACTIVE = MetricSpec(
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "gauge",
+    "Ratio of cycles the tensor (HMMA) pipe is active.",
+    integer=False,
+    also_mig=True,
+)
+DRAM_ACTIVE = MetricSpec(
+    "DCGM_FI_PROF_DRAM_ACTIVE",
+    "gauge",
+    "Ratio of cycles the device memory interface is active sending or receiving data.",
+    integer=False,
+    also_mig=True,
+)
+PCIE_TX_BYTES = MetricSpec(
+    "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "gauge",
+    "The rate of data transmitted over the PCIe bus - including both protocol headers and data "
+    "payloads - in bytes per second.",
+    integer=False,
+)
+PCIE_RX_BYTES = MetricSpec(
+    "DCGM_FI_PROF_PCIE_RX_BYTES",
+    "gauge",
+    "The rate of data received over the PCIe bus - including both protocol headers and data "
+    "payloads - in bytes per second.",
+    integer=False,
+)
 
-#: dcgm-exporter's default set that NVML can give, in the order of its default-counters.csv.
+#: The profiling fields NVML's GPM gives (Hopper and newer).
+PROF_METRICS: tuple[MetricSpec, ...] = (
+    GR_ENGINE_ACTIVE,
+    PIPE_TENSOR_ACTIVE,
+    DRAM_ACTIVE,
+    PCIE_TX_BYTES,
+    PCIE_RX_BYTES,
+)
+
+#: dcgm-exporter's default set, in the order of its default-counters.csv.
 DCGM_METRICS: tuple[MetricSpec, ...] = (
     SM_CLOCK,
     MEM_CLOCK,
+    MEMORY_TEMP,
     GPU_TEMP,
     POWER_USAGE,
     TOTAL_ENERGY,
@@ -70,7 +139,13 @@ DCGM_METRICS: tuple[MetricSpec, ...] = (
     XID_ERRORS,
     FB_FREE,
     FB_USED,
+    FB_RESERVED,
     NVLINK_BANDWIDTH_TOTAL,
+    VGPU_LICENSE_STATUS,
+    UNCORRECTABLE_REMAPPED_ROWS,
+    CORRECTABLE_REMAPPED_ROWS,
+    ROW_REMAP_FAILURE,
+    *PROF_METRICS,
 )
 DCGM_BY_NAME = {spec.name: spec for spec in DCGM_METRICS}
 

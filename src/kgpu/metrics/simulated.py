@@ -18,7 +18,19 @@ number:
   integrated over the simulated clock;
 * a MIG-enabled GPU reports no GPU/memory-copy/encoder/decoder utilisation (NVML answers "not
   supported" there); its MIG devices report framebuffer use, and its load is the
-  compute-slice-weighted load of its MIG devices.
+  compute-slice-weighted load of its MIG devices;
+* the driver reserves 0.75 % of a GPU's memory (``FB_RESERVED``; free = total - reserved -
+  used), none of a MIG device's;
+* HBM GPUs (the MIG-capable ones: A30, A100, H100, H200, GB200) report memory temperature
+  (32 to 75 C with load) and remapped rows (none, no failure); GDDR GPUs report neither, as
+  their NVML does not;
+* GPUs with GPM (compute capability 9.0 and newer) report the profiling fields: graphics
+  activity = load, tensor activity = 0.6 x load, DRAM activity = memory-copy utilisation,
+  PCIe 5 MB/s idle + 2 GB/s (TX) / 4 GB/s (RX) at full load; MIG devices report their own three
+  activities. Older GPUs have no such series, as kgpu's NVML path has none there;
+* the vGPU license status is 0 (a simulated machine is bare metal and unlicensed);
+* the last XID per GPU is the last one injected (``inject_xid``, or the ``xids`` callable that
+  reads a simulated backend's or node's injected XIDs), 0 before any.
 
 Values are a pure function of (workloads, clock readings so far), so tests are deterministic.
 """
@@ -32,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kgpu.hardware.model import Gpu, Machine
+from kgpu.hardware.profiles import product_by_name
 from kgpu.metrics import fields as F
 from kgpu.metrics.sources import PodRef, ProcessSample, ReadFailure, Telemetry
 from kgpu.node.model import NodeView
@@ -61,6 +74,26 @@ _CLOCKS: dict[str, tuple[int, int, int]] = {
 _DEFAULT_CLOCKS = (300, 1500, 5000)
 _DEFAULT_POWER_LIMIT_W = 300.0
 _NVLINK_KIB_PER_S_PER_LINK = 2_500_000.0  # at full load: 10 % of a 25 GB/s lane
+RESERVED_FRACTION = 0.0075
+TENSOR_SHARE = 0.6
+_PCIE_IDLE_BYTES = 5e6
+_PCIE_TX_BYTES = 2e9
+_PCIE_RX_BYTES = 4e9
+
+
+def has_hbm(gpu: Gpu) -> bool:
+    """HBM memory: memory temperature and row remapping. Among the simulated products the
+    MIG-capable ones are exactly the HBM ones (the product decides, so a snapshot of a GPU with
+    MIG turned off still counts)."""
+    if gpu.mig_capable:
+        return True
+    product = product_by_name(gpu.product_name)
+    return product is not None and product.mig is not None
+
+
+def has_gpm(gpu: Gpu) -> bool:
+    """NVML GPU Performance Monitoring: Hopper (compute capability 9.0) and newer."""
+    return gpu.compute_capability >= (9, 0)
 
 
 @dataclass(frozen=True)
@@ -182,8 +215,10 @@ class SimulatedTelemetry:
         workloads: Iterable[Workload] = (),
         amplitude: float = 0.1,
         period_s: float = 300.0,
+        xids: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self._clock = clock
+        self._xids = xids
         self._amplitude = amplitude
         self._period = period_s
         self._lock = threading.Lock()
@@ -203,6 +238,11 @@ class SimulatedTelemetry:
         """Record ``xid`` as the GPU's last XID error (DCGM_FI_DEV_XID_ERRORS)."""
         with self._lock:
             self._xid[gpu_uuid] = xid
+
+    def set_xids(self, xids: Mapping[str, int]) -> None:
+        """Take the last XID per GPU UUID from whoever injects them (the simulator's node)."""
+        with self._lock:
+            self._xid.update(xids)
 
     def close(self) -> None:
         pass
@@ -271,6 +311,8 @@ class SimulatedTelemetry:
                 for mig in gpu.mig_devices:
                     memory_of[mig.uuid] = mig.memory_mib
             loads = self._loads(now, memory_of)
+            if self._xids is not None:
+                self._xid.update(self._xids())
             tel = Telemetry()
             for gpu in machine.gpus:
                 self._read_gpu(gpu, now, loads, tel)
@@ -291,21 +333,31 @@ class SimulatedTelemetry:
                 for m in gpu.mig_devices
             )
             level = min(1.0, busy / 100.0 / max(slices, 7))
+            copy = 0.0
             for mig in gpu.mig_devices:
-                used = loads[mig.uuid].memory_mib if mig.uuid in loads else 0
-                tel.values[mig.uuid] = {
+                mig_load = loads.get(mig.uuid) or _DeviceLoad()
+                used = mig_load.memory_mib
+                copy += mig_load.mem_copy * mig.compute_slices / max(slices, 7)
+                mig_values: dict[str, float] = {
                     F.FB_USED.name: used,
                     F.FB_FREE.name: max(mig.memory_mib - used, 0),
+                    F.FB_RESERVED.name: 0,
                 }
+                if has_gpm(gpu):
+                    mig_values.update(_activity(min(1.0, mig_load.sm / 100.0), mig_load.mem_copy))
+                tel.values[mig.uuid] = mig_values
         else:
             load = loads.get(gpu.uuid) or _DeviceLoad()
             level = min(1.0, load.sm / 100.0)
+            copy = load.mem_copy
+            reserved = round(gpu.memory_mib * RESERVED_FRACTION)
             values[F.GPU_UTIL.name] = round(load.sm)
             values[F.MEM_COPY_UTIL.name] = round(load.mem_copy)
             values[F.ENC_UTIL.name] = round(load.enc)
             values[F.DEC_UTIL.name] = round(load.dec)
             values[F.FB_USED.name] = load.memory_mib
-            values[F.FB_FREE.name] = max(gpu.memory_mib - load.memory_mib, 0)
+            values[F.FB_RESERVED.name] = reserved
+            values[F.FB_FREE.name] = max(gpu.memory_mib - reserved - load.memory_mib, 0)
         idle_clock, boost_clock, mem_clock = _CLOCKS.get(gpu.architecture, _DEFAULT_CLOCKS)
         limit = gpu.power_limit_w or _DEFAULT_POWER_LIMIT_W
         idle_w = 0.1 * limit
@@ -330,6 +382,16 @@ class SimulatedTelemetry:
         values[F.XID_ERRORS.name] = self._xid.get(gpu.uuid, 0)
         if links:
             values[F.NVLINK_BANDWIDTH_TOTAL.name] = int(acc.nvlink_kib)
+        values[F.VGPU_LICENSE_STATUS.name] = 0
+        if has_hbm(gpu):
+            values[F.MEMORY_TEMP.name] = round(32 + 43 * level)
+            values[F.CORRECTABLE_REMAPPED_ROWS.name] = 0
+            values[F.UNCORRECTABLE_REMAPPED_ROWS.name] = 0
+            values[F.ROW_REMAP_FAILURE.name] = 0
+        if has_gpm(gpu):
+            values.update(_activity(level, copy))
+            values[F.PCIE_TX_BYTES.name] = _PCIE_IDLE_BYTES + _PCIE_TX_BYTES * level
+            values[F.PCIE_RX_BYTES.name] = _PCIE_IDLE_BYTES + _PCIE_RX_BYTES * level
         tel.values[gpu.uuid] = values
 
     def _apply_failures(self, tel: Telemetry) -> None:
@@ -340,3 +402,12 @@ class SimulatedTelemetry:
                 if (uuid, name) in self.fail or ("*", name) in self.fail:
                     del values[name]
                     tel.failures.append(ReadFailure(name, "injected", uuid))
+
+
+def _activity(level: float, mem_copy_percent: float) -> dict[str, float]:
+    """The three GPM activity ratios of a device busy ``level`` (0..1)."""
+    return {
+        F.GR_ENGINE_ACTIVE.name: round(level, 6),
+        F.PIPE_TENSOR_ACTIVE.name: round(TENSOR_SHARE * level, 6),
+        F.DRAM_ACTIVE.name: round(min(mem_copy_percent, 100.0) / 100.0, 6),
+    }

@@ -89,6 +89,7 @@ class SimMetrics:
                 if source is None:
                     source = SimulatedTelemetry(clock=lambda: _now(self.sim))
                     self._sources[node.name] = source
+                source.set_xids(getattr(node, "xids", {}))
                 allocations = _live_allocations(node)
                 pods = getattr(node, "pods", {}) or {}
                 objs = {key: getattr(rec, "obj", {}) for key, rec in pods.items()}

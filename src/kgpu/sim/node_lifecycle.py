@@ -180,6 +180,8 @@ def inject_xid(
     except KeyError:
         ctx.emit("Warning", "XidIgnored", f"Node/{name}", f"XID {xid}: no GPU {gpu} on {name}")
         return
+    uuid = gpu if isinstance(gpu, str) else node.machine.gpu(int(gpu)).uuid
+    node.xids[uuid] = xid  # DCGM_FI_DEV_XID_ERRORS, application XIDs included
     node.health = after
     if after is before:
         ctx.emit(

@@ -83,6 +83,7 @@ class SimNode:
     device_plugin: bool = True
     base_machine: Machine | None = None  # the hardware before any MIG config is applied
     health: HealthState = field(default_factory=HealthState)  # XIDs seen, per device
+    xids: dict[str, int] = field(default_factory=dict)  # last XID per GPU UUID (metrics)
     ip: str = ""  # InternalIP, given once when the node joins
     capacity: dict[str, int] = field(default_factory=dict)
     allocatable: dict[str, int] = field(default_factory=dict)

@@ -154,7 +154,12 @@ class ChannelHandler:
     def prepare(self, claim: ClaimInfo) -> PreparedClaim:
         devices = tuple(
             PreparedDevice(
-                (str(r["request"]),), str(r["pool"]), str(r["device"]), f"{claim.uid}-{r['device']}"
+                (str(r["request"]),),
+                str(r["pool"]),
+                str(r["device"]),
+                f"{claim.uid}-{r['device']}",
+                # a CDI device without edits is refused by runtimes ("empty device edits")
+                cdi.ContainerEdits(env=(f"CHANNEL={r['device']}",)),
             )
             for r in claim.results
         )
