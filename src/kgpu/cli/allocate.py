@@ -33,29 +33,16 @@ def load_input(path: Path) -> dict[str, Any]:
     types (against the official schema when kubernetes-validate is installed, and by the
     structural checks below in any case), counts below 1 and CEL that does not compile.
     """
-    import json
-
-    from kgpu.config.fields import load_yaml_documents, read_problem
+    from kgpu.userfiles import parse_json, parse_yaml, read_text
 
     file = str(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        why = (
-            "is a directory; kgpu allocate reads one file"
-            if isinstance(exc, IsADirectoryError)
-            else read_problem(exc, file)
-        )
-        raise FieldError(FieldProblem(why, file=file)) from None
-    except UnicodeDecodeError:
-        raise FieldError(FieldProblem("not a text file (YAML or JSON)", file=file)) from None
+    if path.is_dir():
+        raise FieldError(FieldProblem("is a directory; kgpu allocate reads one file", file=file))
+    text = read_text(path)  # regular files only, bounded, UTF-8 (FieldError naming the file)
     if path.suffix == ".json":
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise FieldError(FieldProblem(f"not valid JSON: {exc}", file=file)) from None
+        data = parse_json(text, file=file)
     else:
-        docs = load_yaml_documents(text, file=file)
+        docs = parse_yaml(text, file=file)
         if len(docs) > 1:
             raise FieldError(
                 FieldProblem(

@@ -9,7 +9,7 @@ accepts is one they accept.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -17,17 +17,12 @@ if TYPE_CHECKING:
     from kgpu.config.manifests import FileReport
 
 
-def check_compute_domains(path: Path, report: FileReport) -> None:
+def check_compute_domains(docs: list[Any], report: FileReport) -> None:
     """Add the ComputeDomain parser's problems to ``report`` for documents that had none."""
     from kgpu.computedomain.api import GROUP, KIND, parse_compute_domain
-    from kgpu.config.fields import load_yaml_documents
     from kgpu.errors import FieldError, FieldProblem
     from kgpu.store import group_of
 
-    try:
-        docs = load_yaml_documents(path.read_text(), file=report.file)
-    except (OSError, FieldError):
-        return  # validate_file has reported it
     flagged = {p.entry for p in report.problems}
     for index, doc in enumerate(docs):
         entry = f"document {index}"
@@ -45,17 +40,12 @@ def check_compute_domains(path: Path, report: FileReport) -> None:
             report.ok = [line for line in report.ok if not line.startswith(f"{entry}: ")]
 
 
-def check_dra_objects(path: Path, report: FileReport) -> None:
+def check_dra_objects(docs: list[Any], report: FileReport) -> None:
     """Add what the API server and the GPU driver's webhook refuse in DRA objects (selectors
     that do not compile, bad ``gpu.nvidia.com`` parameters): the schema accepts both."""
-    from kgpu.config.fields import load_yaml_documents
     from kgpu.dra.checks import dra_object_problems
-    from kgpu.errors import FieldError, FieldProblem
+    from kgpu.errors import FieldProblem
 
-    try:
-        docs = load_yaml_documents(path.read_text(), file=report.file)
-    except (OSError, FieldError):
-        return  # validate_file has reported it
     flagged = {p.entry for p in report.problems}
     for index, doc in enumerate(docs):
         entry = f"document {index}"
@@ -69,30 +59,24 @@ def check_dra_objects(path: Path, report: FileReport) -> None:
             report.ok = [line for line in report.ok if not line.startswith(f"{entry}: ")]
 
 
-def looks_like_scenario(path: Path) -> bool:
-    """A one-document file whose top level has a scenario's keys and no apiVersion/kind."""
-    import yaml
-
-    try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        return False
+def looks_like_scenario(docs: list[Any]) -> bool:
+    """One document whose top level has a scenario's keys and no apiVersion/kind."""
     if len(docs) != 1 or not isinstance(docs[0], dict):
         return False
     keys = set(docs[0])
     return not keys & {"apiVersion", "kind"} and bool(keys & {"nodes", "apply", "steps"})
 
 
-def validate_scenario(path: Path) -> FileReport:
+def validate_scenario(path: Path, doc: dict[str, Any]) -> FileReport:
     """Check a ``kgpu sim`` scenario with the parser ``kgpu sim`` runs (nodes, configs, every
     manifest it applies, every step)."""
     from kgpu.config.manifests import FileReport
     from kgpu.errors import FieldError, FieldProblem, KgpuError
-    from kgpu.sim.scenario import load_scenario
+    from kgpu.sim.scenario import parse_scenario
 
     report = FileReport(str(path))
     try:
-        scenario = load_scenario(path)
+        scenario = parse_scenario(doc, str(path), path.resolve().parent)
     except FieldError as exc:
         report.problems.extend(exc.problems)
         return report
@@ -104,6 +88,26 @@ def validate_scenario(path: Path) -> FileReport:
         f"kgpu sim scenario {scenario.name} ({nodes} node(s), {len(scenario.apply)} "
         f"object(s) to apply, {len(scenario.steps)} step(s))"
     )
+    return report
+
+
+def validate_path(path: Path) -> FileReport:
+    """One file, read and parsed once (:mod:`kgpu.userfiles`), checked as what it is."""
+    from kgpu.config.manifests import FileReport, validate_documents
+    from kgpu.errors import FieldError
+    from kgpu.userfiles import read_yaml
+
+    try:
+        docs = read_yaml(path)
+    except FieldError as exc:
+        report = FileReport(str(path))
+        report.problems.extend(exc.problems)
+        return report
+    if looks_like_scenario(docs):
+        return validate_scenario(path, docs[0])
+    report = validate_documents(docs, file=str(path))
+    check_compute_domains(docs, report)
+    check_dra_objects(docs, report)
     return report
 
 
@@ -125,16 +129,11 @@ def register(app: typer.Typer) -> None:
 
         from kgpu.cli.output import console, err_console
         from kgpu.cli.plain import warn
-        from kgpu.config.manifests import schema_validation_available, validate_file
+        from kgpu.config.manifests import schema_validation_available
 
         failed = False
         for path in files:
-            if looks_like_scenario(path):
-                report = validate_scenario(path)
-            else:
-                report = validate_file(path)
-                check_compute_domains(path, report)
-                check_dra_objects(path, report)
+            report = validate_path(path)
             for problem in report.problems:
                 err_console.print(
                     f"[red]error:[/red] {escape(str(problem))}", highlight=False, soft_wrap=True

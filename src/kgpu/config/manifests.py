@@ -23,7 +23,6 @@ from kgpu.config.fields import (
     dns_subdomain_problem,
     is_dns_subdomain,
     load_yaml_documents,
-    read_problem,
 )
 from kgpu.config.loader import (
     ConfigSet,
@@ -36,6 +35,7 @@ from kgpu.config.loader import (
 from kgpu.config.migparted import parse_mig_parted
 from kgpu.config.plugin import parse_plugin_config
 from kgpu.errors import FieldError, FieldProblem, join_path
+from kgpu.userfiles import read_yaml
 
 Checker = Callable[[dict[str, Any], str], list[tuple[str, str]]]  # -> [(path, message)]
 
@@ -417,8 +417,41 @@ def _all_schema_errors(doc: dict[str, Any]) -> list[tuple[str, str]] | None:
     out = []
     for error in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.path))):
         path = [p for p in error.path if isinstance(p, str | int)]
-        out.append((join_path(*path), str(error.message)))
+        out.append((join_path(*path), _schema_message(error)))
     return out
+
+
+_INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+
+
+def _int_formats() -> Any:
+    """A format checker for the API's integer types only: the API server decodes an
+    ``int32`` field into Go's int32 and refuses ``replicas: 1000000000000``; the schema says
+    ``format: int32`` and jsonschema ignores formats unless asked."""
+    import importlib
+
+    jsonschema: Any = importlib.import_module("jsonschema")
+    checker = jsonschema.FormatChecker(formats=())
+    for name, (low, high) in _INT_RANGES.items():
+
+        def fits(value: object, low: int = low, high: int = high) -> bool:
+            return not isinstance(value, int) or isinstance(value, bool) or low <= value <= high
+
+        checker.checks(name)(fits)
+    return checker
+
+
+def _schema_message(error: Any) -> str:
+    """The schema's message, short: jsonschema quotes the whole offending value, which may be
+    a large (or alias-shared) structure; the path already says where it is."""
+    if error.validator == "format" and error.validator_value in _INT_RANGES:
+        low, high = _INT_RANGES[error.validator_value]
+        return (
+            f"{error.instance} is out of range: the API stores this field as "
+            f"{error.validator_value} ({low} to {high})"
+        )
+    message = str(error.message)
+    return message if len(message) <= 300 else message[:300] + "... (cut)"
 
 
 @functools.cache
@@ -435,6 +468,10 @@ def _schema_validator(api_version: str, kind: str) -> Any:
     version = kv.latest_version()
     group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
     folder = f"v{version}-local-strict"
+    if not re.fullmatch(r"[A-Za-z0-9]{1,63}", kind) or not re.fullmatch(
+        r"[A-Za-z0-9.-]{1,253}", group
+    ):
+        raise _NoSchema()  # never a file name built from arbitrary text (kind: ../../x)
     try:
         schema = kv.schema_contents(
             f"kubernetes-json-schema/{folder}/{kind.lower()}-{group}.json", version
@@ -443,7 +480,7 @@ def _schema_validator(api_version: str, kind: str) -> Any:
         raise _NoSchema() from None
     registry: Registry[Any] = Resource.from_contents(schema) @ Registry()
     registry = Resource.from_contents(_schema_definitions(folder, version)) @ registry
-    return jsonschema.Draft202012Validator(schema, registry=registry)
+    return jsonschema.Draft202012Validator(schema, registry=registry, format_checker=_int_formats())
 
 
 @functools.cache
@@ -537,12 +574,18 @@ _KIND_LABELS = {
 
 
 def validate_text(text: str, *, file: str) -> FileReport:
-    report = FileReport(file)
     try:
         docs = load_yaml_documents(text, file=file)
     except FieldError as exc:
+        report = FileReport(file)
         report.problems.extend(exc.problems)
         return report
+    return validate_documents(docs, file=file)
+
+
+def validate_documents(docs: list[Any], *, file: str) -> FileReport:
+    """Check the parsed documents of one file (``kgpu validate`` parses each file once)."""
+    report = FileReport(file)
     if not docs:
         report.problems.append(FieldProblem("no YAML documents", file=file))
         return report
@@ -592,12 +635,12 @@ def _name(doc: dict[str, Any]) -> str:
 
 def validate_file(path: str | Path) -> FileReport:
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
+        docs = read_yaml(path)
+    except FieldError as exc:
         report = FileReport(str(path))
-        report.problems.append(FieldProblem(read_problem(exc, path), file=str(path)))
+        report.problems.extend(exc.problems)
         return report
-    return validate_text(text, file=str(path))
+    return validate_documents(docs, file=str(path))
 
 
 def schema_validation_available() -> bool:
@@ -613,6 +656,7 @@ __all__ = [
     "ConfigSet",
     "FileReport",
     "schema_validation_available",
+    "validate_documents",
     "validate_file",
     "validate_manifest",
     "validate_text",

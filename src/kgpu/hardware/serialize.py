@@ -10,6 +10,7 @@ from typing import Any
 
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.hardware.model import FabricInfo, Gpu, Machine, MigDevice, NvLink
+from kgpu.userfiles import read_json
 
 FORMAT = "kgpu.machine/v1"
 
@@ -79,14 +80,7 @@ def dump_snapshot(machine: Machine, path: str | Path) -> None:
 def load_snapshot(path: str | Path) -> Machine:
     """Read a snapshot written by :func:`dump_snapshot` (or ``kgpu`` on a real node)."""
     source = str(path)
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise FieldError(FieldProblem(f"cannot read: {exc.strerror}", file=source)) from None
-    except json.JSONDecodeError as exc:
-        raise FieldError(
-            FieldProblem(f"not valid JSON: {exc.msg} at line {exc.lineno}", file=source)
-        ) from None
+    data = read_json(path)  # a regular file, bounded, UTF-8, JSON within the limits
     if not isinstance(data, dict):
         raise FieldError(
             FieldProblem("not a kgpu machine snapshot (expected an object)", file=source)
