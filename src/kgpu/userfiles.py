@@ -102,6 +102,15 @@ def kind_problem(mode: int, path: str) -> str:
     return what
 
 
+def shown_path(path: str | Path) -> str:
+    """A path as an error line may print it: as it is when printable and short, else quoted
+    (a NUL or a newline in a name) and cut."""
+    text = os.fspath(path)
+    if text.isprintable() and len(text) <= 300:
+        return text
+    return repr(text[:300]) + ("..." if len(text) > 300 else "")
+
+
 def file_problem(path: str | Path) -> str:
     """Why ``path`` cannot be read as a user file ("" when it can), without opening it: a
     FIFO is never opened (that would wait for a writer)."""
@@ -372,6 +381,8 @@ def yaml_error_message(exc: yaml.YAMLError) -> str:
         )
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if problem == "exceeded maximum nesting depth":  # libyaml's own limit (1,000 levels)
+        return f"{where}nested more than {MAX_DEPTH} levels deep (kgpu's limit)"
     if isinstance(exc, LimitError):
         return f"{where}{problem}"
     return f"{where}not valid YAML: {problem}"
@@ -479,5 +490,6 @@ __all__ = [
     "read_json",
     "read_text",
     "read_yaml",
+    "shown_path",
     "yaml_error_message",
 ]

@@ -69,17 +69,36 @@ def derived_ip(node_name: str) -> str:
 
 
 def node_ip(node: Mapping[str, Any] | None, node_name: str) -> str:
-    """A node's InternalIP from ``status.addresses``; a derived address when it has none."""
-    for address in ((node or {}).get("status") or {}).get("addresses") or []:
-        if address.get("type") == "InternalIP" and address.get("address"):
-            return str(address["address"])
+    """A node's InternalIP from ``status.addresses``; a derived address when it has none.
+
+    The address goes into the IMEX daemons' config files one per line, so only what
+    :mod:`ipaddress` parses counts (normalised: ``010.0.0.1`` is refused, ``::FFFF`` lowercase);
+    anything else in the field (a newline, a second key=value) is ignored."""
+    status = (node or {}).get("status")
+    addresses = status.get("addresses") if isinstance(status, Mapping) else None
+    for address in addresses if isinstance(addresses, list) else []:
+        if isinstance(address, Mapping) and address.get("type") == "InternalIP":
+            parsed = parse_ip(address.get("address"))
+            if parsed:
+                return parsed
     return derived_ip(node_name)
+
+
+def parse_ip(value: object) -> str:
+    """``value`` as a normalised IPv4/IPv6 address, or "" when it is not one."""
+    if not isinstance(value, str):
+        return ""
+    try:
+        return str(ipaddress.ip_address(value.strip()))
+    except ValueError:
+        return ""
 
 
 def render_nodes_config(ips: Iterable[str]) -> str:
     """``nodes_config.cfg``: the IPs of the domain's nodes in the daemon's clique, one a line,
     sorted numerically so that every daemon of a domain writes the identical file."""
-    return "".join(f"{ip}\n" for ip in sorted(set(ips), key=_ip_key))
+    valid = {parsed for parsed in map(parse_ip, ips) if parsed}  # never a line of anything else
+    return "".join(f"{ip}\n" for ip in sorted(valid, key=_ip_key))
 
 
 def _ip_key(ip: str) -> tuple[int, int, str]:

@@ -538,7 +538,9 @@ def validate_manifest(doc: dict[str, Any], *, file: str, entry: str) -> list[Fie
 
 def _unknown_kind(api_version: str, kind: str) -> str:
     known = ", ".join(f"{k} {a}" for a, k in CUSTOM_KINDS)
-    return f"unknown kind {kind} in {api_version}: kgpu checks Kubernetes' own kinds and {known}"
+    shown = kind if re.fullmatch(r"[A-Za-z0-9]{1,63}", kind) else repr(kind[:80])
+    api = api_version if api_version.isprintable() else repr(api_version[:80])
+    return f"unknown kind {shown} in {api[:120]}: kgpu checks Kubernetes' own kinds and {known}"
 
 
 def _validate_config_doc(
@@ -627,7 +629,9 @@ def validate_documents(docs: list[Any], *, file: str) -> FileReport:
 
 
 def _name(doc: dict[str, Any]) -> str:
-    meta = doc.get("metadata") or {}
+    meta = doc.get("metadata")
+    if not isinstance(meta, dict):  # reported by validate_manifest
+        return "?"
     ns = meta.get("namespace")
     name = meta.get("name") or meta.get("generateName") or "?"
     return f"{ns}/{name}" if ns else str(name)

@@ -10,6 +10,7 @@ MPS client limit per compute capability, which GPUs a selection names) live in t
 
 from __future__ import annotations
 
+import posixpath
 import re
 import uuid
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ MAX_RESOURCE_NAME = 63
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 MIG_STRATEGIES = ("none", "single", "mixed")
 DEFAULT_MPS_ROOT = "/run/nvidia/mps"
+#: Replicas per GPU (time-slicing, MPS): far above what GPU memory allows (MPS: 48 clients)
+MAX_REPLICAS = 1024
 
 _GO_DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$|^0$")
 _MIG_RESOURCE = re.compile(r"^mig-(\d+c\.)?\d+g\.\d+gb(\.[a-z]+)*$")
@@ -164,6 +167,11 @@ class ReplicatedResource(StrictModel):
     def _replicas(cls, value: int) -> int:
         if value < 2:
             raise ValueError("must be >= 2")
+        if value > MAX_REPLICAS:
+            raise ValueError(
+                f"must be <= {MAX_REPLICAS} (kgpu's limit per GPU: every replica is a device the "
+                "kubelet tracks, and each client's CUDA context takes GPU memory)"
+            )
         return value
 
 
@@ -256,6 +264,23 @@ class GfdFlags(StrictModel):
         return value
 
 
+def host_root(value: str | None) -> str | None:
+    """A host directory kgpu derives paths from (``mpsRoot``, ``nvidiaDriverRoot``,
+    ``nvidiaDevRoot``): absolute, without ``..``, normalised (``/run/nvidia/mps/`` is
+    ``/run/nvidia/mps``), so no config can point the agent outside the tree it names."""
+    if value is None:
+        return None
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL byte")
+    if not value.startswith("/"):
+        raise ValueError(f"{value[:80]!r} must be an absolute path (starting with /)")
+    if ".." in value.split("/"):
+        raise ValueError(f"{value[:80]!r} must not contain '..'")
+    if len(value.encode()) > 4095:
+        raise ValueError("is longer than a path may be (4095 bytes)")
+    return "/" + posixpath.normpath(value).lstrip("/")
+
+
 class Flags(StrictModel):
     mig_strategy: Literal["none", "single", "mixed"] | None = Field(None, alias="migStrategy")
     fail_on_init_error: bool | None = Field(None, alias="failOnInitError")
@@ -270,6 +295,11 @@ class Flags(StrictModel):
     )
     plugin: PluginFlags | None = None
     gfd: GfdFlags | None = None
+
+    @field_validator("mps_root", "nvidia_driver_root", "nvidia_dev_root", mode="after")
+    @classmethod
+    def _roots(cls, value: str | None) -> str | None:
+        return host_root(value)
 
 
 class Imex(StrictModel):

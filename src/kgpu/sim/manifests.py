@@ -17,10 +17,10 @@ from typing import Any
 from kgpu.computedomain.api import GROUP as CD_GROUP
 from kgpu.computedomain.api import KIND as CD_KIND
 from kgpu.computedomain.api import parse_compute_domain
-from kgpu.config.fields import load_yaml_documents
 from kgpu.errors import FieldError, FieldProblem, join_path
 from kgpu.sim.podspec import validate_pod_spec
 from kgpu.store import group_of
+from kgpu.userfiles import read_yaml
 
 Obj = dict[str, Any]
 
@@ -257,6 +257,16 @@ def validate_manifest(obj: object) -> list[FieldProblem]:
             not isinstance(data, Mapping) or not all(isinstance(v, str) for v in data.values())
         ):
             out.append(FieldProblem("must be a map of strings", "data"))
+    if not out and (
+        (kind in WORKLOADS and kind != "MPIJob") or group_of(str(api)) == "resource.k8s.io"
+    ):
+        # what kgpu validate checks too (the official schema): the simulator's plugins and
+        # controllers read these objects as the API server would have stored them
+        from kgpu.config.manifests import validate_manifest as api_checks
+
+        out.extend(
+            FieldProblem(p.message, p.path) for p in api_checks(dict(obj), file="", entry="")
+        )
     return out
 
 
@@ -275,12 +285,13 @@ def load_manifest_file(path: Path, shown: str | None = None) -> list[Manifest]:
     """Every document of a YAML file, validated. Empty documents are dropped before counting,
     as ``kgpu validate`` counts them, so both name the same document."""
     name = shown or str(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise FieldError(FieldProblem(f"cannot read: {exc.strerror or exc}", file=name)) from None
+    return check_documents(read_yaml(path, shown=name), name)
+
+
+def check_documents(docs: list[Any], name: str) -> list[Manifest]:
+    """:func:`load_manifest_file` on documents already read (``name``: the file they are from)."""
     out: list[Manifest] = []
-    for index, doc in enumerate(load_yaml_documents(text, file=name)):
+    for index, doc in enumerate(docs):
         if (
             isinstance(doc, Mapping)
             and doc.get("kind") == "List"

@@ -9,18 +9,19 @@ document index and the field path. Relative paths resolve against the scenario's
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from kgpu.config.fields import is_dns_subdomain
 from kgpu.errors import FieldError, FieldProblem, join_path
-from kgpu.sim.manifests import Manifest, check, load_manifest_file
+from kgpu.sim.manifests import Manifest, check, check_documents
 from kgpu.sim.podspec import TAINT_EFFECTS
 from kgpu.sim.quantity import QuantityError, to_units
+from kgpu.userfiles import file_problem, read_yaml, shown_path
 
 TOP_KEYS = (
     "name",
@@ -66,8 +67,19 @@ STEP_ACTIONS = (
 )
 SCALABLE = ("Deployment", "ReplicaSet", "StatefulSet", "Job", "MPIJob")
 MIG_STRATEGIES = ("none", "single", "mixed")
-_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+
+# Bounds on what a scenario may ask for, checked while it loads (before any node or pod exists).
+#: Nodes in one scenario, all groups and addNodes steps together: kgpu sim's limit (its
+#: benchmark runs 12,500; Kubernetes itself is tested to 5,000 nodes per cluster).
+MAX_NODES = 20_000
+#: Pods one scenario may ask for: every workload's replicas, parallelism and completions and
+#: every scale step together (the API's own bound on each of these int32 fields is 2147483647;
+#: Kubernetes is tested to 150,000 pods per cluster). 100,000 simulated pods take ~1.3 GB.
+MAX_PODS = 100_000
+#: The longest duration (advance, runtimes): Go's time.Duration, in which Kubernetes and its
+#: controllers measure time, ends at 2562047h47m16.854775807s.
+MAX_DURATION_SECONDS = (2**63 - 1) / 1e9
 
 
 @dataclass(frozen=True)
@@ -171,12 +183,29 @@ def parse_duration(value: object) -> float:
     if isinstance(value, (int, float)):
         if value < 0:
             raise ValueError(f"{value!r} must not be negative")
-        return float(value)
+        return _bounded(value, value)
     match = _DURATION_RE.match(str(value).strip())
     if not match:
-        raise ValueError(f"{value!r} is not a duration (e.g. 30, 30s, 5m, 1h)")
+        raise ValueError(f"{str(value)[:80]!r} is not a duration (e.g. 30, 30s, 5m, 1h)")
     number = float(match.group(1))
-    return number * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+    unit = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+    return _bounded(number * unit, value)
+
+
+def _bounded(seconds: float, given: object) -> float:
+    """``seconds`` as a float, when it is a real duration kgpu sim can move its clock by."""
+    try:
+        value = float(seconds)
+    except OverflowError:
+        value = float("inf")
+    if value != value:
+        raise ValueError(f"{str(given)[:40]!r} is not a number of seconds")
+    if value > MAX_DURATION_SECONDS:  # inf, 400 digits
+        raise ValueError(
+            f"{str(given)[:40]!r} is too long: at most {MAX_DURATION_SECONDS:.0f} seconds "
+            "(2562047h, the largest Go time.Duration)"
+        )
+    return value
 
 
 def _labels(value: object, path: str, err: _Errors, allow_null: bool = False) -> dict[str, Any]:
@@ -246,13 +275,34 @@ def _node_spec(raw: object, path: str, err: _Errors) -> NodeSpec | None:
                 f"unknown field {key!r}; allowed: {', '.join(NODE_KEYS)}", join_path(path, str(key))
             )
     name = raw.get("name")
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        err.add(f"{name!r}: a node name must be a lowercase DNS name", join_path(path, "name"))
+    if not isinstance(name, str) or not is_dns_subdomain(name):
+        shown = (
+            f"{name[:60]!r}... ({len(name)} characters)"
+            if isinstance(name, str) and len(name) > 60
+            else repr(name)
+        )
+        err.add(
+            f"{shown}: a node name must be a lowercase DNS name (at most 253 characters)",
+            join_path(path, "name"),
+        )
         return None
     count = raw.get("count", 1)
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        err.add(f"{count!r}: must be a positive integer", join_path(path, "count"))
+        err.add(f"{count!r:.40}: must be a positive integer", join_path(path, "count"))
         count = 1
+    elif count > MAX_NODES:
+        err.add(
+            f"{count}: at most {MAX_NODES} nodes (kgpu sim's limit for one scenario)",
+            join_path(path, "count"),
+        )
+        count = 1
+    elif count > 1 and not is_dns_subdomain(f"{name}-{count - 1}"):
+        err.add(
+            f"{name}-{count - 1}: the node names of this group would be longer than 253 "
+            "characters (a DNS name): shorten the name",
+            join_path(path, "name"),
+        )
+        return None
     machine = raw.get("machine")
     if machine is not None and machine not in profile_names():
         err.add(
@@ -299,20 +349,21 @@ def _node_spec(raw: object, path: str, err: _Errors) -> NodeSpec | None:
 
 
 def _resolve(base: Path, value: str) -> Path:
-    p = Path(value).expanduser()
+    p = Path(value)
+    with contextlib.suppress(RuntimeError):  # ~user with no such user: taken literally
+        p = p.expanduser()
     return p if p.is_absolute() else base / p
 
 
 def _unreadable(path: Path) -> str:
-    """Why ``path`` cannot be read (with the path it resolved to), or ""."""
-    if path.is_dir():
-        return f"{path} is a directory; list the files in it"
-    try:
-        with path.open("rb"):
-            pass
-    except OSError as exc:
-        return f"cannot read {path}: {exc.strerror or exc}"
-    return ""
+    """Why ``path`` cannot be read (with the path it resolved to), or "" (never opens it: a
+    FIFO would wait for a writer)."""
+    problem = file_problem(path)
+    if not problem:
+        return ""
+    if problem.startswith("is a directory"):
+        return f"{shown_path(path)} is a directory; list the files in it"
+    return f"cannot read {shown_path(path)}: {problem.removeprefix('cannot read: ')}"
 
 
 _CONFIG_KINDS = {
@@ -332,13 +383,9 @@ def _config_hint(doc: object, inline: bool = False) -> str:
     return f"this is {what}, not a Kubernetes object: {where} under configs:, not apply:"
 
 
-def _config_not_manifest(path: Path) -> str:
+def _config_not_manifest(docs: list[Any]) -> str:
     """A hint when a file under ``apply`` is a config file (which belongs under ``configs``):
     without it the user sees "kind: Required value" for a file that was never a manifest."""
-    try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return ""  # load_manifest_file reports it
     hints = [_config_hint(d) for d in docs]
     return hints[0] if hints and all(hints) else ""
 
@@ -357,12 +404,13 @@ def _objects(value: object, path: str, base: Path, err: _Errors) -> list[Manifes
             if problem:
                 err.add(problem, where)
                 continue
-            misplaced = _config_not_manifest(resolved)
-            if misplaced:
-                err.add(f"{item}: {misplaced}", where)
-                continue
             try:
-                out.extend(load_manifest_file(resolved, shown=item))
+                docs = read_yaml(resolved, shown=item)  # read and parsed once
+                misplaced = _config_not_manifest(docs)
+                if misplaced:
+                    err.add(f"{item}: {misplaced}", where)
+                    continue
+                out.extend(check_documents(docs, item))
             except FieldError as exc:
                 err.absorb(exc)
         elif isinstance(item, Mapping):
@@ -378,7 +426,47 @@ def _objects(value: object, path: str, base: Path, err: _Errors) -> list[Manifes
                     err.add(p.message, join_path(where, p.path) if p.path else where)
         else:
             err.add("must be a file path or an inline Kubernetes object", where)
+    for m in out:
+        for at, count in _pod_counts(m.obj):
+            if count > MAX_PODS:
+                message = f"{count}: at most {MAX_PODS} pods (kgpu sim's limit for one scenario)"
+                if m.file:
+                    err.problems.append(FieldProblem(message, at, m.file, f"document {m.index}"))
+                else:
+                    err.add(message, join_path(path, at))
     return out
+
+
+def _total_pods(applied: list[Manifest], steps: list[Step]) -> int:
+    """Every pod count of the scenario added up: what it may make at most, checked up front."""
+    manifests = list(applied)
+    total = 0
+    for step in steps:
+        if step.action == "apply":
+            manifests.extend(step.value)
+        elif step.action == "scale":
+            total += step.value[1]
+    for m in manifests:
+        counts = [n for _, n in _pod_counts(m.obj)]
+        # a Job makes `completions` pods, `parallelism` at a time: the larger is its count
+        total += max(counts, default=0) if m.kind == "Job" else sum(counts)
+    return total
+
+
+def _pod_counts(obj: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """(field path, value) of the integers that say how many pods a workload makes."""
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return []
+    found = [(f"spec.{key}", spec.get(key)) for key in ("replicas", "parallelism", "completions")]
+    roles = spec.get("mpiReplicaSpecs")
+    if isinstance(roles, Mapping):
+        found += [
+            (f"spec.mpiReplicaSpecs.{role}.replicas", rs.get("replicas"))
+            for role, rs in roles.items()
+            if isinstance(rs, Mapping)
+        ]
+    return [(at, v) for at, v in found if isinstance(v, int) and not isinstance(v, bool)]
 
 
 def _ref(raw: object, path: str, err: _Errors, default_kind: str = "") -> ObjectRef | None:
@@ -489,6 +577,13 @@ def _step(raw: object, index: int, base: Path, err: _Errors, node_names: set[str
         for i, item in enumerate(items):
             spec = _node_spec(item, join_path(where, i), err)
             if spec:
+                if len(node_names) + spec.count > MAX_NODES:
+                    err.add(
+                        f"{len(node_names) + spec.count} nodes: at most {MAX_NODES} (kgpu sim's "
+                        "limit for one scenario)",
+                        join_path(where, i, "count"),
+                    )
+                    continue
                 for n in spec.names():
                     if n in node_names:
                         err.add(f"node {n!r} already exists", join_path(where, i, "name"))
@@ -510,7 +605,15 @@ def _step(raw: object, index: int, base: Path, err: _Errors, node_names: set[str
         ref = _ref(value, where, err, default_kind="Deployment")
         replicas = value.get("replicas") if isinstance(value, Mapping) else None
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
-            err.add(f"{replicas!r}: must be a non-negative integer", join_path(where, "replicas"))
+            err.add(
+                f"{replicas!r:.40}: must be a non-negative integer", join_path(where, "replicas")
+            )
+            return None
+        if replicas > MAX_PODS:
+            err.add(
+                f"{replicas}: at most {MAX_PODS} pods (kgpu sim's limit for one scenario)",
+                join_path(where, "replicas"),
+            )
             return None
         if ref and ref.kind not in SCALABLE:
             err.add(f"{ref.kind!r}: allowed: {', '.join(SCALABLE)}", join_path(where, "kind"))
@@ -550,6 +653,13 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
     for i, raw in enumerate(raw_nodes):
         spec = _node_spec(raw, join_path("nodes", i), err)
         if spec is None:
+            continue
+        if len(names) + spec.count > MAX_NODES:
+            err.add(
+                f"{len(names) + spec.count} nodes: at most {MAX_NODES} (kgpu sim's limit for one "
+                "scenario)",
+                join_path("nodes", i, "count"),
+            )
             continue
         for n in spec.names():
             if n in names:
@@ -616,6 +726,13 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
             runtimes[str(k)] = parse_duration(v)
         except ValueError as exc:
             err.add(str(exc), join_path("runtimes", str(k)))
+    pods = _total_pods(applied, steps)
+    if pods > MAX_PODS:
+        err.add(
+            f"the workloads and scale steps ask for {pods} pods in all; kgpu sim runs at most "
+            f"{MAX_PODS} in one scenario",
+            "apply",
+        )
     seed = data.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         err.add("must be an integer", "seed")
@@ -662,22 +779,7 @@ def manifest_not_scenario(docs: list[Any], file: str) -> str:
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise FieldError(
-            FieldProblem(f"cannot read: {exc.strerror or exc}", file=str(path))
-        ) from None
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise FieldError(
-            FieldProblem(
-                f"{where}not valid YAML: {getattr(exc, 'problem', None) or exc}", file=str(path)
-            )
-        ) from None
+    docs = read_yaml(p)  # a regular file, bounded, UTF-8, YAML within the limits
     if len(docs) > 1:
         if any(isinstance(d, Mapping) and "apiVersion" in d and "kind" in d for d in docs):
             raise FieldError(FieldProblem(manifest_not_scenario(docs, str(path)), file=str(path)))
