@@ -78,7 +78,7 @@ def load_input(path: Path) -> dict[str, Any]:
                 file=file,
             )
         )
-    unknown = sorted(set(data) - {"node", *KINDS})
+    unknown = sorted(set(data) - {"node", *KINDS}, key=str)  # keys may be numbers, null...
     for key in unknown:
         problems.append(
             FieldProblem(
@@ -137,7 +137,14 @@ def _check_object(key: str, kind: str, obj: Any, where: str, file: str) -> list[
         if key == "allocated":
             shape.allocation(obj.get("status"))
     # the schema's wording is rawer; it speaks only when the structural checks found nothing
-    return shape.problems or _schema_problems(obj, kind, where, file)
+    problems = shape.problems or _schema_problems(obj, kind, where, file)
+    if not problems and key == "slices":  # the API server's rules the schema lacks
+        from kgpu.dra.checks import slice_problems
+
+        problems = [
+            FieldProblem(p.message, f"{where}.{p.path}", file) for p in slice_problems(spec, "spec")
+        ]
+    return problems
 
 
 def _schema_problems(obj: dict[str, Any], kind: str, where: str, file: str) -> list[FieldProblem]:

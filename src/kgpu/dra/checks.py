@@ -12,10 +12,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from kgpu.dra.cel import CelCompileError, compile_selector
+from kgpu.dra.cel import CelCompileError, compile_selector, parse_semver
 from kgpu.dra.classes import GPU_DRIVER
 from kgpu.dra.opaque import parse_config
 from kgpu.errors import FieldError, FieldProblem, join_path
+from kgpu.quantity import QuantityError, parse_quantity
+
+#: The API server's limits on a ResourceSlice (k8s.io/api/resource: ResourceSliceMaxDevices,
+#: ResourceSliceMaxAttributesAndCapacitiesPerDevice, DeviceAttributeMaxValueLength).
+MAX_DEVICES_PER_SLICE = 128
+MAX_ATTRIBUTES_AND_CAPACITIES = 32
+MAX_ATTRIBUTE_VALUE_LENGTH = 64
+_ATTRIBUTE_TYPES = ("bool", "int", "string", "version")
 
 
 def selector_problems(selectors: Any, path: str) -> list[FieldProblem]:
@@ -90,6 +98,87 @@ def claim_spec_problems(spec: Any, path: str) -> list[FieldProblem]:
     return out
 
 
+def slice_problems(spec: Any, path: str) -> list[FieldProblem]:
+    """What the API server's validation refuses in a ResourceSlice's devices and the schema
+    lets through: more than 128 devices, more than 32 attributes and capacities on one
+    device, an attribute without exactly one value, a string or version over 64 characters, a
+    version that is not semver 2.0, a capacity that is not a quantity. The allocator's CEL,
+    semver and quantity helpers meet only what passes (shapes the schema refuses are left
+    to it)."""
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    if not isinstance(devices, list):
+        return []
+    out: list[FieldProblem] = []
+    if len(devices) > MAX_DEVICES_PER_SLICE:
+        out.append(
+            FieldProblem(
+                f"{len(devices)} devices: must have at most {MAX_DEVICES_PER_SLICE} items",
+                join_path(path, "devices"),
+            )
+        )
+    for i, device in enumerate(devices):
+        if not isinstance(device, dict):
+            continue
+        at = join_path(path, "devices", i)
+        attributes, capacity = device.get("attributes"), device.get("capacity")
+        attributes = attributes if isinstance(attributes, dict) else {}
+        capacity = capacity if isinstance(capacity, dict) else {}
+        if len(attributes) + len(capacity) > MAX_ATTRIBUTES_AND_CAPACITIES:
+            out.append(
+                FieldProblem(
+                    f"{len(attributes) + len(capacity)}: the total number of attributes and "
+                    f"capacities must not exceed {MAX_ATTRIBUTES_AND_CAPACITIES}",
+                    at,
+                )
+            )
+        for name, value in attributes.items():
+            out += _attribute_problems(value, join_path(at, "attributes", str(name)))
+        for name, value in capacity.items():
+            where = join_path(at, "capacity", str(name), "value")
+            raw = value.get("value") if isinstance(value, dict) else None
+            if raw is None:
+                out.append(FieldProblem("Required value", where))
+                continue
+            try:
+                parse_quantity(raw)
+            except QuantityError as exc:
+                out.append(FieldProblem(str(exc), where))
+    return out
+
+
+def _attribute_problems(value: Any, path: str) -> list[FieldProblem]:
+    if value is None:  # decodes as an attribute with no value
+        value = {}
+    if not isinstance(value, dict):
+        return []  # the schema's
+    given = [t for t in _ATTRIBUTE_TYPES if value.get(t) is not None]
+    if len(given) != 1:
+        return [
+            FieldProblem("exactly one value must be specified (bool, int, string, version)", path)
+        ]
+    kind = given[0]
+    raw = value[kind]
+    if kind in ("string", "version") and isinstance(raw, str):
+        if len(raw) > MAX_ATTRIBUTE_VALUE_LENGTH:
+            return [
+                FieldProblem(
+                    f"Too long: may not be more than {MAX_ATTRIBUTE_VALUE_LENGTH} bytes",
+                    join_path(path, kind),
+                )
+            ]
+        if kind == "version":
+            try:
+                parse_semver(raw)
+            except ValueError:
+                return [
+                    FieldProblem(
+                        f"{raw!r}: must be a string compatible with semver.org spec 2.0.0",
+                        join_path(path, kind),
+                    )
+                ]
+    return []
+
+
 def dra_object_problems(doc: Any) -> list[FieldProblem]:
     """The checks above for one object of any ``resource.k8s.io`` version; paths start at the
     object (``spec.devices.requests[0]...``). Other objects: no problems."""
@@ -108,4 +197,6 @@ def dra_object_problems(doc: Any) -> list[FieldProblem]:
         return claim_spec_problems(spec, "spec")
     if kind == "ResourceClaimTemplate" and isinstance(spec, dict):
         return claim_spec_problems(spec.get("spec"), "spec.spec")
+    if kind == "ResourceSlice":
+        return slice_problems(spec, "spec")
     return []

@@ -209,8 +209,9 @@ def validate_manifest(obj: object) -> list[FieldProblem]:
                 FieldProblem("must be specified when completionMode is Indexed", "spec.completions")
             )
         tpl = _template(obj, "spec.template", out)
-        policy = (tpl.get("spec") or {}).get("restartPolicy") if tpl else None
-        if tpl and policy not in ("Never", "OnFailure"):
+        pod_spec = tpl.get("spec") if tpl else None
+        policy = pod_spec.get("restartPolicy") if isinstance(pod_spec, Mapping) else None
+        if isinstance(pod_spec, Mapping) and policy not in ("Never", "OnFailure"):
             out.append(
                 FieldProblem(
                     f"{policy!r}: a Job's pods need restartPolicy Never or OnFailure",
@@ -257,11 +258,10 @@ def validate_manifest(obj: object) -> list[FieldProblem]:
             not isinstance(data, Mapping) or not all(isinstance(v, str) for v in data.values())
         ):
             out.append(FieldProblem("must be a map of strings", "data"))
-    if not out and (
-        (kind in WORKLOADS and kind != "MPIJob") or group_of(str(api)) == "resource.k8s.io"
-    ):
-        # what kgpu validate checks too (the official schema): the simulator's plugins and
-        # controllers read these objects as the API server would have stored them
+    if not out and (kind in WORKLOADS or group_of(str(api)) == "resource.k8s.io"):
+        # what kgpu validate checks too (the official schema; an MPIJob's templates as Pods):
+        # the simulator's plugins and controllers read these objects as the API server stores
+        # them
         from kgpu.config.manifests import validate_manifest as api_checks
 
         out.extend(
