@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kgpu.config.fields import is_dns_subdomain
-from kgpu.errors import FieldError, FieldProblem, join_path
+from kgpu.errors import FieldError, FieldProblem, join_path, shown
 from kgpu.sim.manifests import Manifest, check, check_documents
 from kgpu.sim.podspec import TAINT_EFFECTS
 from kgpu.sim.quantity import QuantityError, to_units
@@ -179,7 +179,7 @@ class _Errors:
 def parse_duration(value: object) -> float:
     """Seconds from ``90``, ``"90s"``, ``"5m"``, ``"1h"``, ``"500ms"``."""
     if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration")
+        raise ValueError(f"{shown(value)} is not a duration")
     if isinstance(value, (int, float)):
         if value < 0:
             raise ValueError(f"{value!r} must not be negative")
@@ -221,7 +221,7 @@ def _labels(value: object, path: str, err: _Errors, allow_null: bool = False) ->
         # the API server's rules: a node with such a label could not exist
         if not isinstance(k, str) or not is_valid_label_key(k):
             err.add(
-                f"{k!r} is not a valid label key ([prefix/]name: an optional DNS subdomain "
+                f"{shown(k)} is not a valid label key ([prefix/]name: an optional DNS subdomain "
                 "prefix, a name of at most 63 letters, digits, '-', '_', '.', starting and "
                 "ending alphanumeric)",
                 path,
@@ -229,7 +229,7 @@ def _labels(value: object, path: str, err: _Errors, allow_null: bool = False) ->
         elif allow_null and v is None:
             out[k] = None
         elif isinstance(v, bool) or not isinstance(v, (str, int, float)):
-            err.add(f"{v!r}: a label value must be a string", join_path(path, k))
+            err.add(f"a label value must be a string, not {shown(v)}", join_path(path, k))
         elif not is_valid_label_value(str(v)):
             err.add(
                 f"{str(v)!r} is not a valid label value for {k} (at most 63 letters, digits, "
@@ -255,7 +255,7 @@ def _taints(raw: object, path: str, err: _Errors) -> list[dict[str, str]]:
             continue
         if t.get("effect") not in TAINT_EFFECTS:
             allowed = ", ".join(TAINT_EFFECTS)
-            err.add(f"{t.get('effect')!r}: allowed: {allowed}", join_path(where, "effect"))
+            err.add(f"{shown(t.get('effect'))}: allowed: {allowed}", join_path(where, "effect"))
             continue
         taints.append(
             {"key": str(t["key"]), "value": str(t.get("value") or ""), "effect": str(t["effect"])}
@@ -276,13 +276,13 @@ def _node_spec(raw: object, path: str, err: _Errors) -> NodeSpec | None:
             )
     name = raw.get("name")
     if not isinstance(name, str) or not is_dns_subdomain(name):
-        shown = (
+        given = (
             f"{name[:60]!r}... ({len(name)} characters)"
             if isinstance(name, str) and len(name) > 60
-            else repr(name)
+            else shown(name)
         )
         err.add(
-            f"{shown}: a node name must be a lowercase DNS name (at most 253 characters)",
+            f"{given}: a node name must be a lowercase DNS name (at most 253 characters)",
             join_path(path, "name"),
         )
         return None
@@ -306,7 +306,8 @@ def _node_spec(raw: object, path: str, err: _Errors) -> NodeSpec | None:
     machine = raw.get("machine")
     if machine is not None and machine not in profile_names():
         err.add(
-            f"unknown machine profile {machine!r}; known profiles: {', '.join(profile_names())}",
+            f"unknown machine profile {shown(machine)}; known profiles: "
+            f"{', '.join(profile_names())}",
             join_path(path, "machine"),
         )
     clique = raw.get("clique")
@@ -504,7 +505,9 @@ def _step(raw: object, index: int, base: Path, err: _Errors, node_names: set[str
 
     def known_node(name: object, at: str) -> str | None:
         if not isinstance(name, str) or name not in node_names:
-            err.add(f"{name!r}: no such node; nodes: {', '.join(sorted(node_names)) or 'none'}", at)
+            err.add(
+                f"{shown(name)}: no such node; nodes: {', '.join(sorted(node_names)) or 'none'}", at
+            )
             return None
         return name
 
@@ -540,14 +543,14 @@ def _step(raw: object, index: int, base: Path, err: _Errors, node_names: set[str
             err.add("must be a GPU index or UUID", join_path(where, "gpu"))
         xid = value.get("xid", 79)
         if isinstance(xid, bool) or not isinstance(xid, int) or xid < 0:
-            err.add(f"{xid!r}: must be an XID number", join_path(where, "xid"))
+            err.add(f"{shown(xid)}: must be an XID number", join_path(where, "xid"))
         for key in ("gi", "ci"):  # NVML's GPU-instance / compute-instance ids of a MIG device
             ident = value.get(key)
             if ident is not None and (
                 isinstance(ident, bool) or not isinstance(ident, int) or ident < 0
             ):
                 err.add(
-                    f"{ident!r}: must be a non-negative integer (the MIG device's "
+                    f"{shown(ident)}: must be a non-negative integer (the MIG device's "
                     f"{'GPU' if key == 'gi' else 'compute'}-instance id)",
                     join_path(where, key),
                 )
@@ -696,7 +699,7 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         err.add("must be the name of a device-plugin config entry", "defaultConfig")
     strategy = data.get("migStrategy")
     if strategy is not None and strategy not in MIG_STRATEGIES:
-        err.add(f"{strategy!r}: allowed: {', '.join(MIG_STRATEGIES)}", "migStrategy")
+        err.add(f"{shown(strategy)}: allowed: {', '.join(MIG_STRATEGIES)}", "migStrategy")
     plugin = data.get("devicePlugin", True)
     if not isinstance(plugin, bool):
         err.add("must be true or false", "devicePlugin")
