@@ -10,12 +10,14 @@ run these checks before anything else sees the object.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from kgpu.config.fields import is_dns_subdomain
 from kgpu.dra.cel import CelCompileError, compile_selector, parse_semver
 from kgpu.dra.classes import GPU_DRIVER
 from kgpu.dra.opaque import parse_config
-from kgpu.errors import FieldError, FieldProblem, join_path
+from kgpu.errors import FieldError, FieldProblem, join_path, shown
 from kgpu.quantity import QuantityError, parse_quantity
 
 #: The API server's limits on a ResourceSlice (k8s.io/api/resource: ResourceSliceMaxDevices,
@@ -131,6 +133,11 @@ def slice_problems(spec: Any, path: str) -> list[FieldProblem]:
                     at,
                 )
             )
+        for field, entries in (("attributes", attributes), ("capacity", capacity)):
+            for name in entries:
+                problem = _qualified_name_problem(name)
+                if problem:
+                    out.append(FieldProblem(problem, join_path(at, field, str(name))))
         for name, value in attributes.items():
             out += _attribute_problems(value, join_path(at, "attributes", str(name)))
         for name, value in capacity.items():
@@ -144,6 +151,26 @@ def slice_problems(spec: Any, path: str) -> list[FieldProblem]:
             except QuantityError as exc:
                 out.append(FieldProblem(str(exc), where))
     return out
+
+
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _qualified_name_problem(name: object) -> str:
+    """The API server's rule for attribute and capacity names: a C identifier of at most 32
+    characters, optionally after a DNS-subdomain domain of at most 63 and a slash."""
+    if not isinstance(name, str):
+        return f"{shown(name)}: a name must be a string (a C identifier, optionally domain/)"
+    domain, sep, ident = name.partition("/")
+    if sep and not (len(domain) <= 63 and is_dns_subdomain(domain)):
+        return f"{shown(domain)}: the domain must be a DNS subdomain of at most 63 characters"
+    ident = ident.split("/", 1)[0] if sep else name  # upstream accepts a second slash
+    if len(ident) > 32 or not _C_IDENTIFIER.fullmatch(ident):
+        return (
+            f"{shown(ident)}: must be a C identifier of at most 32 characters (letters, "
+            "digits, '_', not starting with a digit)"
+        )
+    return ""
 
 
 def _attribute_problems(value: Any, path: str) -> list[FieldProblem]:
