@@ -15,7 +15,7 @@ import pytest
 import yaml
 from promql_backfill import EVAL_TIMES, PrometheusAPI
 
-from kgpu.sim.promql import History, PromQLError, Scalar, query
+from kgpu.sim.promql import History, PromQLError, Scalar, UnsupportedError, query
 
 pytestmark = pytest.mark.slow
 
@@ -108,3 +108,27 @@ def test_the_history_exercises_what_it_claims(diff_history: History) -> None:
     # 3 replicas at 10 minutes; at 20 minutes the pod removed at 17.5 minutes is still inside
     # the 5-minute lookback (backfill has no staleness markers); none after 25 minutes
     assert [v[0].value if isinstance(v, list) and v else None for v in busy] == [3, 2, 2, None]
+
+
+SYNTAX = yaml.safe_load(DATA.read_text())
+
+
+@pytest.mark.parametrize("promql", SYNTAX["invalid"])
+def test_both_reject_what_is_not_promql(
+    promql: str, diff_history: History, prometheus_api: PrometheusAPI
+) -> None:
+    answer = prometheus_api.query(promql, EVAL_TIMES[1])
+    assert answer["status"] == "error" and answer["errorType"] == "bad_data", answer
+    with pytest.raises(PromQLError) as caught:
+        query(diff_history, promql, EVAL_TIMES[1])
+    assert not isinstance(caught.value, UnsupportedError), caught.value
+    assert caught.value.position >= 0 and str(caught.value)[0].isdigit()  # line:column
+
+
+@pytest.mark.parametrize("promql", SYNTAX["unsupported"])
+def test_unsupported_means_valid_promql_kgpu_does_not_evaluate(
+    promql: str, diff_history: History, prometheus_api: PrometheusAPI
+) -> None:
+    assert prometheus_api.query(promql, EVAL_TIMES[1])["status"] == "success"
+    with pytest.raises(UnsupportedError, match="unsupported by kgpu's PromQL evaluator"):
+        query(diff_history, promql, EVAL_TIMES[1])

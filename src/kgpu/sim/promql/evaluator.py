@@ -20,8 +20,10 @@ This is Prometheus 2.42's instant-query semantics (``promql/engine.go``), which 
 * Division by zero and the like give IEEE results (``+Inf``, ``NaN``), as Go does.
 
 What is not reproduced: native histograms, ``@``, subqueries, group_left/right (all rejected by
-the parser); Kahan-compensated sums (results agree to ~1e-12 relative); RE2-only regex syntax
-(Python's ``re`` is used, which agrees on the syntax label matchers use in practice).
+the parser); RE2-only regex syntax (Python's ``re`` is used, which agrees on the syntax label
+matchers use in practice). Sums, means and extremes follow 2.42's arithmetic step by step
+(running mean for ``avg``, compensated sums in ``*_over_time``), so results agree to the bit in
+the cases the differential and ported tests check.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from kgpu.sim.promql.ast import (
     VectorSelector,
 )
 from kgpu.sim.promql.errors import PromQLError
-from kgpu.sim.promql.functions import KEEPS_NAME, range_function
+from kgpu.sim.promql.functions import ELEMENTWISE, KEEPS_NAME, range_function
 from kgpu.sim.promql.history import LOOKBACK_MS, History, Labels, render_labels, to_ms
 from kgpu.sim.promql.parser import parse
 
@@ -335,12 +337,14 @@ class _Evaluation:
         if name == "scalar":
             vector = self.vector(node.args[0])
             return Scalar(vector[0].value if len(vector) == 1 else math.nan)
-        if name in ("abs", "ceil", "floor", "clamp_min", "clamp_max"):
+        if name in ELEMENTWISE:
             vector = self.vector(node.args[0])
-            bound = self.scalar(node.args[1]) if len(node.args) > 1 else 0.0
-            fn = _SIMPLE[name]
+            bounds = [self.scalar(arg) for arg in node.args[1:]]
+            if name == "clamp" and bounds[1] < bounds[0]:
+                return []  # clamp with max < min returns nothing
+            fn = ELEMENTWISE[name]
             return self.unique(
-                [Sample(_drop_name(s.labels), fn(s.value, bound)) for s in vector], node
+                [Sample(_drop_name(s.labels), fn(s.value, *bounds)) for s in vector], node
             )
         series, start, end = self.matrix(node.args[0])
         out = []
@@ -352,25 +356,24 @@ class _Evaluation:
         return self.unique(out, node)
 
 
-def _clamp_min(v: float, bound: float) -> float:
-    return math.nan if math.isnan(v) or math.isnan(bound) else max(v, bound)
+def _aggregate_sum(values: list[float]) -> float:
+    total = values[0]
+    for v in values[1:]:
+        total += v
+    return total
 
 
-def _clamp_max(v: float, bound: float) -> float:
-    return math.nan if math.isnan(v) or math.isnan(bound) else min(v, bound)
-
-
-_SIMPLE: dict[str, Callable[[float, float], float]] = {
-    "abs": lambda v, _: abs(v),
-    "ceil": lambda v, _: float(math.ceil(v)) if math.isfinite(v) else v,
-    "floor": lambda v, _: float(math.floor(v)) if math.isfinite(v) else v,
-    "clamp_min": _clamp_min,
-    "clamp_max": _clamp_max,
-}
-
-
-def _sum(values: list[float]) -> float:
-    return math.fsum(values) if all(math.isfinite(v) for v in values) else sum(values)
+def _aggregate_avg(values: list[float]) -> float:
+    """Prometheus 2.42's running mean for avg (divides before subtracting: no overflow)."""
+    mean = values[0]
+    for count, v in enumerate(values[1:], 2):
+        if math.isinf(mean):
+            if math.isinf(v) and (mean > 0) == (v > 0):
+                continue
+            if not math.isinf(v) and not math.isnan(v):
+                continue
+        mean += v / count - mean / count
+    return mean
 
 
 def _extreme(values: list[float], better: Callable[[float, float], bool]) -> float:
@@ -381,9 +384,22 @@ def _extreme(values: list[float], better: Callable[[float, float], bool]) -> flo
     return best
 
 
+def _aggregate_stdvar(values: list[float]) -> float:
+    """Welford's running variance, as 2.42's aggregation does it (population variance)."""
+    mean, aux = values[0], 0.0
+    for count, v in enumerate(values[1:], 2):
+        delta = v - mean
+        mean += delta / count
+        aux += delta * (v - mean)
+    return aux / len(values)
+
+
 _AGGREGATE: dict[str, Callable[[list[float]], float]] = {
-    "sum": _sum,
-    "avg": lambda vs: _sum(vs) / len(vs),
+    "group": lambda vs: 1.0,
+    "stdvar": _aggregate_stdvar,
+    "stddev": lambda vs: math.sqrt(_aggregate_stdvar(vs)),
+    "sum": _aggregate_sum,
+    "avg": _aggregate_avg,
     "count": lambda vs: float(len(vs)),
     "min": lambda vs: _extreme(vs, lambda a, b: a < b),
     "max": lambda vs: _extreme(vs, lambda a, b: a > b),

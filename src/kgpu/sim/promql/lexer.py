@@ -134,8 +134,15 @@ def tokenize(query: str) -> list[Token]:
     tokens: list[Token] = []
     i = 0
     n = len(query)
+    in_brackets = False  # a colon inside [...] separates a subquery's range and step
     while i < n:
         ch = query[i]
+        if ch in "[]":
+            in_brackets = ch == "["
+        if ch == ":" and in_brackets:
+            tokens.append(Token("op", ch, i))
+            i += 1
+            continue
         if ch in " \t\r\n":
             i += 1
             continue

@@ -43,7 +43,7 @@ from kgpu.sim.promql.functions import FUNCTIONS, UNSUPPORTED_FUNCTIONS
 from kgpu.sim.promql.lexer import AGGREGATORS, Token, tokenize
 
 #: The aggregations kgpu evaluates.
-SUPPORTED_AGGREGATIONS = ("sum", "avg", "min", "max", "count")
+SUPPORTED_AGGREGATIONS = ("sum", "avg", "min", "max", "count", "group", "stddev", "stdvar")
 
 _PRECEDENCE: dict[str, int] = {
     "or": 1,
@@ -96,6 +96,50 @@ def parse_duration_ms(text: str) -> int:
     if pos != len(text) or not text:
         raise ValueError(f'not a valid duration string: "{text}"')
     return total
+
+
+_FLAG_GROUP = re.compile(r"\(\?([a-zA-Z-]+)\)")
+
+
+def re2_to_python(pattern: str) -> str:
+    """Go's RE2 syntax to Python's: RE2 lets ``(?i)`` appear mid-pattern (it then applies to the
+    rest of the enclosing group); Python wants such flags scoped, as ``(?i:...)``."""
+    out: list[str] = []
+    pending = [0]  # per open group: how many scoped-flag groups to close with it
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if ch == "[":
+            end = i + 1
+            if end < len(pattern) and pattern[end] == "^":
+                end += 1
+            if end < len(pattern) and pattern[end] == "]":
+                end += 1
+            while end < len(pattern) and pattern[end] != "]":
+                end += 2 if pattern[end] == "\\" else 1
+            out.append(pattern[i : end + 1])
+            i = end + 1
+            continue
+        flags = _FLAG_GROUP.match(pattern, i)
+        if flags and i > 0:
+            if "U" in flags.group(1):
+                raise ValueError("the U (ungreedy) flag has no Python equivalent")
+            out.append(f"(?{flags.group(1)}:")
+            pending[-1] += 1
+            i = flags.end()
+            continue
+        if ch == "(":
+            pending.append(0)
+        elif ch == ")" and len(pending) > 1:
+            out.append(")" * pending.pop())
+        out.append(ch)
+        i += 1
+    out.append(")" * pending[0])
+    return "".join(out)
 
 
 def _number(text: str) -> float:
@@ -499,8 +543,8 @@ class _Parser:
         pattern = None
         if tok.text in ("=~", "!~"):
             try:
-                pattern = re.compile(value_tok.text)
-            except re.error as exc:
+                pattern = re.compile(re2_to_python(value_tok.text))
+            except (re.error, ValueError) as exc:
                 raise self.error(
                     f'error parsing regexp "{value_tok.text}": {exc}', value_tok.pos
                 ) from None
