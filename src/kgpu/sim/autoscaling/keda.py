@@ -26,12 +26,15 @@ What KEDA (v2.x, kedacore/keda) does and kgpu reproduces:
   ``KEDAScaleTargetDeactivated``); between 1 and max the HPA decides.
 
 Not reproduced: ``fallback``, pause annotations, ``scalingModifiers``, ``useCachedMetrics``,
-authentication, and scalers other than ``prometheus`` (reported as not simulated).
+authentication, and scalers other than ``prometheus`` (reported as not simulated);
+``customHeaders``, ``queryParameters``, ``timeout`` and ``unsafeSsl`` are checked but have nothing
+to act on in a simulated cluster.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -149,6 +152,13 @@ def _float_param(
     return value
 
 
+def _valid_timeout(text: str) -> bool:
+    """KEDA's timeout: milliseconds, or a Go duration such as ``30s``; never negative."""
+    if text.lstrip("-").isdigit():
+        return not text.startswith("-")
+    return bool(re.fullmatch(r"(?:[0-9]+(?:\.[0-9]+)?(?:ns|us|µs|ms|s|m|h))+", text))
+
+
 def _trigger(
     raw: object, index: int, problems: list[FieldProblem], not_simulated: list[str]
 ) -> PrometheusTrigger | None:
@@ -208,13 +218,33 @@ def _trigger(
             )
     threshold = _float_param(meta, "threshold", meta_path, problems)
     activation = _float_param(meta, "activationThreshold", meta_path, problems)
+    for flag in ("ignoreNullValues", "unsafeSsl"):
+        text = str(meta.get(flag, "true"))
+        if text not in _TRUE + _FALSE:
+            problems.append(
+                FieldProblem(
+                    f'unable to parse boolean value "{text}": strconv.ParseBool: parsing '
+                    f'"{text}": invalid syntax',
+                    join_path(meta_path, flag),
+                )
+            )
     ignore = str(meta.get("ignoreNullValues", "true"))
-    if ignore not in _TRUE + _FALSE:
+    for pairs in ("customHeaders", "queryParameters"):
+        for item in str(meta.get(pairs) or "").split(","):
+            if item.strip() and "=" not in item:
+                problems.append(
+                    FieldProblem(
+                        f'expected format key=value, got "{item.strip()}"',
+                        join_path(meta_path, pairs),
+                    )
+                )
+    timeout = meta.get("timeout")
+    if timeout is not None and not _valid_timeout(str(timeout)):
         problems.append(
             FieldProblem(
-                f'unable to parse boolean value "{ignore}": strconv.ParseBool: parsing "{ignore}": '
-                "invalid syntax",
-                join_path(meta_path, "ignoreNullValues"),
+                f'unable to parse duration value "{timeout}": must be either a duration string '
+                "(e.g. '30s', '5m') or a non-negative number of milliseconds",
+                join_path(meta_path, "timeout"),
             )
         )
     query = meta.get("query")
