@@ -14,7 +14,7 @@ time``. Anything else valid in PromQL (``topk``, ``histogram_quantile``, ``label
 ``absent``, ``group_left``, subqueries, ``@`` ...) raises :class:`UnsupportedError` naming it.
 
 Tested two ways (``tests/sim/promql``): Prometheus v2.42.0's own ``promql/testdata`` files,
-ported as data (every eval passes or is unsupported); and a differential test that runs ~130
+ported as data (every eval passes or is unsupported); and a differential test that runs 112
 queries on the same samples in a real Prometheus and compares the answers. This package imports
 nothing else from the simulator, so tests and docs can use it alone.
 """
