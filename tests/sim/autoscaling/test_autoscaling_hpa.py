@@ -37,6 +37,7 @@ from kgpu.sim.autoscaling.hpa_spec import (
     DEFAULT_SCALE_DOWN,
     DEFAULT_SCALE_UP,
     Behavior,
+    HPASpec,
     ScalingPolicy,
     ScalingRules,
     format_milli,
@@ -104,23 +105,8 @@ def test_scaling_with_rules(case: dict[str, Any]) -> None:
     assert (replicas, condition) == (case["replicas"], case["condition"])
 
 
-def _hpa(behavior: Behavior | None) -> Any:
-    return parse_hpa(
-        {
-            "metadata": {"name": "h"},
-            "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "d"}, "maxReplicas": 10},
-        }
-    ).__class__(
-        namespace="default",
-        name="h",
-        target_kind="Deployment",
-        target_name="d",
-        target_api_version="apps/v1",
-        min_replicas=1,
-        max_replicas=10,
-        metrics=(),
-        behavior=behavior,
-    )
+def _hpa(behavior: Behavior | None) -> HPASpec:
+    return HPASpec("default", "h", "Deployment", "d", "apps/v1", 1, 10, (), behavior)
 
 
 @pytest.mark.parametrize(
