@@ -9,7 +9,7 @@ import pytest
 
 from kgpu.cluster.kube import KubeStore
 
-from .apiserver import FakeApiServer
+from kgpu.testing.apiserver import FakeApiServer
 
 TOKEN = "kgpu-test-token"
 

@@ -21,7 +21,7 @@ from kgpu.kubelet.dra.handler import ClaimRef
 from kgpu.testing.fake_kubelet import FakeKubelet
 from kgpu.testing.fake_kubelet_dra import FakeDraKubelet
 
-from .apiserver import FakeApiServer
+from kgpu.testing.apiserver import FakeApiServer
 from .conftest import write_kubeconfig
 
 NODE = "tray-0"

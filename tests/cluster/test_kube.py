@@ -12,7 +12,7 @@ from kgpu.cluster.kube import KubeApiError, KubeStore
 from kgpu.errors import FieldError
 from kgpu.store import AlreadyExists, Conflict, NotFound
 
-from .apiserver import FakeApiServer
+from kgpu.testing.apiserver import FakeApiServer
 from .conftest import TOKEN, write_kubeconfig
 
 SLICE: dict[str, Any] = {

@@ -13,7 +13,7 @@ import pytest
 from kgpu.cluster.kube import KubeStore
 from kgpu.store import AlreadyExists, Conflict, MemoryStore, NotFound, ObjectStore
 
-from .apiserver import FakeApiServer
+from kgpu.testing.apiserver import FakeApiServer
 from .conftest import TOKEN, write_kubeconfig
 
 
@@ -128,7 +128,12 @@ def test_list_filters_by_namespace_and_labels_and_versions_share_a_group(
     ]
     assert store.list("v1", "ConfigMap", labels={"x": "1", "y": "2"}) == []
     store.create(
-        {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "c"}}
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "c"},
+            "spec": {"selectors": []},
+        }
     )
     assert store.list("resource.k8s.io/v1beta1", "DeviceClass")[0]["metadata"]["name"] == "c"
 
