@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from kgpu.cluster.kube import KubeStore
-
 from kgpu.testing.apiserver import FakeApiServer
 
 TOKEN = "kgpu-test-token"

@@ -18,10 +18,10 @@ import pytest
 from kgpu.agent.daemon import Agent, AgentOptions
 from kgpu.cluster.kube import KubeStore
 from kgpu.kubelet.dra.handler import ClaimRef
+from kgpu.testing.apiserver import FakeApiServer
 from kgpu.testing.fake_kubelet import FakeKubelet
 from kgpu.testing.fake_kubelet_dra import FakeDraKubelet
 
-from kgpu.testing.apiserver import FakeApiServer
 from .conftest import write_kubeconfig
 
 NODE = "tray-0"
@@ -75,8 +75,15 @@ def test_agent_publishes_slices_and_prepares_claims_through_the_api_server(
                 slices = _slices(kubeconfig)
             assert sorted(slices["gpu.nvidia.com"]) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
             assert "compute-domain.nvidia.com" in slices
-            posted = [c.path for c in apiserver.calls("POST")]
-            assert "/apis/resource.k8s.io/v1/resourceslices" in posted
+            applied = [
+                (c.path, c.headers["content-type"])
+                for c in apiserver.requests
+                if c.verb == "patch" and c.resource == "resourceslices"
+            ]
+            assert (
+                f"/apis/resource.k8s.io/v1/resourceslices/{NODE}-gpu.nvidia.com-0",
+                "application/apply-patch+yaml",
+            ) in applied
 
             # the scheduler's allocation, as the API server holds it: the plugin reads it there
             store = KubeStore.from_config(str(kubeconfig))

@@ -12,8 +12,8 @@ import pytest
 
 from kgpu.cluster.kube import KubeStore
 from kgpu.store import AlreadyExists, Conflict, MemoryStore, NotFound, ObjectStore
-
 from kgpu.testing.apiserver import FakeApiServer
+
 from .conftest import TOKEN, write_kubeconfig
 
 

@@ -277,22 +277,24 @@ class Informer:
         """One step: list if needed, (re)open the watch, apply the events that arrive within
         ``timeout`` seconds; returns how many were applied. Raises the store's errors
         (:class:`Gone` included, after which the next step lists again)."""
-        with self._step:
-            if not self._listed:
-                self._relist()
-            try:
+        try:
+            with self._step:
+                if not self._listed:
+                    self._relist()
                 if self._watch is None or self._watch.closed:
                     self._open_watch()
                 watch = self._watch
                 assert watch is not None
-                return self._drain(watch, timeout)
-            except Gone:
+            return self._drain(watch, timeout)
+        except Gone:
+            with self._step:
                 self._listed = False
                 self._close_watch()
-                raise
-            except Exception:
+            raise
+        except Exception:
+            with self._step:
                 self._close_watch()
-                raise
+            raise
 
     def _run(self) -> None:
         failures = 0
@@ -382,27 +384,29 @@ class Informer:
 
     def _drain(self, watch: Watch, timeout: float) -> int:
         """Apply events until ``timeout`` passes with none pending; ``on_change`` fires after
-        each batch (events that arrived together)."""
+        each batch (events that arrived together). Waiting happens outside the step lock, so
+        a handler can be added while the informer idles."""
         deadline = time.monotonic() + timeout
         applied = 0
         dirty = False
         while True:
             wait = 0.0 if dirty else max(0.0, deadline - time.monotonic())
             event = watch.next(wait)
-            if event is not None:
-                self._watch_events += 1
-            if event is not None and event.type != "BOOKMARK":
-                self._apply(event)
-                applied += 1
-                dirty = True
-                continue
-            if event is not None:  # a bookmark: nothing changed up to its version
-                self.stats.bookmarks += 1
-                self._rv = event.resource_version or self._rv
-            if dirty:
-                dirty = False
-                self._emit_change()
-                continue
+            with self._step:
+                if event is not None:
+                    self._watch_events += 1
+                if event is not None and event.type != "BOOKMARK":
+                    self._apply(event)
+                    applied += 1
+                    dirty = True
+                    continue
+                if event is not None:  # a bookmark: nothing changed up to its version
+                    self.stats.bookmarks += 1
+                    self._rv = event.resource_version or self._rv
+                if dirty:
+                    dirty = False
+                    self._emit_change()
+                    continue
             if watch.closed or time.monotonic() >= deadline or self._stop.is_set():
                 return applied
 
