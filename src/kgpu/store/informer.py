@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from kgpu.store.objects import Obj, matches_fields, matches_labels, namespace_of
 from kgpu.store.protocol import Gone, ObjectStore, Watch, WatchEvent
@@ -186,23 +187,35 @@ class Informer:
         on_update: OnUpdate | None = None,
         on_delete: OnDelete | None = None,
         on_change: OnChange | None = None,
-    ) -> None:
-        """Register callbacks. Objects already cached are replayed to ``on_add`` (and
+    ) -> Callable[[], None]:
+        """Register callbacks; returns the function that unregisters them (a shared informer
+        outlives any one user). Objects already cached are replayed to ``on_add`` (and
         ``on_change`` is called once), as client-go does for a late handler, so a component
         never misses what arrived before it subscribed."""
+        added: list[tuple[list[Any], Any]] = []
         with self._step:
             if on_add is not None:
-                self._handlers.on_add.append(on_add)
+                added.append((self._handlers.on_add, on_add))
                 for obj in self.list():
                     self._call(on_add, obj)
             if on_update is not None:
-                self._handlers.on_update.append(on_update)
+                added.append((self._handlers.on_update, on_update))
             if on_delete is not None:
-                self._handlers.on_delete.append(on_delete)
+                added.append((self._handlers.on_delete, on_delete))
             if on_change is not None:
-                self._handlers.on_change.append(on_change)
-                if self._listed:
-                    self._call(on_change)
+                added.append((self._handlers.on_change, on_change))
+            for handlers, fn in added:
+                handlers.append(fn)
+            if on_change is not None and self._listed:
+                self._call(on_change)
+
+        def remove() -> None:
+            with self._step:
+                for handlers, fn in added:
+                    if fn in handlers:
+                        handlers.remove(fn)
+
+        return remove
 
     # -- reads -------------------------------------------------------------------------------
     @property
