@@ -169,48 +169,53 @@ class ComputeDomainHandler:
 
     def prepare(self, claim: ClaimInfo) -> PreparedClaim:
         with self._lock:
-            if claim.uid in self._claims:  # called again after a crash: same answer, no new channel
-                self.unprepare(claim.uid, self._claims[claim.uid])
-            devices: list[PreparedDevice] = []
-            state: dict[str, Any] = {}
-            self._hold_domains(True)
-            for result in claim.results:
-                device = str(result.get("device", ""))
-                request = str(result.get("request", ""))
-                dtype = _device_type(device)
-                if dtype not in _KINDS:
-                    raise ClaimError(f"unknown {DRIVER} device {device!r}")
-                configs = [c for c in claim.configs if c.applies_to(request)]
-                if not configs:
-                    raise ClaimError(
-                        f"request {request!r}: no {_KINDS[dtype]} for driver {DRIVER}; claims for "
-                        "IMEX channels and daemons come from a ComputeDomain's claim templates"
-                    )
-                kind, domain_uid, mode = _parse_config(configs[-1])
-                if kind != _KINDS[dtype]:
-                    raise ClaimError(f"device {device} is a {dtype} but its config is a {kind}")
-                domain = self._domain(domain_uid)
-                if dtype == "channel":
-                    if domain.namespace != claim.namespace:
-                        raise ClaimError(
-                            "the ResourceClaim's namespace is different than the "
-                            "ComputeDomain's namespace"
-                        )
-                    edits, state = self._prepare_channel(domain, mode)
-                else:
-                    edits, state = self._prepare_daemon(domain)
-                devices.append(
-                    PreparedDevice(
-                        requests=(request,),
-                        pool=str(result.get("pool", self.node_name)),
-                        device=device,
-                        cdi_name=cdi_device_name(claim.uid, device),
-                        edits=edits,
-                    )
+            try:
+                return self._prepare(claim)
+            finally:  # informers follow the claims held, whether this one was prepared or not
+                self._follow()
+
+    def _prepare(self, claim: ClaimInfo) -> PreparedClaim:
+        if claim.uid in self._claims:  # called again after a crash: same answer, no new channel
+            self.unprepare(claim.uid, self._claims[claim.uid])
+        devices: list[PreparedDevice] = []
+        state: dict[str, Any] = {}
+        self._hold_domains(True)
+        for result in claim.results:
+            device = str(result.get("device", ""))
+            request = str(result.get("request", ""))
+            dtype = _device_type(device)
+            if dtype not in _KINDS:
+                raise ClaimError(f"unknown {DRIVER} device {device!r}")
+            configs = [c for c in claim.configs if c.applies_to(request)]
+            if not configs:
+                raise ClaimError(
+                    f"request {request!r}: no {_KINDS[dtype]} for driver {DRIVER}; claims for "
+                    "IMEX channels and daemons come from a ComputeDomain's claim templates"
                 )
-            self._claims[claim.uid] = state
-            self._follow()
-            return PreparedClaim(devices=tuple(devices), state=state)
+            kind, domain_uid, mode = _parse_config(configs[-1])
+            if kind != _KINDS[dtype]:
+                raise ClaimError(f"device {device} is a {dtype} but its config is a {kind}")
+            domain = self._domain(domain_uid)
+            if dtype == "channel":
+                if domain.namespace != claim.namespace:
+                    raise ClaimError(
+                        "the ResourceClaim's namespace is different than the "
+                        "ComputeDomain's namespace"
+                    )
+                edits, state = self._prepare_channel(domain, mode)
+            else:
+                edits, state = self._prepare_daemon(domain)
+            devices.append(
+                PreparedDevice(
+                    requests=(request,),
+                    pool=str(result.get("pool", self.node_name)),
+                    device=device,
+                    cdi_name=cdi_device_name(claim.uid, device),
+                    edits=edits,
+                )
+            )
+        self._claims[claim.uid] = state
+        return PreparedClaim(devices=tuple(devices), state=state)
 
     def unprepare(self, claim_uid: str, state: Mapping[str, Any] | None) -> None:
         with self._lock:
@@ -295,13 +300,18 @@ class ComputeDomainHandler:
         if not isinstance(self.store, CachedStore):
             return
         wanted = set(self.daemon_domains())
-        for uid in wanted - set(self._domain_nodes):
-            informer = self.store.informers.acquire("v1", "Node", labels=self._node_selector(uid))
-            unsubscribe = informer.add_handler(on_change=partial(self._domain_changed, uid))
-            self._domain_nodes[uid] = (informer, unsubscribe)
+        for uid in wanted:
+            self._watch_domain(uid)
         for uid in set(self._domain_nodes) - wanted:
             self._unfollow(uid)
         self._hold_domains(bool(self._claims))
+
+    def _watch_domain(self, uid: str) -> None:
+        if not isinstance(self.store, CachedStore) or uid in self._domain_nodes:
+            return
+        informer = self.store.informers.acquire("v1", "Node", labels=self._node_selector(uid))
+        unsubscribe = informer.add_handler(on_change=partial(self._domain_changed, uid))
+        self._domain_nodes[uid] = (informer, unsubscribe)
 
     def _unfollow(self, uid: str) -> None:
         informer, unsubscribe = self._domain_nodes.pop(uid)
@@ -359,9 +369,13 @@ class ComputeDomainHandler:
         return edits, state
 
     def _prepare_daemon(self, domain: ComputeDomain) -> tuple[ContainerEdits, Obj]:
+        self._watch_domain(domain.uid)  # from now on the domain's nodes come from its watch
+        nodes = self._domain_nodes_of(domain.uid)
         directory = self.domain_dir(domain.uid)
-        write_atomic(directory / IMEX_CONFIG, render_imex_config(self._own_ip()))
-        write_atomic(directory / NODES_CONFIG, render_nodes_config(self._peer_ips(domain.uid)))
+        write_atomic(directory / IMEX_CONFIG, render_imex_config(self._own_ip(nodes)))
+        write_atomic(
+            directory / NODES_CONFIG, render_nodes_config(self._peer_ips(domain.uid, nodes))
+        )
         edits = ContainerEdits(
             env=(
                 f"CLIQUE_ID={self._clique() or ''}",
@@ -389,10 +403,11 @@ class ComputeDomainHandler:
         nodes = self.store.list("v1", "Node", labels=self._node_selector(domain_uid))
         return [n for n in nodes if node_clique(n) == clique]
 
-    def _peer_ips(self, domain_uid: str) -> list[str]:
+    def _peer_ips(self, domain_uid: str, nodes: list[Obj] | None = None) -> list[str]:
         """IPs of the healthy nodes labelled for the domain in this node's clique (self
         included): upstream's daemons likewise list only peers of their own clique."""
-        nodes = self._domain_nodes_of(domain_uid)
+        if nodes is None:
+            nodes = self._domain_nodes_of(domain_uid)
         ips = {self._own_ip(nodes)}
         for node in nodes:
             if node_healthy(node):

@@ -35,9 +35,12 @@ def _pool_slices(store: ObjectStore, driver: str, pool: str) -> list[Obj]:
     node's slices, else found by name so that publishing on a cluster of thousands of nodes
     does not read every slice."""
     selector = {"spec.nodeName": pool, "spec.driver": driver}
-    if isinstance(store, CachedStore) and store.informers.covering(
-        API_VERSION, "ResourceSlice", fields=selector
-    ):
+    cache = (
+        store.informers.covering(API_VERSION, "ResourceSlice", fields=selector)
+        if isinstance(store, CachedStore)
+        else None
+    )
+    if cache is not None:
         cached = store.list(API_VERSION, "ResourceSlice", fields=selector)
         return [s for s in cached if (s["spec"].get("pool") or {}).get("name") == pool]
     found: list[Obj] = []
@@ -75,17 +78,28 @@ def node_owner(store: ObjectStore, node_name: str) -> list[Obj] | None:
     return [{"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": uid, "controller": True}]
 
 
-def publish_slices(store: ObjectStore, driver: str, node_name: str, slices: list[Obj]) -> int:
+_LOOKUP: Any = object()
+
+
+def publish_slices(
+    store: ObjectStore,
+    driver: str,
+    node_name: str,
+    slices: list[Obj],
+    owner: list[Obj] | None = _LOOKUP,
+) -> int:
     """Make ``slices`` the node's pool for ``driver``; returns the pool generation now live.
 
-    Slices are named ``<node>-<driver>-<i>`` whatever names they came with. Nothing is
+    Slices are named ``<node>-<driver>-<i>`` whatever names they came with, and owned by
+    ``owner`` (default: the Node, looked up through the store). Nothing is
     written when the published pool already has the same devices. Otherwise every
     slice gets generation ``current + 1``, new slices are written first and stale ones (of this
     driver and this pool only) deleted afterwards, so a reader never sees an empty pool.
     Slices of other drivers or other nodes are never touched.
     """
     existing = _pool_slices(store, driver, node_name)
-    owner = node_owner(store, node_name)
+    if owner is _LOOKUP:
+        owner = node_owner(store, node_name)
     current = max((int(s["spec"]["pool"].get("generation", 0)) for s in existing), default=0)
     wanted = [copy.deepcopy(s) for s in slices]
     for i, s in enumerate(wanted):
@@ -145,6 +159,7 @@ class SlicePublisher:
         self.store = store
         self.node_name = node_name
         self._wanted: dict[str, list[Obj]] = {}
+        self._owner: list[Obj] | None = None  # the Node's uid, read once
         self._lock = threading.RLock()
         self._informer: Informer | None = None
         self._unsubscribe: Any = None
@@ -157,7 +172,9 @@ class SlicePublisher:
     def publish(self, driver: str, slices: list[Obj]) -> int:
         with self._lock:
             self._wanted[driver] = copy.deepcopy(slices)
-            return publish_slices(self.store, driver, self.node_name, slices)
+            if self._owner is None:
+                self._owner = node_owner(self.store, self.node_name)
+            return publish_slices(self.store, driver, self.node_name, slices, self._owner)
 
     def unpublish(self, driver: str) -> None:
         with self._lock:
@@ -171,7 +188,9 @@ class SlicePublisher:
             if wanted is None:
                 return
             try:
-                publish_slices(self.store, driver, self.node_name, wanted)
+                # a Node deleted and created again has a new uid: read it again
+                self._owner = node_owner(self.store, self.node_name)
+                publish_slices(self.store, driver, self.node_name, wanted, self._owner)
             except StoreError as exc:  # the next deletion or view change tries again
                 log.warning("%s: cannot publish the slices again: %s", driver, exc)
 
