@@ -286,6 +286,14 @@ class FakeApiServer:
 
     def __post_init__(self) -> None:
         self.kinds = kinds_for(self.release, self.kinds)
+        if self.validate:
+            try:
+                import kubernetes_validate  # noqa: F401
+            except ImportError as exc:
+                raise RuntimeError(
+                    "the API-server stand-in checks objects against the official schemas with "
+                    "kubernetes-validate: pip install 'kgpu[test]', or pass validate=False"
+                ) from exc
         self._rv_counter = itertools.count(1)
         self._rv = 0
         self._uid = itertools.count(1)
