@@ -76,6 +76,24 @@ class MemoryWatch:
             and matches_fields(obj, self._fields)
         )
 
+    def event_for(self, etype: EventType, key: Key, obj: Obj, old: Obj | None) -> WatchEvent | None:
+        """What this watch sees of one change, as kube-apiserver's watch cache filters it: an
+        object that starts matching the selectors arrives as ``ADDED``, one that stops matching
+        leaves as ``DELETED`` (its last matching state, at the new ``resourceVersion``)."""
+        now = etype != "DELETED" and self.matches(key, obj)
+        before = old is not None and self.matches(key, old)
+        if etype == "DELETED":
+            return WatchEvent("DELETED", copy.deepcopy(obj)) if self.matches(key, obj) else None
+        if now:
+            return WatchEvent(
+                "MODIFIED" if before and etype == "MODIFIED" else "ADDED", copy.deepcopy(obj)
+            )
+        if before and old is not None:
+            gone = copy.deepcopy(old)
+            gone.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
+            return WatchEvent("DELETED", gone)
+        return None
+
     def push(self, event: WatchEvent) -> None:
         with self._cond:
             if not self._closed:
@@ -139,7 +157,8 @@ class MemoryStore:
         # (group, kind) -> revision of the last write to an object of that kind, so a cache of
         # one kind (ResourceSlices in the DRA scheduler) survives writes to other kinds.
         self.kind_revisions: dict[tuple[str, str], int] = {}
-        self._history: deque[tuple[int, EventType, Key, Obj]] = deque(maxlen=history)
+        # (resourceVersion, event type, key, object, the object before the change)
+        self._history: deque[tuple[int, EventType, Key, Obj, Obj | None]] = deque(maxlen=history)
         self._watchers: list[MemoryWatch] = []
 
     # -- reads -----------------------------------------------------------------------------
@@ -196,9 +215,10 @@ class MemoryStore:
                     raise Gone(
                         f"too old resource version: {since} ({oldest - 1})",
                     )
-                for rv, etype, key, obj in self._history:
-                    if rv > since and w.matches(key, obj):
-                        w.push(WatchEvent(etype, copy.deepcopy(obj)))
+                for rv, etype, key, obj, old in self._history:
+                    event = w.event_for(etype, key, obj, old) if rv > since else None
+                    if event is not None:
+                        w.push(event)
             self._watchers.append(w)
         return w
 
@@ -305,8 +325,9 @@ class MemoryStore:
     def _write(self, key: Key, obj: Obj, etype: EventType) -> Obj:
         rv = self._next_rv()
         obj["metadata"]["resourceVersion"] = str(rv)
+        old = self._objects.get(key)
         self._objects[key] = obj
-        self._record(rv, etype, key, obj)
+        self._record(rv, etype, key, obj, old)
         return copy.deepcopy(obj)
 
     def _remove(self, key: Key, last: Obj) -> None:
@@ -314,20 +335,21 @@ class MemoryStore:
         rv = self._next_rv()
         gone = dict(last)
         gone["metadata"] = {**last.get("metadata", {}), "resourceVersion": str(rv)}
-        self._record(rv, "DELETED", key, gone)
+        self._record(rv, "DELETED", key, gone, last)
 
     def _next_rv(self) -> int:
         rv = next(self._rv)
         self.resource_version = rv
         return rv
 
-    def _record(self, rv: int, etype: EventType, key: Key, obj: Obj) -> None:
+    def _record(self, rv: int, etype: EventType, key: Key, obj: Obj, old: Obj | None) -> None:
         self.revision += 1
         self.kind_revisions[key[:2]] = self.revision
-        self._history.append((rv, etype, key, obj))
+        self._history.append((rv, etype, key, obj, old))
         for w in self._watchers:
-            if w.matches(key, obj):
-                w.push(WatchEvent(etype, copy.deepcopy(obj)))
+            event = w.event_for(etype, key, obj, old)
+            if event is not None:
+                w.push(event)
 
     def _unwatch(self, w: MemoryWatch) -> None:
         with self._lock:

@@ -1,5 +1,6 @@
 """The agent keeps IMEX daemon configs current: when a ComputeDomain gains or loses a node in
-the API server, the node's ``nodes_config.cfg`` is rewritten without any kubelet call."""
+the API server, the node's ``nodes_config.cfg`` is rewritten without any kubelet call, from a
+watch on exactly that domain's nodes (no timer, no list of all nodes)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 from dra_kubelet_helpers import NODE
 
-from kgpu.computedomain.api import API_VERSION, node_label
+from kgpu.computedomain.api import API_VERSION, CLIQUE_LABEL, node_label
 from kgpu.config.loader import ConfigSet
 from kgpu.drivers.computedomain import compute_domain_driver
 from kgpu.drivers.dra import DraComponent
@@ -20,7 +21,7 @@ from kgpu.hardware.profiles import load_machine
 from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.kubelet.dra.handler import ClaimRef
 from kgpu.node.view import build_node_view
-from kgpu.store import MemoryStore
+from kgpu.store import MemoryStore, Scope
 
 CLIQUE = "5a3c1a2e-0000-4000-8000-000000000001.3"
 CD_DRIVER = "compute-domain.nvidia.com"
@@ -85,11 +86,11 @@ def gb200() -> Machine:
 @pytest.fixture
 def started(
     short_tmp: Path, store: MemoryStore, gb200: Machine
-) -> Iterator[Callable[[float], tuple[DraComponent, Path]]]:
+) -> Iterator[Callable[[], tuple[DraComponent, Path]]]:
     """A running DRA component serving an IMEX daemon of one domain on NODE."""
     components: list[DraComponent] = []
 
-    def start(interval: float) -> tuple[DraComponent, Path]:
+    def start() -> tuple[DraComponent, Path]:
         _node(store, NODE, "10.1.0.1")
         _node(store, PEER, "10.1.0.2")
         domain = store.create(
@@ -107,7 +108,6 @@ def started(
             NODE,
             SimulatedBackend(gb200),
             store,
-            daemon_sync_interval_s=interval,
             driver_factories=(compute_domain_driver,),
         )
         component.start()
@@ -147,7 +147,14 @@ def _wait_for(config: Path, text: str, seconds: float = 10.0) -> str:
 def test_daemon_config_follows_the_domain_nodes_in_the_background(
     started: Any, store: MemoryStore
 ) -> None:
-    component, config = started(0.05)
+    component, config = started()
+    uid = config.parent.name
+    scopes = {i.scope for i in component.store.informers.informers()}
+    assert scopes == {
+        Scope.of("v1", "Node", labels={node_label(uid): "true", CLIQUE_LABEL: CLIQUE}),
+        Scope.of(API_VERSION, "ComputeDomain"),
+        Scope.of("resource.k8s.io/v1", "ResourceSlice", fields={"spec.nodeName": NODE}),
+    }
     _label_peer(store, config, present=True)
     assert _wait_for(config, "10.1.0.1\n10.1.0.2\n") == "10.1.0.1\n10.1.0.2\n"
 
@@ -156,7 +163,7 @@ def test_daemon_config_follows_the_domain_nodes_in_the_background(
     store.update(peer)
     assert _wait_for(config, "10.1.0.1\n") == "10.1.0.1\n"
 
-    component.stop()  # the sync thread ends with the component
+    component.stop()  # the watches end with the component
     _label_peer(store, config, present=False)
     peer = store.get("v1", "Node", PEER)
     peer["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
@@ -166,12 +173,12 @@ def test_daemon_config_follows_the_domain_nodes_in_the_background(
     assert config.read_text() == "10.1.0.1\n"
 
 
-def test_a_new_view_rewrites_daemon_configs_at_once(
+def test_a_label_change_needs_no_view_and_a_view_rewrites_nothing_more(
     started: Any, store: MemoryStore, gb200: Machine
 ) -> None:
-    component, config = started(3600.0)  # the periodic sync will not run during the test
+    component, config = started()
     _label_peer(store, config, present=True)
-    assert config.read_text() == "10.1.0.1\n"
+    assert _wait_for(config, "10.1.0.1\n10.1.0.2\n") == "10.1.0.1\n10.1.0.2\n"
     component.on_view(build_node_view(gb200, ConfigSet(), {}))
     assert config.read_text() == "10.1.0.1\n10.1.0.2\n"
     assert component.sync_daemons() == []  # nothing changed since: nothing rewritten
