@@ -3,9 +3,11 @@
 Field names, defaults and validation rules follow ``api/config/v1`` of NVIDIA/k8s-device-plugin:
 ``replicas`` must be >= 2, ``devices`` is ``all``, a positive count or a list of GPU indices,
 MIG indices (``"<gpu>:<mig>"``) and UUIDs, resource names get the ``nvidia.com/`` prefix when it
-is missing and must fit in 63 characters, an absent ``version`` means ``v1``, and MPS cannot be
-combined with ``migStrategy: mixed`` or used on MIG resources. Checks that need the hardware (the
-MPS client limit per compute capability, which GPUs a selection names) live in the node view.
+is missing and must fit in 63 characters, and an absent ``version`` means ``v1``. This module is
+the file format only: what a sharing mode refuses (MPS with ``migStrategy: mixed``, say) is the
+mode's rule (:mod:`kgpu.node.sharing`), checked by the node view and ``kgpu validate``; checks that
+need the hardware (the MPS client limit per compute capability, which GPUs a selection names)
+live in the node view.
 """
 
 from __future__ import annotations
@@ -200,8 +202,28 @@ class ReplicatedResources(StrictModel):
 
 
 class Sharing(StrictModel):
+    """``sharing:``: one section per sharing mode, keyed as upstream's file has them. What each
+    section means lives with its mode (:mod:`kgpu.node.sharing`)."""
+
     time_slicing: ReplicatedResources | None = Field(None, alias="timeSlicing")
     mps: ReplicatedResources | None = None
+
+    def group(self, key: str) -> ReplicatedResources | None:
+        """The section under ``key`` as the file spells it (``timeSlicing``, ``mps``)."""
+        for name, info in type(self).model_fields.items():
+            if (info.alias or name) == key:
+                value = getattr(self, name)
+                return value if isinstance(value, ReplicatedResources) else None
+        return None
+
+    def groups(self) -> list[tuple[str, ReplicatedResources]]:
+        """Every section that is set, as ``(key, section)`` in the file's field order."""
+        out = []
+        for name, info in type(self).model_fields.items():
+            value = getattr(self, name)
+            if isinstance(value, ReplicatedResources):
+                out.append((info.alias or name, value))
+        return out
 
 
 class PatternResource(StrictModel):
@@ -317,22 +339,6 @@ class DevicePluginConfig(StrictModel):
     def mps_root(self) -> str:
         return self.flags.mps_root or DEFAULT_MPS_ROOT
 
-    @property
-    def uses_mps(self) -> bool:
-        return self.sharing.mps is not None and bool(self.sharing.mps.entries())
-
-    @property
-    def uses_time_slicing(self) -> bool:
-        ts = self.sharing.time_slicing
-        return ts is not None and bool(ts.entries())
-
-    def mps_fail_requests_greater_than_one(self) -> bool:
-        """Upstream forces this on for MPS unless the config explicitly turns it off."""
-        mps = self.sharing.mps
-        if mps is None or mps.fail_requests_greater_than_one is None:
-            return True
-        return mps.fail_requests_greater_than_one
-
 
 DEFAULT_PLUGIN_CONFIG = DevicePluginConfig()
 
@@ -359,37 +365,8 @@ def parse_plugin_config(data: Any, *, file: str = "", entry: str = "") -> Parsed
         config = DevicePluginConfig.model_validate(data)
     except ValidationError as exc:
         raise problems_from(exc, file=file, entry=entry) from None
-    problems: list[FieldProblem] = []
     warnings = unknown_warnings(config, file=file, entry=entry)
-    if config.uses_mps and config.flags.mig_strategy == "mixed":
-        problems.append(
-            FieldProblem(
-                "MPS sharing is not supported with migStrategy mixed "
-                "(upstream: using --mig-strategy=mixed is not supported with MPS); "
-                "use none or single, or time-slicing",
-                "flags.migStrategy",
-                file,
-                entry,
-            )
-        )
-    if config.sharing.mps is not None:
-        for i, res in enumerate(config.sharing.mps.entries()):
-            if res.name != "nvidia.com/gpu":
-                problems.append(
-                    FieldProblem(
-                        f"MPS can only share nvidia.com/gpu (full GPUs), not {res.name}: "
-                        "sharing using MPS is not supported for MIG devices",
-                        join_path("sharing", "mps", "resources", i, "name"),
-                        file,
-                        entry,
-                    )
-                )
-    for strategy, key in (
-        (config.sharing.time_slicing, "timeSlicing"),
-        (config.sharing.mps, "mps"),
-    ):
-        if strategy is None:
-            continue
+    for key, strategy in config.sharing.groups():
         seen: dict[str, int] = {}
         for i, res in enumerate(strategy.entries()):
             path = join_path("sharing", key, "resources", i)
@@ -431,6 +408,4 @@ def parse_plugin_config(data: Any, *, file: str = "", entry: str = "") -> Parsed
                 )
             )
         )
-    if problems:
-        raise FieldError(problems)
     return ParsedPluginConfig(config, tuple(warnings))

@@ -14,18 +14,10 @@ Facts carried over from NVIDIA's device plugin (so containers and runtimes behav
 * ``cdi-annotations`` adds ``cdi.k8s.io/nvidia-device-plugin_<response id>`` with the
   comma-joined CDI names ``k8s.device-plugin.nvidia.com/gpu=<id>``; ``cdi-cri`` sends the same
   names as ``cdi_devices``.
-* MPS replicas get ``CUDA_MPS_PIPE_DIRECTORY=/mps/<resource>/pipe`` and ``<mpsRoot>/shm``
-  mounted at ``/dev/shm``. Upstream mounts one pipe directory per resource there (its one control
-  daemon covers all of the resource's GPUs); kgpu runs one daemon per GPU and mounts the pipe
-  directory of the allocated replica's GPU (``<mpsRoot>/<resource>/<gpu index>/pipe``, from the
-  view) at the same container path, so images written for upstream work unchanged. A client
-  process can only talk to one control daemon, which is why a request for MPS replicas of more
-  than one GPU is refused with upstream's ``failRequestsGreaterThanOne`` wording even when that
-  flag is turned off (upstream forces it on for MPS). Upstream enforces the per-client limits
-  only through the control daemon's defaults; kgpu also sets
-  ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``
-  (``0=<MiB>M``: the container sees its one GPU as ordinal 0), which MPS clients honour and
-  which can only lower the daemon's defaults, so a client cannot ask for more than its share.
+* Shared replicas get what their sharing mode adds (:mod:`kgpu.node.sharing`): MPS clients the
+  pipe of their GPU's control daemon at upstream's ``/mps/<resource>/pipe``, the shared
+  ``/dev/shm`` and their per-client limits; a mode may also refuse a request (MPS replicas of two
+  GPUs: a client talks to one daemon).
 """
 
 from __future__ import annotations
@@ -37,7 +29,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from kgpu.errors import KgpuError
-from kgpu.node.model import AdvertisedDevice, MpsLimits, NodeView, ResourceView, Sharing
+from kgpu.node.model import AdvertisedDevice, NodeView, ResourceView, Sharing
+from kgpu.node.sharing import SharingMode, mode_of
 
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 VOLUME_MOUNTS_HOST_PATH = "/dev/null"
@@ -46,8 +39,6 @@ CDI_VENDOR = "k8s.device-plugin.nvidia.com"
 CDI_CLASS = "gpu"
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 CDI_ANNOTATION_PLUGIN = "nvidia-device-plugin"
-MPS_CONTAINER_ROOT = "/mps"
-MPS_SHM_CONTAINER_PATH = "/dev/shm"
 
 # Above this many candidate subsets the whole-GPU search turns greedy (8 of 16 GPUs is 12870).
 _MAX_SUBSETS = 20000
@@ -155,9 +146,10 @@ def _pick_replicas(
         load[dev.gpu_index] += 1
     remaining = list(candidates)
     picked: list[AdvertisedDevice] = []
-    # MPS replicas of one request must share a GPU (a client talks to one GPU's daemon): stay
-    # on a GPU the request already holds, else one with room for the whole request.
-    mps = any(d.mps is not None for d in res.devices)
+    # Replicas of a mode that serves a client from one GPU (MPS: a client talks to one GPU's
+    # daemon) must share a GPU: stay on a GPU the request already holds, else one with room for
+    # the whole request.
+    one_gpu = any(mode_of(d.sharing).one_gpu_per_request for d in res.devices)
     free: Counter[int] = Counter(d.gpu_index for d in candidates)
     held = {d.gpu_index for d in fixed}
     for step in range(need):
@@ -166,7 +158,7 @@ def _pick_replicas(
         def key(d: AdvertisedDevice, left: int = left) -> tuple[int, int, int, int]:
             busy = load[d.gpu_index]
             apart = 0
-            if mps:
+            if one_gpu:
                 apart = 2 * (d.gpu_index not in held) + (free[d.gpu_index] < left)
             return (apart, -busy if pack else busy, d.gpu_index, d.replica or 0)
 
@@ -279,12 +271,11 @@ def container_allocation(
                 f"invalid allocation request for '{resource}': unhealthy device: {device_id}"
             )
         devices.append(dev)
-    mps_gpus = {d.gpu_uuid for d in devices if d.mps is not None}
-    if len(mps_gpus) > 1:
-        raise AllocationError(
-            f"{too_large} (MPS replicas of {len(mps_gpus)} GPUs: a client talks to one GPU's "
-            "MPS control daemon)"
-        )
+    modes = _modes(devices)
+    for mode, members in modes:
+        problem = mode.request_problem(resource, members, too_large)
+        if problem is not None:
+            raise AllocationError(problem)
 
     visible = list(dict.fromkeys(strip_replica(d.visible_id) for d in devices))
     strategies = set(view.device_list_strategy)
@@ -312,10 +303,10 @@ def container_allocation(
         if "cdi-cri" in strategies:
             cdi_names = names
 
-    mps = next((d.mps for d in devices if d.mps is not None), None)
-    if mps is not None:
-        envs.update(mps_client_envs(resource, mps))
-        mounts.extend(mps_mounts(resource, mps))
+    for mode, members in modes:
+        edits = mode.container_edits(resource, members)
+        envs.update(edits.envs)
+        mounts.extend(Mount(container_path=c, host_path=h) for c, h in edits.mounts)
 
     return ContainerAllocation(
         envs=envs,
@@ -330,32 +321,9 @@ def cdi_device_name(device_id: str) -> str:
     return f"{CDI_VENDOR}/{CDI_CLASS}={device_id}"
 
 
-def mps_shm_directory(limits: MpsLimits) -> str:
-    """Host directory shared as ``/dev/shm`` by the daemons and their clients: ``<mpsRoot>/shm``."""
-    if limits.shm_directory:
-        return limits.shm_directory
-    # Hand-made limits without it: <root>/<resource...>/[<gpu>/]pipe -> <root>/shm is not
-    # recoverable in general; the pipe directory's grandparent is the best guess.
-    return f"{limits.pipe_directory.rstrip('/').rsplit('/', 2)[0]}/shm"
-
-
-def mps_container_pipe(resource: str) -> str:
-    """Where clients find the pipe: ``/mps/<resource>/pipe``, upstream's container path."""
-    return f"{MPS_CONTAINER_ROOT}/{resource}/pipe"
-
-
-def mps_client_envs(resource: str, limits: MpsLimits) -> dict[str, str]:
-    """The environment an MPS client of one GPU gets (its GPU is ordinal 0 in the container)."""
-    return {
-        "CUDA_MPS_PIPE_DIRECTORY": mps_container_pipe(resource),
-        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(limits.active_thread_percentage),
-        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={limits.pinned_memory_limit_mib}M",
-    }
-
-
-def mps_mounts(resource: str, limits: MpsLimits) -> list[Mount]:
-    """The GPU's daemon pipe directory at upstream's container path, and the shared shm."""
-    return [
-        Mount(container_path=mps_container_pipe(resource), host_path=limits.pipe_directory),
-        Mount(container_path=MPS_SHM_CONTAINER_PATH, host_path=mps_shm_directory(limits)),
-    ]
+def _modes(devices: Sequence[AdvertisedDevice]) -> list[tuple[SharingMode, list[AdvertisedDevice]]]:
+    """The sharing modes of ``devices`` with the devices of each, in the devices' order."""
+    groups: dict[str, list[AdvertisedDevice]] = {}
+    for dev in devices:
+        groups.setdefault(str(dev.sharing), []).append(dev)
+    return [(mode_of(name), members) for name, members in groups.items()]

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from kgpu.config.fields import is_dns_subdomain
 from kgpu.hardware.model import Gpu, Machine, MigDevice
 from kgpu.node.model import AdvertisedDevice, ResourceView, Sharing
+from kgpu.node.sharing import MODES
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MAX_LABEL_VALUE = 63
@@ -239,9 +240,8 @@ def node_labels(
     labels["nvidia.com/mig.capable"] = (
         "true" if any(g.mig_capable for g in machine.gpus) else "false"
     )
-    labels["nvidia.com/mps.capable"] = (
-        "true" if any(d.sharing is Sharing.MPS for r in resources for d in r.devices) else "false"
-    )
+    for mode in MODES:
+        labels.update(mode.node_labels(resources))
     labels.update(_whole_gpu_labels(machine, usage, mig_strategy))
     if mig_strategy == "single":
         labels["nvidia.com/mig.strategy"] = "single"

@@ -10,36 +10,10 @@ means every one of those consumers sees the same answer for the same inputs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 
 from kgpu.hardware.model import Machine
-
-
-class Sharing(StrEnum):
-    """How a physical device is shared between containers."""
-
-    NONE = "none"
-    TIME_SLICING = "time-slicing"
-    MPS = "mps"
-
-
-@dataclass(frozen=True)
-class MpsLimits:
-    """Per-client limits an MPS control daemon enforces for one replica of a GPU.
-
-    Upstream derives both from the replica count: ``100 // replicas`` percent of the SMs and
-    ``memory / replicas`` of pinned device memory per client. kgpu runs one control daemon per
-    MPS-shared GPU, so ``pipe_directory``/``log_directory`` are that GPU's daemon's host
-    directories (``<mpsRoot>/<resource>/<gpu index>/pipe``); ``shm_directory`` is the host
-    directory every daemon and client shares as ``/dev/shm`` (``<mpsRoot>/shm``; empty: derived
-    from the pipe directory).
-    """
-
-    active_thread_percentage: int
-    pinned_memory_limit_mib: int
-    pipe_directory: str
-    log_directory: str
-    shm_directory: str = ""
+from kgpu.node.sharing import Sharing
+from kgpu.node.sharing.mps import MpsLimits
 
 
 @dataclass(frozen=True)
@@ -154,3 +128,13 @@ class NodeView:
             for res in self.resources
         )
         return replace(self, resources=resources)
+
+
+__all__ = [
+    "AdvertisedDevice",
+    "GpuPlan",
+    "MpsLimits",
+    "NodeView",
+    "ResourceView",
+    "Sharing",
+]
