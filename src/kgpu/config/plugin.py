@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from kgpu.config.fields import StrictModel, is_dns_subdomain, problems_from, unknown_warnings
+from kgpu.config.goduration import decode_duration
 from kgpu.errors import FieldError, FieldProblem, join_path
 
 VERSION = "v1"
@@ -29,8 +30,8 @@ MAX_RESOURCE_NAME = 63
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 MIG_STRATEGIES = ("none", "single", "mixed")
 DEFAULT_MPS_ROOT = "/run/nvidia/mps"
+DEFAULT_CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 
-_GO_DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$|^0$")
 _MIG_RESOURCE = re.compile(r"^mig-(\d+c\.)?\d+g\.\d+gb(\.[a-z]+)*$")
 
 
@@ -248,6 +249,9 @@ class PluginFlags(StrictModel):
     cdi_annotation_prefix: str | None = Field(None, alias="cdiAnnotationPrefix")
     nvidia_ctk_path: str | None = Field(None, alias="nvidiaCTKPath")
     container_driver_root: str | None = Field(None, alias="containerDriverRoot")
+    shared_devices_allocation_policy: Literal["distributed", "packed"] | None = Field(
+        None, alias="sharedDevicesAllocationPolicy"
+    )
 
     @field_validator("device_list_strategy", mode="after")
     @classmethod
@@ -266,16 +270,15 @@ class PluginFlags(StrictModel):
 class GfdFlags(StrictModel):
     oneshot: bool | None = None
     no_timestamp: bool | None = Field(None, alias="noTimestamp")
-    sleep_interval: str | None = Field(None, alias="sleepInterval")
+    # nanoseconds, as upstream decodes it: a number, a Go duration string, or "infinite"
+    sleep_interval: int | None = Field(None, alias="sleepInterval")
     output_file: str | None = Field(None, alias="outputFile")
     machine_type_file: str | None = Field(None, alias="machineTypeFile")
 
-    @field_validator("sleep_interval", mode="after")
+    @field_validator("sleep_interval", mode="before")
     @classmethod
-    def _duration(cls, value: str | None) -> str | None:
-        if value is not None and not _GO_DURATION.fullmatch(value):
-            raise ValueError(f"{value!r} is not a duration (for example 60s, 1m30s)")
-        return value
+    def _duration(cls, value: Any) -> int | None:
+        return None if value is None else decode_duration(value)
 
 
 class Flags(StrictModel):
@@ -284,6 +287,7 @@ class Flags(StrictModel):
     nvidia_driver_root: str | None = Field(None, alias="nvidiaDriverRoot")
     nvidia_dev_root: str | None = Field(None, alias="nvidiaDevRoot")
     mps_root: str | None = Field(None, alias="mpsRoot")
+    gdrcopy_enabled: bool | None = Field(None, alias="gdrcopyEnabled")
     gds_enabled: bool | None = Field(None, alias="gdsEnabled")
     mofed_enabled: bool | None = Field(None, alias="mofedEnabled")
     use_node_feature_api: bool | None = Field(None, alias="useNodeFeatureAPI")
@@ -297,6 +301,18 @@ class Flags(StrictModel):
 class Imex(StrictModel):
     channel_ids: list[int] | None = Field(None, alias="channelIDs")
     required: bool | None = None
+
+    @field_validator("channel_ids", mode="after")
+    @classmethod
+    def _channels(cls, value: list[int] | None) -> list[int] | None:
+        """Upstream's plugin injects only the default channel: ``[]`` or ``[0]``."""
+        if value and value != [0]:
+            found = "[" + " ".join(str(i) for i in value) + "]"
+            raise ValueError(
+                f"invalid IMEX config: channelIDs must be [] or [0]; found {found} (the device "
+                "plugin injects only IMEX channel 0; other channels come from ComputeDomains)"
+            )
+        return value
 
 
 class DevicePluginConfig(StrictModel):
@@ -334,6 +350,32 @@ class DevicePluginConfig(StrictModel):
     def device_id_strategy(self) -> str:
         plugin = self.flags.plugin
         return (plugin.device_id_strategy if plugin else None) or "uuid"
+
+    @property
+    def shared_devices_allocation_policy(self) -> str:
+        """How replicas of shared GPUs are picked: spread (``distributed``, upstream's default)
+        or packed onto as few GPUs as possible."""
+        plugin = self.flags.plugin
+        return (plugin.shared_devices_allocation_policy if plugin else None) or "distributed"
+
+    @property
+    def cdi_annotation_prefix(self) -> str:
+        plugin = self.flags.plugin
+        return (plugin.cdi_annotation_prefix if plugin else None) or DEFAULT_CDI_ANNOTATION_PREFIX
+
+    @property
+    def allocate_envs(self) -> tuple[tuple[str, str], ...]:
+        """What upstream's Allocate sets for the node features the flags turn on."""
+        flags = self.flags
+        return tuple(
+            (name, "enabled")
+            for name, on in (
+                ("NVIDIA_GDRCOPY", flags.gdrcopy_enabled),
+                ("NVIDIA_GDS", flags.gds_enabled),
+                ("NVIDIA_MOFED", flags.mofed_enabled),
+            )
+            if on
+        )
 
     @property
     def mps_root(self) -> str:
