@@ -79,6 +79,16 @@ class GpuPlan:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """A resource the device plugin refuses to serve on this node, with upstream's reason
+    (the plugin exits; kgpu serves nothing for it and says why, and the node is still labeled
+    as gpu-feature-discovery labels it)."""
+
+    resource: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class NodeView:
     """Everything a node advertises, computed from snapshots only."""
 
@@ -90,8 +100,16 @@ class NodeView:
     config_name: str | None = None  # the device-plugin config entry in force
     mig_config_name: str | None = None  # the mig-parted config in force
     mig_strategy: str = "none"
+    refused: tuple[Refusal, ...] = ()  # what the device plugin refuses to serve, and why
+    # real GPUs only: why the desired MIG layout (mig_config_name) is not the hardware's; the
+    # view never applies it there
+    mig_pending: str = ""
     device_list_strategy: tuple[str, ...] = ("envvar",)
     device_id_strategy: str = "uuid"
+    shared_devices_allocation_policy: str = "distributed"  # or "packed"
+    cdi_annotation_prefix: str = "cdi.k8s.io/"
+    # what every Allocate response sets (NVIDIA_GDS=enabled with gdsEnabled...)
+    allocate_envs: tuple[tuple[str, str], ...] = ()
 
     def resource(self, name: str) -> ResourceView:
         for res in self.resources:
@@ -135,6 +153,7 @@ __all__ = [
     "GpuPlan",
     "MpsLimits",
     "NodeView",
+    "Refusal",
     "ResourceView",
     "Sharing",
 ]

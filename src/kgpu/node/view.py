@@ -40,7 +40,7 @@ from kgpu.errors import FieldError, FieldProblem, join_path
 from kgpu.hardware.mig import apply_layout
 from kgpu.hardware.model import Gpu, Machine, MigDevice
 from kgpu.node.labels import GPU_RESOURCE, mig_resource_name, node_labels
-from kgpu.node.model import AdvertisedDevice, GpuPlan, NodeView, ResourceView
+from kgpu.node.model import AdvertisedDevice, GpuPlan, NodeView, Refusal, ResourceView
 from kgpu.node.sharing import CONFIGURED_MODES, Sharing, SharingMode, config_problems
 
 
@@ -142,6 +142,55 @@ def _apply_mig(machine: Machine, mig: MigConfig, warnings: list[str]) -> Machine
         ) from None
 
 
+def _mig_layout(gpu: Gpu) -> tuple[tuple[str, int], ...] | None:
+    """A GPU's MIG state as a layout: None when MIG is off, else (profile, count) pairs."""
+    if not gpu.mig_enabled:
+        return None
+    counts: dict[str, int] = {}
+    for m in gpu.mig_devices:
+        counts[m.profile] = counts.get(m.profile, 0) + 1
+    return tuple(sorted(counts.items()))
+
+
+def _describe_layout(layout: tuple[tuple[str, int], ...] | None) -> str:
+    if layout is None:
+        return "MIG disabled"
+    return " + ".join(f"{p} x {n}" for p, n in layout) or "MIG enabled, no MIG devices"
+
+
+def _mig_drift(machine: Machine, mig: MigConfig, warnings: list[str]) -> str:
+    """On real GPUs the desired layout is compared, never applied: the view advertises the MIG
+    devices that exist (the MIG manager changes them). Returns what differs ('' when the
+    hardware already has the layout), also added to ``warnings``."""
+    layout, notes = layout_for(mig, machine.gpus)
+    warnings.extend(notes)
+    try:
+        wanted = apply_layout(machine, layout)
+    except FieldError as exc:
+        why = "; ".join(p.message for p in exc.problems)
+        message = (
+            f"mig config {mig.name!r} cannot be applied to this node's GPUs ({why}); kgpu "
+            "advertises the MIG devices that exist and never changes MIG on real GPUs"
+        )
+        warnings.append(message)
+        return message
+    diffs = [
+        f"GPU {have.index}: {_describe_layout(_mig_layout(want))} wanted, "
+        f"{_describe_layout(_mig_layout(have))} present"
+        for have, want in zip(machine.gpus, wanted.gpus, strict=True)
+        if _mig_layout(have) != _mig_layout(want)
+    ]
+    if not diffs:
+        return ""
+    message = (
+        f"mig config {mig.name!r} is not what this node's GPUs have ({'; '.join(diffs)}): kgpu "
+        "advertises the MIG devices that exist and never changes MIG on real GPUs (the MIG "
+        "manager applies layouts)"
+    )
+    warnings.append(message)
+    return message
+
+
 def _strategy(
     configs: ConfigSet, config: DevicePluginConfig, override: str | None
 ) -> tuple[str, str]:
@@ -159,33 +208,32 @@ def _strategy(
     return config.mig_strategy, "the device-plugin config (flags.migStrategy)"
 
 
+def single_strategy_refusal(machine: Machine) -> str | None:
+    """Why the device plugin refuses to start under ``migStrategy: single`` on this node
+    (upstream's words), or None when the node qualifies. GFD labels such a node
+    ``<product>-MIG-INVALID`` instead of failing."""
+    enabled = [g for g in machine.gpus if g.mig_enabled]
+    if not enabled:
+        return None
+    empty = [g.index for g in enabled if not g.mig_devices]
+    if empty:
+        return (
+            "invalid MIG configuration: at least one device with migEnabled=true was not "
+            f"configured correctly: device {empty[0]} has no MIG devices configured"
+        )
+    profiles = sorted({m.profile for g in enabled for m in g.mig_devices})
+    if len(profiles) > 1:
+        return (
+            "invalid MIG configuration: more than one MIG device type present on node "
+            f"({', '.join(profiles)})"
+        )
+    if len(enabled) != len(machine.gpus):
+        return "all devices on the node must be configured with the same migEnabled value"
+    return None
+
+
 def _bases(machine: Machine, strategy: str, warnings: list[str]) -> list[_Base]:
     bases: list[_Base] = []
-    enabled = [g for g in machine.gpus if g.mig_enabled]
-    if strategy == "single" and enabled:
-        empty = [g.index for g in enabled if not g.mig_devices]
-        if empty:
-            raise FieldError(
-                FieldProblem(
-                    "at least one device with migEnabled=true was not configured correctly: "
-                    f"GPU {empty[0]} has MIG enabled but no MIG devices (migStrategy single)"
-                )
-            )
-        profiles = sorted({m.profile for g in enabled for m in g.mig_devices})
-        if len(profiles) > 1:
-            raise FieldError(
-                FieldProblem(
-                    "more than one MIG device type present on node "
-                    f"({', '.join(profiles)}): migStrategy single needs one profile on every "
-                    "GPU; use migStrategy mixed"
-                )
-            )
-        if len(enabled) != len(machine.gpus):
-            warnings.append(
-                "migStrategy single with some GPUs MIG-enabled and some not: both whole GPUs "
-                "and MIG devices are advertised as nvidia.com/gpu (GFD labels this node "
-                "MIG-INVALID)"
-            )
     for gpu in machine.gpus:
         if gpu.mig_enabled and strategy != "none":
             if not gpu.mig_devices:
@@ -332,18 +380,33 @@ def _build(
     warnings: list[str] = list(configs.warnings)
     config = entry.config if entry else DEFAULT_PLUGIN_CONFIG
     source, entry_name = (entry.source, entry.name) if entry else ("", "")
-    if mig is not None:
+    mig_pending = ""
+    if mig is not None and machine.real:
+        mig_pending = _mig_drift(machine, mig, warnings)
+    elif mig is not None:
         machine = _apply_mig(machine, mig, warnings)
     strategy, strategy_source = _strategy(configs, config, strategy_override)
     for mode in CONFIGURED_MODES:
         if mode.group(config) is None:
             continue
         problems = mode.strategy_problems(strategy, strategy_source, file=source, entry=entry_name)
+        problems += mode.node_problems(config, machine, file=source, entry=entry_name)
         if problems:
             raise FieldError(problems)
-    bases = _bases(machine, strategy, warnings)
+    refused: tuple[Refusal, ...] = ()
+    refusal = single_strategy_refusal(machine) if strategy == "single" else None
     all_rules = _rules(config)
-    assigned = _assign(bases, config, all_rules, source, entry_name, warnings)
+    if refusal is None:
+        bases = _bases(machine, strategy, warnings)
+        assigned = _assign(bases, config, all_rules, source, entry_name, warnings)
+    else:
+        # Upstream's plugin exits; kgpu serves nothing and says why, and labels as GFD does.
+        refused = (Refusal(GPU_RESOURCE, refusal),)
+        warnings.append(
+            f"migStrategy single: the device plugin refuses this node ({refusal}) and advertises "
+            "nothing; gpu-feature-discovery labels it MIG-INVALID"
+        )
+        bases, assigned, all_rules = [], {}, []
     id_strategy = config.device_id_strategy
 
     grouped: dict[str, list[AdvertisedDevice]] = {}
@@ -419,8 +482,9 @@ def _build(
             )
 
     plans = _gpu_plans(machine, resources)
-    labels = node_labels(machine, resources, strategy)
-    if mig is not None and any(g.mig_capable for g in machine.gpus):
+    labels = node_labels(machine, resources, strategy, config)
+    if mig is not None and not machine.real and any(g.mig_capable for g in machine.gpus):
+        # the MIG manager's label once it applied the layout; on real GPUs kgpu applies none
         labels["nvidia.com/mig.config.state"] = "success"
     return NodeView(
         machine=machine,
@@ -431,8 +495,13 @@ def _build(
         config_name=entry.name if entry else None,
         mig_config_name=mig.name if mig else None,
         mig_strategy=strategy,
+        refused=refused,
+        mig_pending=mig_pending,
         device_list_strategy=config.device_list_strategy,
         device_id_strategy=config.device_id_strategy,
+        shared_devices_allocation_policy=config.shared_devices_allocation_policy,
+        cdi_annotation_prefix=config.cdi_annotation_prefix,
+        allocate_envs=config.allocate_envs,
     )
 
 

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kgpu.config.plugin import DevicePluginConfig, ReplicatedResource, ReplicatedResources
 from kgpu.errors import FieldError, FieldProblem
-from kgpu.hardware.model import Gpu, MigDevice
+from kgpu.hardware.model import Gpu, Machine, MigDevice
 
 if TYPE_CHECKING:
-    from kgpu.node.model import AdvertisedDevice, MpsLimits, ResourceView
+    from kgpu.node.model import AdvertisedDevice, MpsLimits
 
 
 @dataclass(frozen=True)
@@ -142,8 +142,14 @@ class SharingMode:
         any."""
         return None
 
-    def node_labels(self, resources: Sequence[ResourceView]) -> dict[str, str]:
-        """Node labels this mode owns (GFD's ``mps.capable``), from what is advertised."""
+    def node_problems(
+        self, config: DevicePluginConfig, machine: Machine, *, file: str = "", entry: str = ""
+    ) -> list[FieldProblem]:
+        """Why a node with these GPUs cannot use this mode at all (GFD refuses to label it)."""
+        return []
+
+    def node_labels(self, config: DevicePluginConfig) -> dict[str, str]:
+        """Node labels this mode owns (GFD's ``mps.capable``), from the config in force."""
         return {}
 
     # -- Allocate ------------------------------------------------------------------------------

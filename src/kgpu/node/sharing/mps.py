@@ -3,7 +3,9 @@ client held to a share of the SMs and of pinned device memory.
 
 Device plugin (``sharing.mps``), as NVIDIA/k8s-device-plugin has it:
 
-* refused with ``migStrategy: mixed`` and on MIG devices;
+* refused with ``migStrategy: mixed``, on MIG devices and on a node with any MIG-enabled GPU
+  (GFD fails there: "MPS sharing is not supported"); an entry naming a resource the node does
+  not advertise is ignored and the GPUs stay unshared, as upstream's are;
 * at most 48 clients per GPU from compute capability 7.0 on, 16 before (kgpu's reading of the
   CUDA MPS limit; upstream counts Volta 7.0 among the 16);
 * each client gets ``100 // replicas`` percent of the SMs and ``memory / replicas`` of pinned
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from kgpu import quantity
 from kgpu.config.plugin import DevicePluginConfig, ReplicatedResource, ReplicatedResources
 from kgpu.errors import FieldError, FieldProblem, join_path
-from kgpu.hardware.model import Gpu, MigDevice
+from kgpu.hardware.model import Gpu, Machine, MigDevice
 from kgpu.node.sharing.base import (
     ContainerEdits,
     SharingMode,
@@ -45,7 +47,7 @@ from kgpu.node.sharing.base import (
 )
 
 if TYPE_CHECKING:
-    from kgpu.node.model import AdvertisedDevice, ResourceView
+    from kgpu.node.model import AdvertisedDevice
 
 MPS_MAX_CLIENTS = 48
 MPS_MAX_CLIENTS_PRE_VOLTA = 16
@@ -236,9 +238,8 @@ class Mps(SharingMode):
         group = self.group(config)
         if group is None:
             return []
-        problems: list[FieldProblem] = []
         if config.flags.mig_strategy == "mixed":
-            problems.append(
+            return [
                 FieldProblem(
                     "MPS sharing is not supported with migStrategy mixed "
                     "(upstream: using --mig-strategy=mixed is not supported with MPS); "
@@ -247,19 +248,8 @@ class Mps(SharingMode):
                     file,
                     entry,
                 )
-            )
-        for i, res in enumerate(group.entries()):
-            if res.name != "nvidia.com/gpu":
-                problems.append(
-                    FieldProblem(
-                        f"MPS can only share nvidia.com/gpu (full GPUs), not {res.name}: "
-                        "sharing using MPS is not supported for MIG devices",
-                        join_path("sharing", "mps", "resources", i, "name"),
-                        file,
-                        entry,
-                    )
-                )
-        return problems
+            ]
+        return []
 
     def strategy_problems(
         self, mig_strategy: str, source: str, *, file: str = "", entry: str = ""
@@ -326,9 +316,33 @@ class Mps(SharingMode):
             shm_directory=f"{root}/shm",
         )
 
-    def node_labels(self, resources: Sequence[ResourceView]) -> dict[str, str]:
-        shared = any(d.sharing == self.name for r in resources for d in r.devices)
-        return {MPS_CAPABLE_LABEL: "true" if shared else "false"}
+    def node_problems(
+        self, config: DevicePluginConfig, machine: Machine, *, file: str = "", entry: str = ""
+    ) -> list[FieldProblem]:
+        if self.group(config) is None:
+            return []
+        enabled = [g.index for g in machine.gpus if g.mig_enabled]
+        if not enabled:
+            return []
+        which = ", ".join(str(i) for i in enabled)
+        return [
+            FieldProblem(
+                f"MPS sharing is not supported for mig devices: GPU {which} "
+                f"{'has' if len(enabled) == 1 else 'have'} MIG enabled (gpu-feature-discovery "
+                "refuses to label such a node: error creating sharing labeler); disable MIG "
+                "on this node's GPUs or share them by time-slicing",
+                "sharing.mps",
+                file,
+                entry,
+            )
+        ]
+
+    def node_labels(self, config: DevicePluginConfig) -> dict[str, str]:
+        """GFD's ``mps.capable``: true when the config in force shares by MPS, whether or not
+        a resource it names exists on this node (a node with MIG enabled is refused first)."""
+        group = self.group(config)
+        capable = group is not None and any(e.replicas > 1 for e in group.entries())
+        return {MPS_CAPABLE_LABEL: "true" if capable else "false"}
 
     # -- Allocate -------------------------------------------------------------------------------
 
