@@ -11,7 +11,12 @@ Resource names and device ids are formed the way NVIDIA/k8s-device-plugin forms 
 * ``NVIDIA_VISIBLE_DEVICES`` gets the UUID, or the index (``<gpu>`` / ``<gpu>:<mig>``) under
   ``deviceIDStrategy: index``;
 * what a shared device's mode adds (MPS limits and pipe directories, refusals such as MPS on MIG
-  devices or with ``migStrategy: mixed``) is decided by that mode (:mod:`kgpu.node.sharing`).
+  devices or with ``migStrategy: mixed``) is decided by that mode (:mod:`kgpu.node.sharing`);
+* under ``migStrategy: single`` a node that does not qualify is refused as upstream's plugin
+  refuses it (nothing advertised, :class:`~kgpu.node.model.Refusal` says why) while the labels
+  are GFD's (``<product>-MIG-INVALID``);
+* on real GPUs (``Machine.real``) a MIG layout is never applied: the MIG devices that exist are
+  advertised and a different desired layout is reported (``NodeView.mig_pending``).
 
 Beyond upstream, which drops custom ``rename`` and non-``all`` ``devices`` and runs one strategy
 per node: kgpu honours both, so time-slicing can cover some GPUs and MPS others on one node;
@@ -208,7 +213,7 @@ def _strategy(
     return config.mig_strategy, "the device-plugin config (flags.migStrategy)"
 
 
-def single_strategy_refusal(machine: Machine) -> str | None:
+def _single_strategy_refusal(machine: Machine) -> str | None:
     """Why the device plugin refuses to start under ``migStrategy: single`` on this node
     (upstream's words), or None when the node qualifies. GFD labels such a node
     ``<product>-MIG-INVALID`` instead of failing."""
@@ -394,7 +399,7 @@ def _build(
         if problems:
             raise FieldError(problems)
     refused: tuple[Refusal, ...] = ()
-    refusal = single_strategy_refusal(machine) if strategy == "single" else None
+    refusal = _single_strategy_refusal(machine) if strategy == "single" else None
     all_rules = _rules(config)
     if refusal is None:
         bases = _bases(machine, strategy, warnings)
@@ -429,7 +434,7 @@ def _build(
             continue
         name = rule.group.advertised_name(rule.entry)
         replicas = rule.entry.replicas
-        mps = rule.mode.limits(config, base.gpu, name, replicas)
+        limits = rule.mode.limits(config, base.gpu, name, replicas)
         devices = grouped.setdefault(name, [])
         rule_of.setdefault(name, []).append(rule)
         for n in range(replicas):
@@ -439,7 +444,7 @@ def _build(
                     resource=name,
                     replica=n,
                     sharing=rule.sharing,
-                    mps=mps,
+                    mps=limits,
                     **common,  # type: ignore[arg-type]
                 )
             )
