@@ -55,7 +55,7 @@ def test_in_process_calls_work_without_a_context() -> None:
             api_pb2.ContainerAllocateRequest(devices_ids=[f"{gpu_uuid(2)}::1", f"{gpu_uuid(2)}::0"])
         ]
     )
-    with pytest.raises(AllocationError, match="too large"):
+    with pytest.raises(AllocationError, match="maximum request size for shared resources is 1"):
         servicer.Allocate(bad, None)
     first = next(servicer.ListAndWatch(api_pb2.Empty(), None))
     assert len(first.devices) == 8 and first.devices[0].topology.nodes[0].ID == 0

@@ -178,7 +178,8 @@ def test_mps_on_mig_devices_under_single_rejected() -> None:
             "sharing: {mps: {resources: [{name: gpu, replicas: 2}]}}\n"
         }
     )
-    with pytest.raises(FieldError, match="not supported for MIG devices"):
+    # GFD refuses MPS on any node with a MIG-enabled GPU, before the plugin looks at devices
+    with pytest.raises(FieldError, match="MPS sharing is not supported for mig devices"):
         build_node_view(
             load_machine("a100-80gb"), configs, {"nvidia.com/mig.config": "all-1g.10gb"}
         )
@@ -195,7 +196,9 @@ def test_single_strategy_needs_one_profile() -> None:
     assert view.labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"
     assert view.labels["nvidia.com/gpu.count"] == "7"
     assert view.labels["nvidia.com/gpu.slices.gi"] == "1"
-    with pytest.raises(FieldError, match="more than one MIG device type"):
-        build_node_view(
-            load_machine("a100-80gb"), single, {"nvidia.com/mig.config": "all-balanced"}
-        )
+    # several profiles: the plugin refuses to serve (labels still written, MIG-INVALID)
+    balanced = build_node_view(
+        load_machine("a100-80gb"), single, {"nvidia.com/mig.config": "all-balanced"}
+    )
+    assert balanced.counts() == {}
+    assert "more than one MIG device type present on node" in balanced.refused[0].reason

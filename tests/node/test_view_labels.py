@@ -60,7 +60,11 @@ def test_single_strategy_with_mixed_mig_modes_is_labelled_invalid() -> None:
     )
     assert view.labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB-MIG-INVALID"
     assert view.labels["nvidia.com/gpu.count"] == "0"
-    assert view.counts() == {"nvidia.com/gpu": 7 + 7}
+    # upstream's plugin refuses a node with MIG-enabled and -disabled GPUs under single
+    assert view.counts() == {}
+    assert view.refused[0].reason == (
+        "all devices on the node must be configured with the same migEnabled value"
+    )
     assert any("MIG-INVALID" in w for w in view.warnings)
 
 
@@ -96,20 +100,22 @@ def test_sanitize_and_family_helpers() -> None:
 
 
 def test_recorded_real_h100_snapshot_plans_and_labels() -> None:
-    """The NVML snapshot recorded on a real H100 goes through the same view as simulated ones."""
+    """The NVML snapshot recorded on a real H100 goes through the same view as simulated ones;
+    a desired MIG layout is reported, never applied, on real GPUs."""
     from pathlib import Path
 
     from kgpu.hardware.serialize import load_snapshot
 
     snapshot = Path(__file__).resolve().parents[1] / "data" / "h100-nvml-snapshot.json"
     machine = load_snapshot(snapshot)
+    assert machine.real
     configs = load_config_strings({"f.yaml": "flags: {migStrategy: mixed}\n"})
     view = build_node_view(machine, configs, {"nvidia.com/mig.config": "all-balanced"})
-    assert view.counts() == {
-        "nvidia.com/mig-1g.10gb": 2,
-        "nvidia.com/mig-2g.20gb": 1,
-        "nvidia.com/mig-3g.40gb": 1,
-    }
+    assert view.counts() == {"nvidia.com/gpu": 1}
+    assert "GPU 0: 1g.10gb x 2 + 2g.20gb x 1 + 3g.40gb x 1 wanted, MIG disabled present" in (
+        view.mig_pending
+    )
+    assert "nvidia.com/mig.config.state" not in view.labels
     plain = build_node_view(machine, load_config_strings({}), {})
     assert plain.labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert plain.labels["nvidia.com/gpu.family"] == "hopper"

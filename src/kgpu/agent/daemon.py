@@ -265,6 +265,10 @@ class Agent:
             self._base = base
             self._health = health.forget_missing(self._health, base.machine)
             log.info("%s: new node view (%s)", reason, ", ".join(self._counts(base)))
+            for refusal in base.refused:
+                log.error("not serving %s: %s", refusal.resource, refusal.reason)
+            if base.mig_pending:
+                log.warning("%s", base.mig_pending)
             self._apply(old, base)
         self._write_status()
         return True
@@ -532,6 +536,9 @@ class Agent:
             "machine": self.options.machine,
             "config": served.config_name if served else None,
             "migConfig": served.mig_config_name if served else None,
+            # what the device plugin refuses to serve and why, and a MIG layout real GPUs lack
+            "refused": {r.resource: r.reason for r in served.refused} if served else {},
+            "migPending": served.mig_pending if served else "",
             "resources": resources,
             "unhealthy": problems,
             "mps": mps,

@@ -51,7 +51,9 @@ def parse_labels(pairs: list[str]) -> dict[str, str]:
 
 
 def plan_json(view: NodeView, slices: list[Any] | None = None) -> dict[str, Any]:
-    """The ``-o json`` document (keys: resources, labels, devices, warnings, gpus)."""
+    """The ``-o json`` document (keys: resources, labels, devices, warnings, gpus; refused and
+    migPending when the device plugin refuses a resource or real GPUs lack the desired MIG
+    layout)."""
     devices = [
         {
             "id": d.id,
@@ -97,6 +99,10 @@ def plan_json(view: NodeView, slices: list[Any] | None = None) -> dict[str, Any]
         "warnings": list(view.warnings),
         "gpus": gpus,
     }
+    if view.refused:
+        out["refused"] = [{"resource": r.resource, "reason": r.reason} for r in view.refused]
+    if view.mig_pending:
+        out["migPending"] = view.mig_pending
     if slices is not None:
         out["resourceSlices"] = slices
     return out
@@ -144,7 +150,9 @@ def _print_tables(view: NodeView, slices: list[Any] | None) -> None:
         + cell(
             f"({m.profile}): {len(m.gpus)} GPU(s), driver {m.driver_version}, CUDA "
             f"{m.cuda_version}; device-plugin config {view.config_name or '(defaults)'}, mig "
-            f"config {view.mig_config_name or '(unchanged)'}, migStrategy {view.mig_strategy}"
+            f"config {view.mig_config_name or '(unchanged)'}"
+            f"{' (not applied: real GPUs)' if view.mig_pending else ''}, migStrategy "
+            f"{view.mig_strategy}"
         ),
         highlight=False,
     )

@@ -45,6 +45,15 @@ def check_compute_domains(path: Path, report: FileReport) -> None:
             report.ok = [line for line in report.ok if not line.startswith(f"{entry}: ")]
 
 
+def check_sharing_rules(report: FileReport) -> None:
+    """What the sharing modes refuse in the file's device-plugin configs (MPS with migStrategy
+    mixed...): their rules live with the modes, a layer above the file formats."""
+    from kgpu.node.sharing import config_problems
+
+    for entry in report.plugin_configs:
+        report.problems.extend(config_problems(entry.config, file=entry.source, entry=entry.entry))
+
+
 def check_dra_objects(path: Path, report: FileReport) -> None:
     """Add what the API server and the GPU driver's webhook refuse in DRA objects (selectors
     that do not compile, bad ``gpu.nvidia.com`` parameters): the schema accepts both."""
@@ -133,6 +142,7 @@ def register(app: typer.Typer) -> None:
                 report = validate_scenario(path)
             else:
                 report = validate_file(path)
+                check_sharing_rules(report)
                 check_compute_domains(path, report)
                 check_dra_objects(path, report)
             for problem in report.problems:

@@ -53,6 +53,7 @@ class PluginConfigEntry:
     name: str
     config: DevicePluginConfig
     source: str  # the file it came from
+    entry: str = ""  # where in the file: a ConfigMap key, a Helm values path, "document 1"
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,7 +104,7 @@ class _Builder:
                     )
                 )
             )
-        self.plugin[name] = PluginConfigEntry(name, parsed.config, file)
+        self.plugin[name] = PluginConfigEntry(name, parsed.config, file, entry)
 
     def add_mig(self, data: Any, *, file: str, entry: str = "") -> None:
         parsed = parse_mig_parted(data, file=file, entry=entry)

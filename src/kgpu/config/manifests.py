@@ -27,6 +27,7 @@ from kgpu.config.fields import (
 )
 from kgpu.config.loader import (
     ConfigSet,
+    PluginConfigEntry,
     _add_configmap,
     _add_operator_values,
     _Builder,
@@ -48,6 +49,8 @@ class FileReport:
     ok: list[str] = field(default_factory=list)  # one line per good document
     problems: list[FieldProblem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # every device-plugin config found, for the checks of later layers (sharing-mode rules)
+    plugin_configs: list[PluginConfigEntry] = field(default_factory=list)
 
 
 def _type_name(value: Any) -> str:
@@ -511,6 +514,7 @@ def _validate_config_doc(
         if kind == "plugin-config":
             parsed = parse_plugin_config(doc, file=file, entry=entry)
             report.warnings.extend(parsed.warnings)
+            report.plugin_configs.append(PluginConfigEntry(entry, parsed.config, file, entry))
         elif kind == "mig-parted":
             mig = parse_mig_parted(doc, file=file, entry=entry)
             report.warnings.extend(mig.warnings)
@@ -518,10 +522,12 @@ def _validate_config_doc(
             builder = _Builder()
             _add_operator_values(builder, doc, file=file)
             report.warnings.extend(builder.warnings)
+            report.plugin_configs.extend(builder.plugin.values())
         elif kind == "configmap":
             builder = _Builder()
             _add_configmap(builder, doc, file=file, where=entry)
             report.warnings.extend(builder.warnings)
+            report.plugin_configs.extend(builder.plugin.values())
     except FieldError as exc:
         report.problems.extend(exc.located(file, entry).problems)
         return

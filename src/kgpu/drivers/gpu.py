@@ -13,11 +13,11 @@ given the node's driver (:class:`kgpu.kubelet.nvidia_cdi.NodeDriver`) and the sp
 carry it as upstream's do: libraries, tools, firmware, sockets and the toolkit's hooks.
 
 Opaque ``GpuConfig``/``MigDeviceConfig`` (:mod:`kgpu.dra.opaque`) apply per request, claim
-configs over class configs, last one wins. MPS adds upstream's pipe and shm mounts under
-``<plugin dir>/mps/<claimUID>-<hash>/`` and the client-side limits
-(``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``); time-slicing
-records its interval in the claim's checkpoint state (the agent's backend is read-only: it never
-changes a GPU's compute policy).
+configs over class configs, last one wins. What a sharing strategy adds is its mode's plan
+(:mod:`kgpu.node.sharing`): MPS creates upstream's pipe and shm directories under
+``<plugin dir>/mps/<claimUID>-<hash>/``, mounts them and sets the client-side limits;
+time-slicing records its interval in the claim's checkpoint state (the agent's backend is
+read-only: it never changes a GPU's compute policy).
 """
 
 from __future__ import annotations
@@ -188,6 +188,8 @@ class GpuHandler:
         self.node_name = node_name
         self.node_driver = node_driver  # the driver's files for the specs (None: simulated)
         self.plugin_dir = plugin_dir
+        # where sharing plans create their per-claim directories (MPS pipes, shm, logs); the
+        # name is upstream's
         self.mps_root = plugin_dir / "mps"
         self.dev_root = dev_root
         self.dynamic_mig = dynamic_mig
@@ -255,7 +257,7 @@ class GpuHandler:
 
         devices: list[Prepared] = []
         sharing_state: list[Obj] = []
-        mps_ids: list[str] = []
+        records: dict[str, list[str]] = {}
         for key, members in groups.items():
             choice = chosen[key]
             uuids = [device.uuid for _, device in members]
@@ -264,11 +266,11 @@ class GpuHandler:
                 raw, parsed = choice
                 plan = opaque.sharing_plan(parsed, claim.uid, uuids, raw.path)
             extra = ContainerEdits(env=plan.env)
-            if plan.mps_id is not None:
-                mps_dir = self.mps_root / plan.mps_id
-                for sub in ("pipe", "shm", "log"):
-                    (mps_dir / sub).mkdir(parents=True, exist_ok=True)
-                mps_ids.append(plan.mps_id)
+            for directory in plan.directories:
+                (self.mps_root / directory).mkdir(parents=True, exist_ok=True)
+            for state_key, value in plan.record.items():
+                records.setdefault(state_key, []).append(value)
+            if plan.mounts:
                 extra = extra.merged(
                     ContainerEdits(
                         mounts=tuple(
@@ -306,8 +308,7 @@ class GpuHandler:
         }
         if sharing_state:
             state["sharing"] = sharing_state
-        if mps_ids:
-            state["mps"] = mps_ids
+        state.update(records)
         common = (
             self.node_driver.common_edits(self._machine.driver_version)
             if self.node_driver is not None

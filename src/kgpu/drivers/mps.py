@@ -29,8 +29,8 @@ import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from kgpu.node.allocate import mps_shm_directory
 from kgpu.node.model import NodeView
+from kgpu.node.sharing.mps import mps_shm_directory
 
 log = logging.getLogger(__name__)
 
