@@ -274,15 +274,26 @@ class Attempt:
     stage: str = "idle"  # idle | draining | done
 
 
+def _keys(plan: MigPlan, states: Sequence[GpuMigState]) -> tuple[Any, Any]:
+    """What a plan asks for (to notice the desired layout changing) and that with the GPUs'
+    state (to notice anything changing: an attempt that failed is not repeated on the same)."""
+    desired = (plan.config, tuple((c.index, c.desired) for c in plan.changes))
+    return desired, (desired, tuple(states))
+
+
 @dataclass
 class _Job:
     """A reconfiguration in progress (spans calls while draining)."""
 
-    config: str
+    mig: MigConfig
     desired: Any  # the layout it is for
     plan: MigPlan
     deadline: float
     evicted: set[str] = field(default_factory=set)
+
+    @property
+    def config(self) -> str:
+        return self.mig.name
 
 
 class MigManager:
@@ -416,8 +427,7 @@ class MigManager:
             plan, notes = plan_for(mig, machine, states)
         except FieldError as exc:
             return self._failed(mig.name, str(exc), key=(mig.name, str(exc)))
-        desired = (mig.name, tuple((c.index, c.desired) for c in plan.changes))
-        key = (desired, states)
+        desired, key = _keys(plan, states)
         job = self._job
         if job is not None and job.desired != desired:
             self._abandon(f"the desired layout changed (mig config {mig.name})")
@@ -444,13 +454,14 @@ class MigManager:
                     f"(GPU {', '.join(map(str, reset))})",
                     key=key,
                 )
-        return self._begin(mig.name, desired, plan, notes, key)
+        return self._begin(mig, desired, plan, notes, key)
 
     # -- stages ---------------------------------------------------------------------------------
 
     def _begin(
-        self, config: str, desired: Any, plan: MigPlan, notes: list[str], key: Any
+        self, mig: MigConfig, desired: Any, plan: MigPlan, notes: list[str], key: Any
     ) -> Attempt:
+        config = mig.name
         self.attempts += 1
         self._last_key = key
         if self._set_state(PENDING) == "error":
@@ -465,7 +476,7 @@ class MigManager:
         for note in notes:
             log.warning("mig config %s: %s", config, note)
         self._withhold(frozenset(c.uuid for c in plan.changes))
-        self._job = _Job(config, desired, plan, self._clock() + self.options.drain_timeout_s)
+        self._job = _Job(mig, desired, plan, self._clock() + self.options.drain_timeout_s)
         return self._drain(self._job, plan)
 
     def _drain(self, job: _Job, plan: MigPlan) -> Attempt:
@@ -581,6 +592,7 @@ class MigManager:
         )
         if self._set_state(REBOOTING) == "error":
             return self._finish(job.config, list(results.values()), reason, True)
+        self._read_back(job)
         self._reboot_key = self._last_key
         self._event("Warning", "MigConfigRebooting", reason)
         if self._reboot is None:
@@ -603,25 +615,35 @@ class MigManager:
             stage="done",
         )
 
-    def _verify(self, job: _Job, plan: MigPlan, results: dict[int, GpuResult]) -> Attempt:
-        """Read the GPUs again: each GPU applied must now have its layout."""
-        states: dict[int, GpuMigState] = {}
+    def _read_back(self, job: _Job) -> tuple[MigPlan | None, dict[int, GpuMigState]]:
+        """The GPUs read again, the plan they would need now (None: unreadable), and the
+        key an attempt on them would have (an attempt that ended is not repeated on it)."""
         try:
             machine = self.backend.snapshot()
-            states = {s.index: s for s in read_mig_states(self.backend, machine)}
-        except BackendError as exc:
+            states = read_mig_states(self.backend, machine)
+            plan, _ = plan_for(job.mig, machine, states)
+        except (BackendError, FieldError) as exc:
             log.warning("cannot read the GPUs back: %s", exc)
+            return None, {}
+        self._last_key = _keys(plan, states)[1]
+        return plan, {s.index: s for s in states}
+
+    def _verify(self, job: _Job, plan: MigPlan, results: dict[int, GpuResult]) -> Attempt:
+        """Read the GPUs again: each GPU applied must now have its layout."""
+        now, states = self._read_back(job)
+        still = {c.index for c in now.changes} if now is not None else None
         for change in plan.changes:
             result = results.get(change.index)
             if result is None or result.outcome != APPLIED:
                 continue
             state = states.get(change.index)
-            if state is None or state.error:
-                shown = "an unreadable MIG state"
-            elif state.devices() == change.desired:
+            if still is not None and change.index not in still:
                 continue
-            else:
-                shown = describe_counts(state.devices())
+            shown = (
+                describe_counts(state.devices())
+                if state is not None and not state.error
+                else "an unreadable MIG state"
+            )
             results[change.index] = GpuResult(
                 change.index,
                 change.uuid,
