@@ -193,7 +193,7 @@ def test_a_held_gpu_waits_then_fails_with_the_pod_named_while_the_others_apply(
     node.now += 25  # past the 30 s drain timeout
     failed = mgr.reconcile()
     assert failed.state == "failed" and failed.retry
-    assert "GPU 1: GPU 1 is held by pod team-a/train-0 after 30s" in failed.reason
+    assert "GPU 1: is held by pod team-a/train-0 after 30s" in failed.reason
     assert "evictPods" in failed.reason
     assert node.gpu(0) == node.gpu(2) == ["1g.10gb", "1g.10gb", "2g.20gb", "2g.20gb"]
     assert node.gpu(1) == ["3g.40gb", "3g.40gb"]  # the held GPU kept its devices
@@ -236,10 +236,12 @@ def test_processes_no_pod_accounts_for_also_hold_a_gpu(node: Node) -> None:
     node.sim.set_processes(0, [31337])
     node.labels["nvidia.com/mig.config"] = "half"
     mgr = node.manager(drain_timeout_s=5)
-    assert "runs 1 process(es) no pod accounts for (PID 31337)" in mgr.reconcile().reason
+    draining = mgr.reconcile().reason
+    assert "GPU 0 runs 1 process(es) no pod accounts for (PID 31337)" in draining
     node.now += 6
     failed = mgr.reconcile()
     assert failed.state == "failed" and node.gpu(0) == [] and node.gpu(1) == ["3g.40gb"] * 2
+    assert "belong to no pod" in failed.reason
 
 
 def test_a_mode_change_needing_a_reset_fails_without_reboot_and_is_not_retried(
@@ -309,7 +311,7 @@ def test_a_placement_someone_else_took_is_refused_and_the_retry_clears_it(node: 
     mgr._holders = racing_holders
     failed = mgr.reconcile()
     assert failed.state == "failed" and failed.retry
-    assert "GPU 1: create 3g.40gb at memory slice 0" in failed.reason
+    assert "GPU 1: create 3g.40gb at memory slice 0: " in failed.reason
     assert "overlaps" in failed.reason
     assert node.gpu(0) == ["3g.40gb", "3g.40gb"]
     assert node.sim.gpu_instances(1) == ()  # the half-built GPU was cleared

@@ -54,17 +54,17 @@ def test_a_changed_gpu_is_cleared_then_built_largest_first() -> None:
     assert steps(here, {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}) == [
         "destroy compute instance 0 of GPU instance 0 (7g.80gb)",
         "destroy GPU instance 0 (7g.80gb at memory slice 0)",
-        "create 3g.40gb at memory slice 4 (GPU instance + full compute instance)",
-        "create 2g.20gb at memory slice 0 (GPU instance + full compute instance)",
-        "create 1g.10gb at memory slice 2 (GPU instance + full compute instance)",
-        "create 1g.10gb at memory slice 3 (GPU instance + full compute instance)",
+        "create 3g.40gb at memory slice 4",
+        "create 2g.20gb at memory slice 0",
+        "create 1g.10gb at memory slice 2",
+        "create 1g.10gb at memory slice 3",
     ]
 
 
 def test_mode_changes_come_between_clearing_and_building() -> None:
     assert steps(state(), {"7g.80gb": 1}) == [
         "enable MIG mode",
-        "create 7g.80gb at memory slice 0 (GPU instance + full compute instance)",
+        "create 7g.80gb at memory slice 0",
     ]
     on = state(mode=(True, True), instances=[("4g.40gb", 0, 4, 1)])
     assert steps(on, None) == [

@@ -489,7 +489,7 @@ class MigManager:
             self._evict_holders(job, blocked)
         now = self._clock()
         if blocked and now < job.deadline:
-            waiting = "; ".join(self._held(i, b) for i, b in sorted(blocked.items()))
+            waiting = "; ".join(f"GPU {i} {self._held(b)}" for i, b in sorted(blocked.items()))
             return Attempt(
                 PENDING,
                 job.config,
@@ -498,19 +498,11 @@ class MigManager:
                 plan=plan,
                 stage="draining",
             )
-        waited = self.options.drain_timeout_s
-        hint = (
-            "evicted, but still there"
-            if self.options.evict_pods
-            else "they must finish first, or set evictPods to evict them"
-        )
         results: dict[int, GpuResult] = {}
         for change in plan.changes:
             if change.index in blocked:
-                held = self._held(change.index, blocked[change.index])
-                results[change.index] = GpuResult(
-                    change.index, change.uuid, FAILED, f"{held} after {waited:g}s; {hint}", True
-                )
+                why = self._timed_out(blocked[change.index])
+                results[change.index] = GpuResult(change.index, change.uuid, FAILED, why, True)
         for state in plan.unreadable:
             results[state.index] = GpuResult(state.index, state.uuid, FAILED, state.error, True)
         todo = [c for c in plan.changes if c.index not in results]
@@ -575,14 +567,19 @@ class MigManager:
         return out
 
     @staticmethod
-    def _held(index: int, held: tuple[tuple[str, ...], tuple[int, ...]]) -> str:
+    def _held(held: tuple[tuple[str, ...], tuple[int, ...]]) -> str:
         pods, pids = held
         if pods:
-            return f"GPU {index} is held by pod {', '.join(pods)}"
-        return (
-            f"GPU {index} runs {len(pids)} process(es) no pod accounts for "
-            f"(PID {', '.join(map(str, pids))})"
-        )
+            return f"is held by pod {', '.join(pods)}"
+        return f"runs {len(pids)} process(es) no pod accounts for (PID {', '.join(map(str, pids))})"
+
+    def _timed_out(self, held: tuple[tuple[str, ...], tuple[int, ...]]) -> str:
+        waited = f"{self._held(held)} after {self.options.drain_timeout_s:g}s"
+        if not held[0]:
+            return f"{waited}; stop them: they belong to no pod the MIG manager could evict"
+        if self.options.evict_pods and self._evict is not None:
+            return f"{waited}; the pods were evicted but have not gone yet"
+        return f"{waited}; they must finish first, or set evictPods to evict them"
 
     def _rebooting(self, job: _Job, plan: MigPlan, results: dict[int, GpuResult]) -> Attempt:
         waiting = sorted(i for i, r in results.items() if r.outcome == NEEDS_RESET)

@@ -12,7 +12,7 @@ again, as mig-parted does, in the order NVML needs:
 2. set the MIG mode when the current or pending mode differs (``set-mig-mode``);
 3. create each MIG device -- a GPU instance at the placement :func:`kgpu.hardware.mig.place`
    chose (largest first, lowest start that lets the rest fit), then its full-size compute
-   instance (``create-mig-device``).
+   instance (``create-mig-device``, "create 3g.40gb at memory slice 4").
 
 mig-parted tries profile orders until NVML accepts one and lets NVML pick placements; kgpu
 plans placements, so the plan says where every instance will sit and the same layout always
@@ -123,10 +123,7 @@ class MigStep:
             )
         if self.kind is StepKind.SET_MODE:
             return f"{'enable' if self.enabled else 'disable'} MIG mode"
-        return (
-            f"create {self.profile} at memory slice {self.start} "
-            "(GPU instance + full compute instance)"
-        )
+        return f"create {self.profile} at memory slice {self.start}"
 
 
 @dataclass(frozen=True)
