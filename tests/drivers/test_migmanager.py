@@ -432,3 +432,31 @@ def test_acceptance_row_7_the_manager_applies_p4de_half_balanced(acceptance: Pat
     # the same devices, UUIDs included, as the view's own application gives
     applied = build_node_view(load_machine("p4de.24xlarge", hostname="p4de"), configs, node.labels)
     assert view.resources == applied.resources
+
+
+def test_podresources_tells_which_pods_hold_which_gpu(tmp_path: Path) -> None:
+    """The agent's holders: the kubelet's PodResources, device ids resolved through the view
+    (a MIG device id, and a time-sliced replica of a whole GPU)."""
+    from kgpu.drivers.migmanager import podresources_holders
+    from kgpu.hardware.mig import apply_layout
+    from kgpu.kubelet.podresources import ContainerResources, PodResources
+    from kgpu.testing.fake_podresources import FakePodResourcesServer
+
+    machine = apply_layout(load_machine("p4de.24xlarge", hostname="pr"), {0: {"3g.40gb": 2}})
+    configs = load_config_strings({"mig.yaml": CONFIG})
+    view = build_node_view(machine, configs, {}, mig_strategy="mixed")
+    mig = machine.gpus[0].mig_devices[1]
+    whole = machine.gpus[5]
+    pods = [
+        PodResources(
+            "team-a",
+            "train-0",
+            (ContainerResources("c", (("nvidia.com/mig-3g.40gb", (mig.uuid,)),)),),
+        ),
+        PodResources(
+            "team-b", "infer", (ContainerResources("c", (("nvidia.com/gpu", (whole.uuid,)),)),)
+        ),
+    ]
+    with FakePodResourcesServer(tmp_path, pods):
+        held = podresources_holders(tmp_path, lambda: view)()
+    assert held == {mig.uuid: ["team-a/train-0"], whole.uuid: ["team-b/infer"]}
