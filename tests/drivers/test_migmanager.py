@@ -460,3 +460,28 @@ def test_podresources_tells_which_pods_hold_which_gpu(tmp_path: Path) -> None:
     with FakePodResourcesServer(tmp_path, pods):
         held = podresources_holders(tmp_path, lambda: view)()
     assert held == {mig.uuid: ["team-a/train-0"], whole.uuid: ["team-b/infer"]}
+
+
+def test_unreadable_inputs_or_gpus_fail_only_where_mig_is_managed(node: Node) -> None:
+    broken = {"ok": True}
+
+    def inputs() -> tuple[ConfigSet, Mapping[str, str]]:
+        if not broken["ok"]:
+            load_config_strings({"bad.yaml": "version: v1\nmig-configs: 7\n"})
+        return node.inputs()
+
+    mgr = node.manager()
+    mgr._inputs = inputs
+    broken["ok"] = False
+    quiet = mgr.reconcile()  # MIG never managed here: no label for a broken file
+    assert quiet.state == "" and "bad.yaml" in quiet.reason and node.writes == []
+    broken["ok"] = True
+    node.labels["nvidia.com/mig.config"] = "half"
+    assert mgr.reconcile().state == "success"
+    broken["ok"] = False
+    failed = mgr.reconcile()
+    assert failed.state == "failed" and "bad.yaml" in failed.reason
+    broken["ok"] = True
+    node.sim.close()  # the GPUs stop answering
+    lost = mgr.reconcile()
+    assert lost.state == "failed" and lost.retry and "cannot read the GPUs" in lost.reason

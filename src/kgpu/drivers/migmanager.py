@@ -415,14 +415,22 @@ class MigManager:
             configs, labels = self._inputs()
             mig = select_mig_config(configs, labels, opts.default_config)
         except KgpuError as exc:
-            return self._failed(None, f"cannot read the mig-parted config: {exc}", key=str(exc))
+            reason = f"cannot read the mig-parted config: {exc}"
+            if self._last.config is None and self._job is None:
+                # a node whose MIG this manager never managed gets no state label for it
+                log.error("%s", reason)
+                return Attempt("", None, reason, stage="idle", again_s=opts.resync_s)
+            return self._failed(self._last.config, reason, key=str(exc))
         self._seen = labels.get(MIG_STATE_LABEL, "")
         if mig is None:
             if self._job is not None:
                 self._abandon("no mig-parted config is selected any more")
             return Attempt("", None, stage="idle", again_s=opts.resync_s)
-        machine = self.backend.snapshot()
-        states = read_mig_states(self.backend, machine)
+        try:
+            machine = self.backend.snapshot()
+            states = read_mig_states(self.backend, machine)
+        except BackendError as exc:
+            return self._failed(mig.name, f"cannot read the GPUs: {exc}", retry=True)
         try:
             plan, notes = plan_for(mig, machine, states)
         except FieldError as exc:
