@@ -128,3 +128,5 @@ def resolve_device_id(
                     if m.index == mig:
                         return m.uuid
     return None
+
+
