@@ -61,6 +61,20 @@ _GI_PROFILE_IDS = {0: 19, 1: 14, 2: 9, 3: 5, 4: 0, 5: 22, 6: 23, 7: 20, 8: 21, 9
 _CI_INDEX = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 
 
+def _engines(profile: MigProfile, geometry_compute: int) -> dict[str, int]:
+    """Engine counts shaped like an A100's (a copy engine per compute slice; decoders, JPEG and
+    OFA on the whole GPU and on ``+me`` instances): approximate, for callers that read them."""
+    whole = profile.compute_slices == geometry_compute
+    media = 1 if whole or profile.media_extensions else 0
+    return {
+        "copyEngineCount": profile.compute_slices,
+        "decoderCount": profile.compute_slices * 5 // 7 or media,
+        "encoderCount": 0,
+        "jpegCount": media,
+        "ofaCount": media,
+    }
+
+
 def gi_profile_index(geometry: MigGeometry, profile: MigProfile) -> int:
     """The ``NVML_GPU_INSTANCE_PROFILE_*`` index of a profile: by compute slices, with the
     media-extension revision (REV1) and the double-memory one-slice revision (REV2)."""
@@ -280,10 +294,12 @@ class FakeNvml:
             if idx == index:
                 return SimpleNamespace(
                     id=pid,
+                    isP2pSupported=0,
                     sliceCount=p.compute_slices,
                     instanceCount=p.max_count,
                     multiprocessorCount=p.multiprocessor_count,
                     memorySizeMB=p.memory_mib,
+                    **_engines(p, geometry_compute=self._geometry(gpu).compute_slices),
                 )
         raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
