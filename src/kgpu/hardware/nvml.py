@@ -3,8 +3,9 @@
 Every query that a GPU, driver or NVML version may not support is made through :meth:`_get`,
 which turns an NVML error into the field's default: an old driver without fabric info, a GeForce
 card without NVLink or a VM that hides NUMA still yields a complete snapshot. Only a missing NVML
-(no driver) is fatal, and it says what to do instead. Nothing here changes GPU state: MIG mode,
-clocks and power limits are only read.
+(no driver) is fatal, and it says what to do instead. Nothing here changes GPU state (clocks
+and power limits are only read) except the MIG operations mixed in from
+:mod:`kgpu.hardware.nvml_mig`, which only the MIG manager calls.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, TypeVar
 
 from kgpu.hardware.backend import BackendError, XidEvent
 from kgpu.hardware.model import NVML_SOURCE, FabricInfo, Gpu, Machine, MigDevice, MigEngines, NvLink
+from kgpu.hardware.nvml_mig import NvmlMigOps
 from kgpu.hardware.profiles import product_by_name
 
 T = TypeVar("T")
@@ -88,8 +90,9 @@ def _sysfs_bdf(bus_id: str) -> str:
     return f"{domain[-4:]}:{rest}".lower()
 
 
-class NvmlBackend:
-    """The Backend for a real node. Construct once per process; :meth:`close` shuts NVML down."""
+class NvmlBackend(NvmlMigOps):
+    """The Backend for a real node (and its MigBackend). Construct once per process;
+    :meth:`close` shuts NVML down."""
 
     def __init__(self, nvml: Any = None) -> None:
         if nvml is None:
