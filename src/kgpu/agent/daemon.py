@@ -172,6 +172,8 @@ class Agent:
         self._reload_requested.set()
 
     def stop(self) -> None:
+        """Stop every component and thread; the status file and the root lock only when this
+        agent held the root (a second agent that was refused leaves the first one's alone)."""
         self._stopping.set()
         for thread in self._threads:
             thread.join(timeout=2)
@@ -187,8 +189,9 @@ class Agent:
         close_store = getattr(self._store, "close", None)
         if self._owns_store and close_store is not None:
             close_store()
-        self._write_status(stopped=True)
-        self._root_lock.release()
+        if self._root_lock.held:
+            self._write_status(stopped=True)
+            self._root_lock.release()
 
     # -- the fault directory's view of the backend ---------------------------------------------
 

@@ -47,6 +47,10 @@ class RootLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
 
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
     def release(self) -> None:
         """Let the next agent in (the file stays: removing it would race a new holder)."""
         if self._fd is None:
