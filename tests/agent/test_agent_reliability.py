@@ -125,8 +125,12 @@ def test_bad_fault_files_are_reported_and_the_loop_goes_on(rig: AgentRig) -> Non
     assert "004.json: xid: must be a whole number" in errors["004.json.error"]
     assert not list(faults.glob("*.json"))
     assert rig.kubelet.wait_for(lambda: set(rig.replicas(6).values()) == {"Unhealthy"}, 5)
-    status = json.loads(rig.options.status_path.read_text())
-    assert sorted(status["faultErrors"]) == [f"00{i}.json" for i in range(1, 5)]
+    assert wait(
+        lambda: (
+            sorted(json.loads(rig.options.status_path.read_text())["faultErrors"])
+            == [f"00{i}.json" for i in range(1, 5)]
+        )
+    )
     # the watch loop is alive: a config change still reaches the kubelet
     rig.config.write_text(
         rig.config.read_text().replace(

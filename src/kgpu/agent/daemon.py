@@ -102,6 +102,7 @@ class Agent:
         self.components: list[Component] = []
         self.device_plugin: DevicePluginComponent | None = None
         self.mps: MpsComponent | None = None
+        self._status_lock = threading.Lock()  # computed and written together: newest wins
         self.last_error: str = ""
         self.reloads = 0
 
@@ -499,10 +500,11 @@ class Agent:
     def _write_status(self, stopped: bool = False) -> None:
         path: Path = self.options.status_path
         try:
-            data = self.status()
-            data["state"] = "stopped" if stopped else "running"
-            # the health, probe, watch and component threads all write it: one temporary
-            # file each
-            write_atomic(path, json.dumps(data, indent=2, default=str) + "\n", mode=0o644)
+            # the health, probe, watch and component threads all write it: one at a time, so
+            # an older state never lands after a newer one
+            with self._status_lock:
+                data = self.status()
+                data["state"] = "stopped" if stopped else "running"
+                write_atomic(path, json.dumps(data, indent=2, default=str) + "\n", mode=0o644)
         except OSError as exc:
             log.debug("cannot write status file %s: %s", path, exc)
