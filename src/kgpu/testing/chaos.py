@@ -179,6 +179,7 @@ class Chaos:
         quiet_s: float = 0.3,
         log_path: Path | None = None,
         rss_every_s: float = 0.0,
+        pause_s: float = 0.0,
         actions: tuple[str, ...] = ACTIONS,
     ) -> None:
         self.root = root
@@ -188,6 +189,7 @@ class Chaos:
         self.settle_s = settle_s
         self.quiet_s = quiet_s
         self.rss_every_s = rss_every_s
+        self.pause_s = pause_s  # between steps: a long run at low intensity
         self.actions = actions
         self.report = ChaosReport(seed=seed)
         self.kubelet = FakeKubelet(root, hang_limit_s=10.0)
@@ -218,6 +220,8 @@ class Chaos:
                 self.report.steps[action] += 1
                 getattr(self, f"_do_{action}")()
                 self._check()
+                if self.pause_s:
+                    time.sleep(self.pause_s)
                 now = time.monotonic() - started
                 if (
                     self.rss_every_s
