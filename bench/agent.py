@@ -47,6 +47,8 @@ SEED = REPO.parent / "shared" / "acceptance" / "seed-guides"
 CONFIGS = [SEED / "gpu-operator-values.yaml", SEED / "time-slicing-config-t4-a100.yaml"]
 LABELS = {"nvidia.com/mig.config": "p4de-half-balanced"}
 NOOP_METHOD = "/bench.Noop/Call"
+# the in-process agent rig is a test helper (the testing package may not import the agent)
+sys.path.insert(0, str(REPO / "tests" / "agent"))
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
@@ -219,8 +221,10 @@ def _ms(samples: list[float]) -> dict[str, object]:
 
 def bench_health_hung_kubelet(samples: int = 20) -> dict[str, object]:
     """XID -> Unhealthy in ListAndWatch while a Register call hangs."""
+    from agent_rig import AgentRig
+
     from kgpu.kubelet.deviceplugin.server import socket_name
-    from kgpu.testing.agent_rig import GPU_RESOURCE, AgentRig, short_root
+    from kgpu.testing.split_node import GPU_RESOURCE, short_root
 
     out: list[float] = []
     with short_root("kgbh") as root:
@@ -249,9 +253,11 @@ def bench_health_hung_kubelet(samples: int = 20) -> dict[str, object]:
 
 def bench_reregistration(restarts: int = 10) -> dict[str, object]:
     """Kubelet restart -> all four resources registered again, vs one Register round trip."""
+    from agent_rig import AgentRig
+
     from kgpu.kubelet.deviceplugin.registration import register
     from kgpu.kubelet.deviceplugin.server import PluginServer
-    from kgpu.testing.agent_rig import RESOURCES, AgentRig, short_root
+    from kgpu.testing.split_node import RESOURCES, short_root
 
     took: list[float] = []
     rtt: list[float] = []
@@ -292,8 +298,8 @@ def bench_reregistration(restarts: int = 10) -> dict[str, object]:
 
 
 def bench_chaos_rss(seconds: float) -> dict[str, object]:
-    from kgpu.testing.agent_rig import short_root
     from kgpu.testing.chaos import ACTIONS, run_chaos
+    from kgpu.testing.split_node import short_root
 
     with short_root("kgbc") as root:
         report = run_chaos(

@@ -15,8 +15,8 @@ import os
 
 import pytest
 
-from kgpu.testing.agent_rig import short_root
 from kgpu.testing.chaos import ACTIONS, run_chaos
+from kgpu.testing.split_node import short_root
 
 pytestmark = pytest.mark.slow
 

@@ -16,12 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from agent_rig import AgentRig
 
 from kgpu.agent.daemon import Agent
 from kgpu.agent.rootlock import RootLocked
 from kgpu.kubelet.deviceplugin.server import socket_name
 from kgpu.kubelet.sockets import identity
-from kgpu.testing.agent_rig import RESOURCES, AgentRig, short_root
+from kgpu.testing.split_node import RESOURCES, short_root
 
 pytestmark = pytest.mark.slow
 

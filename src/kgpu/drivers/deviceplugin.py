@@ -111,6 +111,9 @@ class DevicePluginComponent:
         self._entries: dict[str, _Entry] = {}
         self._servers: tuple[PluginServer, ...] = ()  # what on_view wakes, swapped whole
         self._lock = threading.Lock()  # entries and their states; never held across a call
+        # one reconciliation at a time (the thread's ticks and a changed view's), each from the
+        # view current when it starts
+        self._reconciling = threading.RLock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -129,12 +132,14 @@ class DevicePluginComponent:
             shape(r) for r in view.resources
         ]
         if changed and self._thread is not None:
-            # a changed resource's server goes before anyone sees the new view through it:
-            # the kubelet then learns the new devices from the new server's registration
-            self._retire({r.name: shape(r) for r in view.resources})
-        self._view = view
-        if changed and self._thread is not None:
-            self._reconcile()  # serve the new ones now; registering stays in the background
+            with self._reconciling:
+                # a changed resource's server goes before anyone sees the new view through
+                # it: the kubelet learns the new devices from the new server's registration
+                self._retire({r.name: shape(r) for r in view.resources})
+                self._view = view
+                self._reconcile()  # serve the new ones now; registering stays in the background
+        else:
+            self._view = view
         for server in self._servers:
             server.notify()
 
@@ -205,6 +210,10 @@ class DevicePluginComponent:
                 log.exception("device-plugin reconciler")
 
     def _reconcile(self) -> None:
+        with self._reconciling:
+            self._reconcile_locked()
+
+    def _reconcile_locked(self) -> None:
         view = self._view
         if view is None:
             return

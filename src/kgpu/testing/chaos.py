@@ -2,16 +2,19 @@
 kubelet restarts, hung and refusing kubelets, bad fault files, config swaps and a second agent
 on the same root, with the agent's promises checked after every step.
 
-The agent runs as its own process (:mod:`kgpu.testing.chaos_agent`, killed with SIGKILL for a
-crash); the fake kubelet runs here. After each step the run lets the system settle and checks:
+The agent is ``kgpu agent`` on the four-resource node of :mod:`kgpu.testing.split_node`, as its
+own process (SIGKILL for a crash, SIGTERM at the end), XIDs injected through its
+``--fault-dir``; the fake kubelet runs here. After each step the run lets the system settle
+and checks:
 
 * **every healthy device listed**: within ``settle_s`` the kubelet lists the four resources
   with the devices the current config gives, all Healthy (Unhealthy GPUs recover after the
   agent's short quiet period);
 * **no duplicate registration**: once settled, no Register call arrives for ``quiet_s``
   (nothing re-registers what the kubelet already has), and each resource has one endpoint;
-* **health within the bound**: an XID reaches ListAndWatch within ``health_bound_s``, also
-  while a Register call hangs;
+* **health within the bound**: an XID reaches ListAndWatch within ``health_bound_s`` of the
+  agent applying its fault file (the ``.done`` rename, watched every millisecond), also while
+  a Register call hangs;
 * **nothing leaked**: only the kubelet's and the agent's current sockets in
   ``device-plugins/``; the agent's open files and threads stay within a margin of what the same
   process had at its first settle; every fault file was answered (``.done`` / ``.error``).
@@ -35,10 +38,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from kgpu.hardware.profiles import load_machine
 from kgpu.kubelet.deviceplugin.server import socket_name
-from kgpu.testing.agent_rig import GPU_RESOURCE, MACHINE, NODE, RESOURCES, split_config
 from kgpu.testing.fake_kubelet import FakeKubelet
+from kgpu.testing.split_node import (
+    GPU_RESOURCE,
+    MACHINE,
+    NODE,
+    RESOURCES,
+    gpu_uuids,
+    replicas_of,
+    split_config,
+)
 
 ACTIONS = (
     "xid",
@@ -61,6 +71,9 @@ BAD_FAULTS = (
     "\xff\xfe",
 )
 
+#: Short enough that a GPU marked Unhealthy recovers between two chaos steps.
+QUIET_PERIOD_S = 0.5
+PROBE_INTERVAL_S = 0.2
 #: Margins over the agent's first settled state: gRPC pools grow a little with load.
 FD_MARGIN = 16
 THREAD_MARGIN = 16
@@ -100,27 +113,34 @@ class ChaosReport:
 
 
 class _AgentProc:
-    """One chaos_agent child."""
+    """One ``kgpu agent`` child on the chaos root."""
 
     def __init__(self, root: Path, log: IO[str]) -> None:
+        self.root = root
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kgpu.testing.chaos_agent", str(root)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
+            [sys.executable, "-m", "kgpu", "agent", "--machine", MACHINE, "--node-name", NODE,
+             "--config", str(root / "split.yaml"), "--kubelet-root", str(root), "--no-dra",
+             "--fault-dir", str(root / "faults"), "--status-file", str(root / "status.json"),
+             "--health-quiet-period", str(QUIET_PERIOD_S),
+             "--health-probe-interval", str(PROBE_INTERVAL_S)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
             stderr=log,
-            text=True,
-        )
+        )  # fmt: skip
         self.baseline: tuple[int, int] | None = None  # (fds, threads) at its first settle
 
     def ready(self, timeout_s: float = 30.0) -> bool:
-        assert self.proc.stdout is not None
-        return _readline(self.proc, timeout_s) == "ready"
-
-    def xid(self, gpu: int) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(f"xid {gpu}\n")
-        self.proc.stdin.flush()
-        _readline(self.proc, 5.0)
+        """The agent wrote its status file (the end of its start)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                status = json.loads((self.root / "status.json").read_text())
+                if status.get("pid") == self.proc.pid and status.get("state") == "running":
+                    return True
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.02)
+        return False
 
     def counts(self) -> tuple[int, int]:
         pid = self.proc.pid
@@ -136,35 +156,15 @@ class _AgentProc:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
-        self._close()
 
     def stop(self) -> int:
-        if self.proc.stdin is not None and not self.proc.stdin.closed:
-            self.proc.stdin.close()  # end of input: the agent stops cleanly
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
         try:
             return self.proc.wait(15)
         except subprocess.TimeoutExpired:
             self.kill()
             return -9
-        finally:
-            self._close()
-
-    def _close(self) -> None:
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None and not stream.closed:
-                stream.close()
-
-
-def _readline(proc: subprocess.Popen[str], timeout_s: float) -> str:
-    """One line of the child's stdout, or "" when it said nothing in time or exited."""
-    import selectors
-
-    assert proc.stdout is not None
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        if not sel.select(timeout_s):
-            return ""
-    return proc.stdout.readline().strip()
 
 
 class Chaos:
@@ -198,7 +198,7 @@ class Chaos:
         self._log = (log_path or root / "chaos-agent.log").open("a")
         self.agent: _AgentProc | None = None
         self.step = "start"
-        self.uuids = [g.uuid for g in load_machine(MACHINE, hostname=NODE).gpus]
+        self.uuids = gpu_uuids()
 
     # -- the run ---------------------------------------------------------------------------------
 
@@ -234,7 +234,7 @@ class Chaos:
             if self.agent is not None:
                 code = self.agent.stop()
                 if code != 0:
-                    self._violation(f"the agent exited {code} on end of input, not 0")
+                    self._violation(f"the agent exited {code} on SIGTERM, not 0")
             self.kubelet.stop()
             self._log.close()
         self.report.seconds = time.monotonic() - started
@@ -266,16 +266,22 @@ class Chaos:
         return self.rng.choice(candidates) if candidates else None
 
     def _replicas(self, gpu: int) -> dict[str, str]:
-        uuid = self.uuids[gpu]
-        devices = self.kubelet.devices(GPU_RESOURCE[gpu])
-        return {i: h for i, h in devices.items() if i == uuid or i.startswith(uuid + "::")}
+        return replicas_of(self.kubelet.devices(GPU_RESOURCE[gpu]), self.uuids[gpu])
 
     def _measure_health(self, exclude: str = "") -> None:
         gpu = self._healthy_gpu(exclude)
         if gpu is None or self.agent is None:
             return
-        started = time.perf_counter()
-        self.agent.xid(gpu)
+        self.faults += 1
+        name = f"x{self.faults:05d}.json"
+        faults = self.root / "faults"
+        (faults / f".{name}").write_text(json.dumps({"xid": 79, "gpu": gpu}))
+        (faults / f".{name}").rename(faults / name)
+        done = faults / f"{name}.done"
+        deadline = time.monotonic() + 5.0
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        started = time.perf_counter()  # the agent injected it just before the rename
         seen = self.kubelet.wait_for(
             lambda: set(self._replicas(gpu).values()) == {"Unhealthy"}, 5.0
         )
@@ -323,7 +329,7 @@ class Chaos:
 
     def _do_bad_fault(self) -> None:
         self.faults += 1
-        name = f"{self.faults:04d}.json"
+        name = f"b{self.faults:05d}.json"
         tmp = self.root / "faults" / f".{name}.tmp"
         tmp.write_bytes(self.rng.choice(BAD_FAULTS).encode("utf-8", "surrogateescape"))
         tmp.rename(self.root / "faults" / name)
@@ -349,7 +355,6 @@ class Chaos:
             second.kill()
             self._violation("a second agent on the same root kept running")
             return
-        second._close()
         if code != 1:
             self._violation(f"a second agent on the same root exited {code}, not 1")
 

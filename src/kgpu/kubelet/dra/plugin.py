@@ -79,7 +79,7 @@ class ReconcileReport:
 # '.' (never '.' or '..', never a '/'), a namespace that is a DNS label, a name that is a DNS
 # subdomain, device names that are DNS labels and pools that are DNS subdomains joined by '/'.
 _UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # lengths are checked beside each use
 _DNS_LABEL = re.compile(_LABEL)
 _SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*")
 _POOL = re.compile(rf"{_LABEL}(\.{_LABEL})*(/{_LABEL}(\.{_LABEL})*)*")

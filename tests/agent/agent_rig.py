@@ -1,20 +1,15 @@
-"""An in-process agent and the fake kubelet on real unix sockets, for reliability tests,
-the chaos run and the agent benchmarks.
+"""An in-process agent and the fake kubelet on real unix sockets, on the four-resource node
+of :mod:`kgpu.testing.split_node` (a test helper: the ``testing`` package may not import the
+agent; ``bench/agent.py`` imports this file too).
 
-The node is a simulated ``dgx-h100`` split into four resources by time-slicing (no acceptance
-inputs needed): ``nvidia.com/gpu`` (GPUs 6-7), ``nvidia.com/gpu.a`` (0-1), ``.b`` (2-3) and
-``.c`` (4-5), two replicas each. :meth:`AgentRig.unhealthy_after_xid` measures what the health
-figures are about: an XID injected into the backend until the fake kubelet's ListAndWatch
-stream shows every replica of that GPU Unhealthy.
+:meth:`AgentRig.unhealthy_after_xid` measures what the health figures are about: an XID
+injected into the backend until the fake kubelet's ListAndWatch stream shows every replica of
+that GPU Unhealthy.
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,39 +17,14 @@ from kgpu.agent.daemon import Agent, AgentOptions
 from kgpu.hardware.profiles import load_machine
 from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.testing.fake_kubelet import FakeKubelet
-
-MACHINE = "dgx-h100"
-NODE = "rig"
-RESOURCES = ["nvidia.com/gpu", "nvidia.com/gpu.a", "nvidia.com/gpu.b", "nvidia.com/gpu.c"]
-#: GPU index -> the resource its replicas are advertised under
-GPU_RESOURCE = {0: "nvidia.com/gpu.a", 1: "nvidia.com/gpu.a", 2: "nvidia.com/gpu.b",
-                3: "nvidia.com/gpu.b", 4: "nvidia.com/gpu.c", 5: "nvidia.com/gpu.c",
-                6: "nvidia.com/gpu", 7: "nvidia.com/gpu"}  # fmt: skip
-
-SPLIT = """\
-version: v1
-sharing:
-  timeSlicing:
-    resources:
-    - {{name: nvidia.com/gpu, rename: nvidia.com/gpu.a, devices: [0, 1], replicas: {replicas}}}
-    - {{name: nvidia.com/gpu, rename: nvidia.com/gpu.b, devices: [2, 3], replicas: 2}}
-    - {{name: nvidia.com/gpu, rename: nvidia.com/gpu.c, devices: [4, 5], replicas: 2}}
-"""
-
-
-def split_config(replicas_a: int = 2) -> str:
-    """The four-resource config; ``replicas_a`` changes ``nvidia.com/gpu.a`` only."""
-    return SPLIT.format(replicas=replicas_a)
-
-
-@contextmanager
-def short_root(prefix: str = "kgr") -> Iterator[Path]:
-    """A kubelet root under /tmp: unix socket paths are limited to 107 bytes."""
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+from kgpu.testing.split_node import (
+    GPU_RESOURCE,
+    MACHINE,
+    NODE,
+    RESOURCES,
+    replicas_of,
+    split_config,
+)
 
 
 class AgentRig:
@@ -116,8 +86,7 @@ class AgentRig:
 
     def replicas(self, gpu: int) -> dict[str, str]:
         uuid = self.backend.machine.gpus[gpu].uuid
-        devices = self.kubelet.devices(GPU_RESOURCE[gpu])
-        return {i: h for i, h in devices.items() if i == uuid or i.startswith(uuid + "::")}
+        return replicas_of(self.kubelet.devices(GPU_RESOURCE[gpu]), uuid)
 
     def unhealthy_after_xid(self, gpu: int, timeout_s: float = 10.0) -> float:
         """Seconds from an XID 79 on ``gpu`` until the kubelet lists its replicas Unhealthy
