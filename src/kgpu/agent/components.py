@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kgpu.agent.nfd import FeaturesComponent
 from kgpu.agent.options import HOSTNAME_LABELS, AgentOptions
 from kgpu.drivers.component import Component
 from kgpu.drivers.computedomain import compute_domain_driver
@@ -60,6 +61,11 @@ def device_plugin(ctx: AgentContext) -> Component:
     )
 
 
+def nfd(ctx: AgentContext) -> Component | None:
+    directory = ctx.options.nfd_features_dir
+    return FeaturesComponent(directory) if directory is not None else None
+
+
 def metrics(ctx: AgentContext) -> Component | None:
     opts = ctx.options
     if not opts.metrics_address:
@@ -79,7 +85,7 @@ def dra(ctx: AgentContext) -> Component | None:
 
 
 #: The agent's components, in the order views reach them.
-FACTORIES: tuple[ComponentFactory, ...] = (mps, device_plugin, metrics, dra)
+FACTORIES: tuple[ComponentFactory, ...] = (mps, device_plugin, nfd, metrics, dra)
 
 
 def load_metrics(

@@ -34,7 +34,6 @@ from typing import Any
 from kgpu.agent import components as comps
 from kgpu.agent.faults import FaultDir
 from kgpu.agent.inputs import fingerprint, read_labels_file
-from kgpu.agent.nfd import write_features
 from kgpu.agent.options import AgentOptions
 from kgpu.agent.rootlock import RootLock
 from kgpu.drivers.component import Component
@@ -156,7 +155,6 @@ class Agent:
             self._base = base
             self._served = base
             sequence = self._next_sequence()
-        self._write_labels(base)
         self._start_components(base, sequence)
         for target, name in (
             (self._health_loop, "health"),
@@ -270,7 +268,6 @@ class Agent:
                 sequence = self._next_sequence()
         if served is not None:
             log.info("%s: new node view (%s)", reason, ", ".join(self._counts(base)))
-            self._write_labels(served)
             self._publish(served, sequence)
         self._write_status()
         return served is not None
@@ -328,16 +325,6 @@ class Agent:
         for uuid in sorted(before.unhealthy - state.unhealthy):
             log.warning("marked Healthy again: %s", uuid)
         self._write_status()
-
-    def _write_labels(self, view: NodeView) -> None:
-        directory = self.options.nfd_features_dir
-        if directory is None:
-            return
-        try:
-            if write_features(directory, view.labels):
-                log.info("wrote %d labels to %s", len(view.labels), directory)
-        except OSError as exc:
-            log.warning("cannot write NFD features to %s: %s", directory, exc)
 
     def _start_components(self, view: NodeView, sequence: int) -> None:
         context = comps.AgentContext(
