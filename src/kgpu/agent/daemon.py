@@ -182,7 +182,8 @@ class Agent:
             except Exception as exc:  # a component's failure must not keep sockets around
                 log.error("stopping %s failed: %s", type(component).__name__, exc)
         try:
-            self.backend.close()
+            if self._backend is not None:  # never opened (a refused start): nothing to close
+                self._backend.close()
         except Exception as exc:
             log.debug("closing backend: %s", exc)
         close_store = getattr(self._store, "close", None)

@@ -39,6 +39,7 @@ from kgpu.kubelet.dra.handler import (
     OpaqueConfig,
     PreparedClaim,
 )
+from kgpu.kubelet.sockets import ensure_directory
 from kgpu.store import ObjectStore, StoreError
 
 log = logging.getLogger(__name__)
@@ -179,7 +180,7 @@ class DraPlugin:
         self.store = store
         self._crash_hook = crash_hook
         self._lock = threading.RLock()
-        plugin_dir.mkdir(parents=True, exist_ok=True)
+        ensure_directory(plugin_dir)  # 0750 whatever the umask: it holds the checkpoint
         self.checkpoint = Checkpoint(plugin_dir / "checkpoint.json")
         self.last_reconcile = self.reconcile()
 
