@@ -127,18 +127,16 @@ def test_fake_kubelet_refuses_a_wrong_version(short_root: Path) -> None:
 def test_a_server_that_never_becomes_ready_leaves_no_socket_behind(
     short_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    class NeverReady:
-        def __init__(self, channel: grpc.Channel) -> None:
-            pass
+    from kgpu.kubelet.deviceplugin import server as server_module
 
-        def result(self, timeout: float | None = None) -> None:
-            raise grpc.FutureTimeoutError()
+    def never_ready(path: Path, timeout_s: float = 5.0) -> None:
+        raise TimeoutError(f"{path} does not accept connections")
 
-    monkeypatch.setattr(grpc, "channel_ready_future", NeverReady)
+    monkeypatch.setattr(server_module, "wait_listening", never_ready)
     server = PluginServer(
         "nvidia.com/gpu", Holder(make_view(MACHINE, [whole_gpus(MACHINE)])), short_root
     )
-    with pytest.raises(grpc.FutureTimeoutError):
+    with pytest.raises(TimeoutError):
         server.start()
     assert not server.socket_path.exists()
     assert server._server is None  # stopped, not left serving on a file nobody knows

@@ -1,20 +1,23 @@
-"""The node agent daemon: a thin shell that keeps the served node view current.
+"""The node agent daemon: keeps the node view current and hands it to its components.
 
 State is two values: the *base* view (hardware + configs + labels, from ``build_node_view``)
-and the *health* state (:mod:`kgpu.node.health`). The view served to the kubelet is
-``base.with_health(health.unhealthy)``. Threads only feed inputs in and publish the result:
+and the *health* state (:mod:`kgpu.node.health`). The view served is
+``base.with_health(health.unhealthy)``; every new one goes to each component
+(:mod:`kgpu.agent.components`: MPS daemons, device-plugin servers, metrics, DRA), in order.
+The agent itself talks to no kubelet: its threads only feed inputs in:
 
-* health: ``backend.wait_events`` -> ``on_event`` -> publish (Unhealthy reaches ListAndWatch
-  as soon as the stream thread wakes, well within 100 ms);
+* health: ``backend.wait_events`` -> ``on_event`` -> publish (the device-plugin component
+  wakes its ListAndWatch streams in the publishing thread, registration never in the way);
 * probe: every ``probe_interval_s`` each GPU is probed -> ``on_probe`` (a GPU not answering is
   Unhealthy; an Unhealthy one that answers with no critical XID within the quiet period
   recovers);
-* watch (every ``watch_interval_s``): our sockets (kubelet restart deletes them -> serve and
-  register again), ``kubelet.sock`` (a new one -> register again), config and labels files
-  (changed -> reload), SIGHUP requests, pending registrations, the fault directory.
+* watch (every ``watch_interval_s``): the fault directory, config and labels files (changed ->
+  reload), SIGHUP requests. Each step fails alone: a bad fault file or config is reported for
+  itself (``<name>.error``, the status file, a log line) and the other steps go on.
 
-A reload that fails keeps the last good base view serving and logs each field problem. A new
-base view restarts only the servers whose resource changed; the others keep their streams.
+A reload that fails keeps the last good base view serving and logs each field problem. The
+agent holds an exclusive lock on its kubelet root (:mod:`kgpu.agent.rootlock`) from before the
+first socket to after the last.
 """
 
 from __future__ import annotations
@@ -24,68 +27,29 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from kgpu.agent import components as comps
-from kgpu.agent.faults import process_fault_dir
+from kgpu.agent.faults import FaultDir
 from kgpu.agent.inputs import fingerprint, read_labels_file
-from kgpu.agent.nfd import write_features
+from kgpu.agent.options import AgentOptions
+from kgpu.agent.rootlock import RootLock
 from kgpu.drivers.component import Component
-from kgpu.drivers.mps import MpsManager
+from kgpu.drivers.deviceplugin import DevicePluginComponent
+from kgpu.drivers.mps import MpsComponent
 from kgpu.errors import FieldError, KgpuError
-from kgpu.hardware.backend import Backend, XidEvent
+from kgpu.hardware.backend import Backend, BackendError, XidEvent
 from kgpu.hardware.model import Machine
 from kgpu.kubelet.cdi import write_atomic
-from kgpu.kubelet.deviceplugin.registration import (
-    DEVICE_PLUGINS_DIR,
-    KUBELET_SOCKET,
-    RegistrationError,
-)
-from kgpu.kubelet.deviceplugin.server import PluginServer
 from kgpu.node import health
 from kgpu.node.model import NodeView
 from kgpu.store import ObjectStore
 
 log = logging.getLogger(__name__)
 
-DEFAULT_KUBELET_ROOT = Path("/var/lib/kubelet")
-DEFAULT_CDI_ROOT = Path("/var/run/cdi")
-STATUS_FILE = Path("kgpu") / "agent-status.json"
-
-
-@dataclass
-class AgentOptions:
-    machine: str = "nvml"
-    config_files: tuple[Path, ...] = ()
-    config_name: str | None = None
-    mig_config_name: str | None = None
-    node_name: str = ""
-    labels: Mapping[str, str] = field(default_factory=dict)
-    labels_file: Path | None = None
-    kubelet_root: Path = DEFAULT_KUBELET_ROOT
-    nfd_features_dir: Path | None = None
-    metrics_address: str | None = None
-    clique: str | None = None  # built-in profiles only: their NVLink fabric clique
-    # the Kubernetes API server: a kubeconfig file, the pod's service account, or neither (an
-    # in-memory store: ResourceSlices stay in the agent and claims cannot be read)
-    kubeconfig: Path | None = None
-    in_cluster: bool = False
-    hostname_label: str = "Hostname"  # dcgm-exporter releases; its main branch says "hostname"
-    cdi_root: Path = DEFAULT_CDI_ROOT
-    dra: bool | None = None  # None: on when the DRA module is installed
-    health_quiet_period_s: float = health.DEFAULT_QUIET_PERIOD_S
-    health_probe_interval_s: float = 5.0
-    ignore_xids: frozenset[int] = frozenset()
-    fault_dir: Path | None = None
-    status_file: Path | None = None
-    watch_interval_s: float = 0.2
-
-    @property
-    def status_path(self) -> Path:
-        return self.status_file or self.kubelet_root / STATUS_FILE
+__all__ = ["Agent", "AgentOptions", "merge_machines"]
 
 
 def merge_machines(old: Machine | None, new: Machine) -> Machine:
@@ -108,12 +72,14 @@ class Agent:
         options: AgentOptions,
         backend: Backend | None = None,
         store: ObjectStore | None = None,
+        factories: Sequence[comps.ComponentFactory] = comps.FACTORIES,
     ) -> None:
         self.options = options
         self._backend = backend
         self._store = store
         self._owns_store = False  # a store passed in stays open: its owner closes it
-        self._lock = threading.RLock()
+        self._factories = tuple(factories)
+        self._lock = threading.RLock()  # base, health, served; never held while publishing
         self._stopping = threading.Event()
         self._reload_requested = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -121,15 +87,23 @@ class Agent:
         self._base: NodeView | None = None
         self._served: NodeView | None = None
         self._health = health.HealthState()
-        self._servers: dict[str, PluginServer] = {}
-        self._pending: set[str] = set()  # resources serving but not yet registered
-        self._kubelet_sock_inode: int | None = None
         self._fingerprint: tuple[tuple[str, str], ...] = ()
+        self._root_lock = RootLock(options.lock_path, options.kubelet_root)
+        self._faults = (
+            FaultDir(options.fault_dir, self, self._served_machine)
+            if options.fault_dir is not None
+            else None
+        )
+        # views go to each component in order; a newer view never overtakes an older one
+        self._sequence = 0
+        self._delivered: dict[int, int] = {}
+        self._component_locks: dict[int, threading.Lock] = {}
         self.components: list[Component] = []
-        self.mps = MpsManager(use_binary=options.machine == "nvml")
+        self.device_plugin: DevicePluginComponent | None = None
+        self.mps: MpsComponent | None = None
+        self._status_lock = threading.Lock()  # computed and written together: newest wins
         self.last_error: str = ""
         self.reloads = 0
-        self.registrations = 0
 
     # -- public surface ----------------------------------------------------------------------
 
@@ -164,15 +138,24 @@ class Agent:
         return served
 
     def start(self) -> None:
-        """Build the first view (FieldError if the inputs are bad) and start serving."""
-        self._machine = self.backend.snapshot()
-        self._fingerprint = self._input_fingerprint()
-        base = self._build_view()
+        """Build the first view (FieldError if the inputs are bad; KgpuError when another
+        agent serves the kubelet root or the GPUs cannot be read) and start serving."""
+        self._root_lock.acquire()
+        try:
+            try:
+                self._machine = self.backend.snapshot()
+            except BackendError as exc:
+                raise KgpuError(f"--machine {self.options.machine}: {exc}") from None
+            self._fingerprint = self._input_fingerprint()
+            base = self._build_view()
+        except BaseException:
+            self._root_lock.release()
+            raise
         with self._lock:
             self._base = base
             self._served = base
-            self._apply(None, base)
-        self._start_components()
+            sequence = self._next_sequence()
+        self._start_components(base, sequence)
         for target, name in (
             (self._health_loop, "health"),
             (self._probe_loop, "probe"),
@@ -188,27 +171,45 @@ class Agent:
         self._reload_requested.set()
 
     def stop(self) -> None:
+        """Stop every component and thread; the status file and the root lock only when this
+        agent held the root (a second agent that was refused leaves the first one's alone)."""
         self._stopping.set()
+        for thread in self._threads:
+            thread.join(timeout=2)
         for component in reversed(self.components):
             try:
                 component.stop()
             except Exception as exc:  # a component's failure must not keep sockets around
                 log.error("stopping %s failed: %s", type(component).__name__, exc)
-        with self._lock:
-            for server in self._servers.values():
-                server.stop()
-            self._servers.clear()
-            self.mps.stop_all()
-        for thread in self._threads:
-            thread.join(timeout=2)
         try:
-            self.backend.close()
+            if self._backend is not None:  # never opened (a refused start): nothing to close
+                self._backend.close()
         except Exception as exc:
             log.debug("closing backend: %s", exc)
         close_store = getattr(self._store, "close", None)
         if self._owns_store and close_store is not None:
             close_store()
-        self._write_status(stopped=True)
+        if self._root_lock.held:
+            self._write_status(stopped=True)
+            self._root_lock.release()
+
+    # -- the fault directory's view of the backend ---------------------------------------------
+
+    def inject_xid(self, gpu: int | str, xid: int, **where: Any) -> Any:
+        inject: Callable[..., Any] | None = getattr(self.backend, "inject_xid", None)
+        if inject is None:
+            raise BackendError("faults apply to simulated machines only")
+        return inject(gpu, xid, **where)
+
+    def set_nvml_failure(self, gpu: int | str, failing: bool) -> None:
+        fail: Callable[..., None] | None = getattr(self.backend, "set_nvml_failure", None)
+        if fail is None:
+            raise BackendError("faults apply to simulated machines only")
+        fail(gpu, failing)
+
+    def _served_machine(self) -> Machine | None:
+        served = self._served
+        return served.machine if served is not None else None
 
     # -- building views ----------------------------------------------------------------------
 
@@ -249,7 +250,7 @@ class Agent:
                 log.error("%s: keeping the last good config: %s", reason, problem)
             self._write_status()
             return False
-        except KgpuError as exc:
+        except (KgpuError, BackendError, OSError) as exc:
             self.last_error = str(exc)
             log.error("%s: keeping the last good config: %s", reason, exc)
             self._write_status()
@@ -260,18 +261,21 @@ class Agent:
             old = self._base
             if base == old:
                 log.info("%s: node view unchanged", reason)
-                self._write_status()
-                return False
-            self._base = base
-            self._health = health.forget_missing(self._health, base.machine)
+                served = None
+            else:
+                self._base = base
+                self._health = health.forget_missing(self._health, base.machine)
+                served = self._serve_base()
+                sequence = self._next_sequence()
+        if served is not None:
             log.info("%s: new node view (%s)", reason, ", ".join(self._counts(base)))
             for refusal in base.refused:
                 log.error("not serving %s: %s", refusal.resource, refusal.reason)
             if base.mig_pending:
                 log.warning("%s", base.mig_pending)
-            self._apply(old, base)
+            self._publish(served, sequence)
         self._write_status()
-        return True
+        return served is not None
 
     @staticmethod
     def _counts(view: NodeView) -> list[str]:
@@ -279,25 +283,32 @@ class Agent:
 
     # -- publishing ----------------------------------------------------------------------------
 
-    def _apply(self, old: NodeView | None, base: NodeView) -> None:
-        """Serve ``base`` (with current health): restart only the servers whose resource
-        changed, wake every stream, refresh MPS, labels and components. Lock held."""
-        served = base.with_health(self._health.unhealthy) if self._health.problems else base
+    def _serve_base(self) -> NodeView:
+        """The base view with current health as the served view (lock held)."""
+        assert self._base is not None
+        served = (
+            self._base.with_health(self._health.unhealthy) if self._health.problems else self._base
+        )
         self._served = served
-        old_resources = {r.name: r for r in old.resources} if old is not None else {}
-        new_resources = {r.name: r for r in base.resources}
-        for name in list(self._servers):
-            if name not in new_resources or old_resources.get(name) != new_resources[name]:
-                self._servers.pop(name).stop()
-                self._pending.discard(name)
-        self.mps.sync(served)
-        for name in new_resources:
-            if name not in self._servers:
-                self._serve(name)
-        for server in self._servers.values():
-            server.notify()
-        self._write_labels(served)
-        self._notify_components(served)
+        return served
+
+    def _next_sequence(self) -> int:
+        self._sequence += 1
+        return self._sequence
+
+    def _publish(self, view: NodeView, sequence: int) -> None:
+        """Hand ``view`` to every component in order, each under its own lock, skipping a
+        component that already has a newer view (threads publish concurrently)."""
+        for component in list(self.components):
+            key = id(component)
+            with self._component_locks.setdefault(key, threading.Lock()):
+                if self._delivered.get(key, 0) >= sequence:
+                    continue
+                self._delivered[key] = sequence
+                try:
+                    component.on_view(view)
+                except Exception as exc:
+                    log.error("%s.on_view failed: %s", type(component).__name__, exc)
 
     def _update_health(
         self, update: Callable[[NodeView, health.HealthState], health.HealthState]
@@ -311,91 +322,42 @@ class Agent:
             if state == before:
                 return
             self._health = state
-            served = self._base.with_health(state.unhealthy)
-            self._served = served
-            for server in self._servers.values():
-                server.notify()
+            served = self._serve_base()
+            sequence = self._next_sequence()
+        self._publish(served, sequence)
         for uuid in sorted(state.unhealthy - before.unhealthy):
             log.warning("marked Unhealthy: %s (%s)", uuid, state.problems[uuid].reason)
         for uuid in sorted(before.unhealthy - state.unhealthy):
             log.warning("marked Healthy again: %s", uuid)
-        self._notify_components(served)
         self._write_status()
 
-    def _serve(self, name: str) -> None:
-        server = PluginServer(name, self.view, self.options.kubelet_root)
-        try:
-            server.start()
-        except Exception as exc:
-            log.error("cannot serve %s on %s: %s", name, server.socket_path, exc)
-            return
-        self._servers[name] = server
-        self._register(server)
-
-    def _register(self, server: PluginServer) -> None:
-        kubelet_sock = server.plugin_dir / KUBELET_SOCKET
-        if not kubelet_sock.exists():
-            self._pending.add(server.resource)
-            return
-        try:
-            server.register(timeout_s=2.0)
-        except RegistrationError as exc:
-            log.warning("%s; will retry", exc)
-            self._pending.add(server.resource)
-            return
-        self._pending.discard(server.resource)
-        self.registrations += 1
-
-    def _write_labels(self, view: NodeView) -> None:
-        directory = self.options.nfd_features_dir
-        if directory is None:
-            return
-        try:
-            if write_features(directory, view.labels):
-                log.info("wrote %d labels to %s", len(view.labels), directory)
-        except OSError as exc:
-            log.warning("cannot write NFD features to %s: %s", directory, exc)
-
-    def _notify_components(self, view: NodeView) -> None:
-        for component in self.components:
+    def _start_components(self, view: NodeView, sequence: int) -> None:
+        context = comps.AgentContext(
+            options=self.options,
+            backend=self.backend,
+            store=self.cluster_store,
+            on_change=self._write_status,
+        )
+        for make in self._factories:
             try:
-                component.on_view(view)
-            except Exception as exc:
-                log.error("%s.on_view failed: %s", type(component).__name__, exc)
-
-    def _start_components(self) -> None:
-        opts = self.options
-        node = opts.node_name
-        wanted: list[Callable[[], Component | None]] = []
-        if opts.metrics_address:
-            address = opts.metrics_address
-            wanted.append(
-                lambda: comps.load_metrics(
-                    address, self.backend, opts.kubelet_root, node, opts.hostname_label
-                )
-            )
-        if opts.dra is not False:
-            wanted.append(
-                lambda: comps.load_dra(
-                    opts.kubelet_root,
-                    opts.cdi_root,
-                    node,
-                    self.backend,
-                    store=self.cluster_store(),
-                )
-            )
-        for make in wanted:
-            try:
-                component = make()
+                component = make(context)
                 if component is None:
                     continue
+                component.on_view(view)  # a component starts from the view it will serve
                 component.start()
-                component.on_view(self.view())
             except Exception as exc:
-                log.error("component failed to start: %s", exc)
+                log.error("component %s failed to start: %s", getattr(make, "__name__", make), exc)
                 continue
+            self._delivered[id(component)] = sequence
             self.components.append(component)
+            if isinstance(component, DevicePluginComponent):
+                self.device_plugin = component
+            elif isinstance(component, MpsComponent):
+                self.mps = component
             log.info("started component %s", type(component).__name__)
+        served = self._served
+        if served is not None and served is not view:  # health changed while they started
+            self._publish(served, self._sequence)
 
     # -- threads -------------------------------------------------------------------------------
 
@@ -457,51 +419,32 @@ class Agent:
                     return health.on_probe(state, uuid, answered, now, quiet)
 
                 self._update_health(update)
-            # A running daemon's clients come and go without any event: ask every probe round.
-            if self.mps.running and self.mps.refresh_clients():
-                self._write_status()
 
     def _watch_loop(self) -> None:
+        steps: tuple[tuple[str, Callable[[], None]], ...] = (
+            ("fault directory", self._watch_faults),
+            ("configs and labels", self._watch_inputs),
+        )
+        failing: dict[str, str] = {}
         while not self._stopping.wait(self.options.watch_interval_s):
-            try:
-                self._watch_once()
-            except Exception as exc:  # never let the watcher die
-                log.exception("agent watch loop: %s", exc)
+            for name, step in steps:  # one step's failure never skips the others
+                try:
+                    step()
+                    failing.pop(name, None)
+                except Exception as exc:
+                    if failing.get(name) != str(exc):  # once per distinct failure
+                        log.error("watching the %s: %s", name, exc)
+                        failing[name] = str(exc)
 
-    def _watch_once(self) -> None:
-        opts = self.options
-        if opts.fault_dir is not None and opts.fault_dir.is_dir():
-            process_fault_dir(opts.fault_dir, self.backend)
-        kubelet_sock = opts.kubelet_root / DEVICE_PLUGINS_DIR / KUBELET_SOCKET
-        try:
-            inode: int | None = kubelet_sock.stat().st_ino
-        except FileNotFoundError:
-            inode = None
-        with self._lock:
-            if self._stopping.is_set():
-                return
-            restarted = inode is not None and inode != self._kubelet_sock_inode
-            first = self._kubelet_sock_inode is None
-            self._kubelet_sock_inode = inode
-            for name, server in list(self._servers.items()):
-                if not server.socket_intact():
-                    log.warning(
-                        "socket %s was removed (kubelet restart?): serving again", server.endpoint
-                    )
-                    server.stop()
-                    del self._servers[name]
-                    self._serve(name)
-                elif restarted and not first and name not in self._pending:
-                    log.warning("kubelet.sock is new: registering %s again", name)
-                    self._register(server)
-            if self._base is not None:
-                for res in self._base.resources:
-                    if res.name not in self._servers:  # failed to serve earlier: try again
-                        self._serve(res.name)
-            if inode is not None:
-                for name in sorted(self._pending):
-                    if name in self._servers:
-                        self._register(self._servers[name])
+    def _watch_faults(self) -> None:
+        if self._faults is None:
+            return
+        errors = len(self._faults.errors)
+        self._faults.poll()
+        if len(self._faults.errors) != errors:
+            self._write_status()
+
+    def _watch_inputs(self) -> None:
         current = self._input_fingerprint()
         if current != self._fingerprint:
             self._fingerprint = current
@@ -515,17 +458,17 @@ class Agent:
     def status(self) -> dict[str, Any]:
         with self._lock:
             served = self._served
-            servers = dict(self._servers)
-            pending = set(self._pending)
             problems = self._health.describe()
-            mps = self.mps.status()
+        plugin = self.device_plugin.status() if self.device_plugin is not None else {}
         resources = {}
         if served is not None:
             for res in served.resources:
-                server = servers.get(res.name)
+                serving = plugin.get(res.name, {})
                 resources[res.name] = {
-                    "socket": str(server.socket_path) if server else None,
-                    "registered": bool(server) and res.name not in pending,
+                    "socket": serving.get("socket"),
+                    "registered": bool(serving.get("registered")),
+                    "registration": serving.get("registration", "not served"),
+                    "registrationError": serving.get("registrationError", ""),
                     "devices": res.count,
                     "healthy": res.healthy_count,
                     "sharing": str(res.sharing),
@@ -541,19 +484,22 @@ class Agent:
             "migPending": served.mig_pending if served else "",
             "resources": resources,
             "unhealthy": problems,
-            "mps": mps,
+            "mps": self.mps.status() if self.mps is not None else [],
             "components": [type(c).__name__ for c in self.components],
             "lastError": self.last_error,
+            "faultErrors": dict(self._faults.errors) if self._faults is not None else {},
             "reloads": self.reloads,
             "updated": time.time(),
         }
 
     def _write_status(self, stopped: bool = False) -> None:
-        path = self.options.status_path
+        path: Path = self.options.status_path
         try:
-            data = self.status()
-            data["state"] = "stopped" if stopped else "running"
-            # the health, probe and watch threads all write it: one temporary file each
-            write_atomic(path, json.dumps(data, indent=2, default=str) + "\n", mode=0o644)
+            # the health, probe, watch and component threads all write it: one at a time, so
+            # an older state never lands after a newer one
+            with self._status_lock:
+                data = self.status()
+                data["state"] = "stopped" if stopped else "running"
+                write_atomic(path, json.dumps(data, indent=2, default=str) + "\n", mode=0o644)
         except OSError as exc:
             log.debug("cannot write status file %s: %s", path, exc)

@@ -7,6 +7,10 @@ from typing import Annotated
 
 import typer
 
+from kgpu.agent.options import AgentOptions
+
+DEFAULTS = AgentOptions()  # each flag's default is the option's
+
 
 def register(app: typer.Typer) -> None:
     @app.command("agent")
@@ -16,7 +20,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--machine", "-m", help="nvml (real GPUs), a machine profile, or a snapshot .json."
             ),
-        ] = "nvml",
+        ] = DEFAULTS.machine,
         config: Annotated[
             list[Path] | None,
             typer.Option(
@@ -56,7 +60,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         kubelet_root: Annotated[
             Path, typer.Option("--kubelet-root", help="The kubelet's root directory.")
-        ] = Path("/var/lib/kubelet"),
+        ] = DEFAULTS.kubelet_root,
         nfd_features_dir: Annotated[
             Path | None,
             typer.Option(
@@ -97,10 +101,10 @@ def register(app: typer.Typer) -> None:
                 help="Metric label naming the node: Hostname (dcgm-exporter releases) or "
                 "hostname (its main branch).",
             ),
-        ] = "Hostname",
+        ] = DEFAULTS.hostname_label,
         cdi_root: Annotated[
             Path, typer.Option("--cdi-root", help="Where CDI specs are written (DRA).")
-        ] = Path("/var/run/cdi"),
+        ] = DEFAULTS.cdi_root,
         dra: Annotated[
             bool | None,
             typer.Option("--dra/--no-dra", help="Serve the DRA kubelet plugin (default: on)."),
@@ -111,11 +115,11 @@ def register(app: typer.Typer) -> None:
                 "--health-quiet-period",
                 help="Seconds without a critical XID before an answering GPU is Healthy again.",
             ),
-        ] = 30.0,
+        ] = DEFAULTS.health_quiet_period_s,
         health_probe_interval: Annotated[
             float,
             typer.Option("--health-probe-interval", help="Seconds between NVML probes of a GPU."),
-        ] = 5.0,
+        ] = DEFAULTS.health_probe_interval_s,
         ignore_xids: Annotated[
             str,
             typer.Option(
@@ -142,23 +146,20 @@ def register(app: typer.Typer) -> None:
         ] = False,
         log_level: Annotated[
             str, typer.Option("--log-level", help="debug|info|warning|error.")
-        ] = "info",
+        ] = DEFAULTS.log_level,
     ) -> None:
         """Serve the node's GPUs to the kubelet until SIGTERM (SIGHUP reloads)."""
         import logging
-        import os
         import signal
         import socket
         import sys
         import threading
 
-        from kgpu.agent.daemon import AgentOptions
         from kgpu.cli.output import print_json
         from kgpu.cli.plain import fail
-        from kgpu.errors import FieldError, FieldProblem, KgpuError
-        from kgpu.node.health import parse_xid_list
+        from kgpu.errors import FieldError, KgpuError
 
-        opts = AgentOptions(
+        given = dict(
             machine=machine,
             config_files=tuple(config or ()),
             config_name=config_name,
@@ -178,81 +179,29 @@ def register(app: typer.Typer) -> None:
             health_probe_interval_s=health_probe_interval,
             fault_dir=fault_dir,
             status_file=status_file,
+            log_level=log_level,
         )
         if status:
             import json
 
+            path = AgentOptions(**given).status_path  # type: ignore[arg-type]
             try:
-                print_json(json.loads(opts.status_path.read_text()))
+                print_json(json.loads(path.read_text()))
             except (OSError, ValueError) as exc:
-                fail(f"no agent status at {opts.status_path}: {exc}")
+                fail(f"no agent status at {path}: {exc}")
             return
 
         from kgpu.agent.daemon import Agent
-        from kgpu.agent.inputs import parse_label_args
-        from kgpu.metrics.server import parse_address
 
         # mistakes in the command line fail here, all of them at once, before any socket
         # exists, rather than as a log line from a half-started daemon
-        problems: list[FieldProblem] = []
-        levels = ("debug", "info", "warning", "error")
-        if log_level.lower() not in levels:
-            problems.append(
-                FieldProblem(f"{log_level!r}: allowed {', '.join(levels)}", "--log-level")
-            )
-        if metrics_address is not None:
-            try:
-                parse_address(metrics_address, "--metrics-address")
-            except FieldError as exc:
-                problems.extend(exc.problems)
-            except KgpuError as exc:
-                problems.append(FieldProblem(str(exc), "--metrics-address"))
-        if labels_file is not None and labels_file.is_dir():
-            problems.append(
-                FieldProblem(f"{labels_file}: is a directory, not a file", "--labels-file")
-            )
-        if hostname_label not in ("Hostname", "hostname"):
-            problems.append(
-                FieldProblem(f"{hostname_label!r}: allowed Hostname, hostname", "--hostname-label")
-            )
         try:
-            opts.labels = parse_label_args(label or [])
+            opts = AgentOptions.parse(labels=label or [], ignore_xids=ignore_xids, **given)
         except FieldError as exc:
-            problems.extend(exc.problems)
-        try:
-            opts.ignore_xids = parse_xid_list(ignore_xids)
-        except ValueError as exc:
-            problems.append(FieldProblem(str(exc), "--ignore-xids"))
-        if fault_dir is not None and machine == "nvml":
-            problems.append(FieldProblem("works only with a simulated --machine", "--fault-dir"))
-        if clique is not None:
-            from kgpu.hardware import open_backend
-
-            try:  # a built-in profile loads in microseconds; nvml and snapshots refuse at once
-                open_backend(machine, hostname=opts.node_name, clique=clique).close()
-            except FieldError as exc:
-                problems.extend(
-                    FieldProblem(p.message, "--clique" if "clique" in p.path else p.path, p.file)
-                    for p in exc.problems
-                )
-        if kubeconfig is not None and in_cluster:
-            problems.append(
-                FieldProblem("give --kubeconfig or --in-cluster, not both", "--in-cluster")
-            )
-        elif in_cluster and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-            problems.append(
-                FieldProblem(
-                    "not running in a pod (KUBERNETES_SERVICE_HOST is unset); use --kubeconfig",
-                    "--in-cluster",
-                )
-            )
-        elif kubeconfig is not None and not kubeconfig.is_file():
-            problems.append(FieldProblem(f"{kubeconfig}: no such file", "--kubeconfig"))
-        if problems:
-            fail(FieldError(problems))
+            fail(exc)
 
         logging.basicConfig(
-            level=getattr(logging, log_level.upper(), logging.INFO),
+            level=getattr(logging, opts.log_level.upper(), logging.INFO),
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )

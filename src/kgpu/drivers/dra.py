@@ -10,8 +10,11 @@ knows no driver but the GPU one, so the kubelet layer never imports the ComputeD
 
 Per driver the component runs a :class:`DraPlugin` (checkpoint, CDI specs, restart
 reconciliation) behind a :class:`DriverServer` (DRAPlugin + registration sockets), and publishes
-the driver's ResourceSlices into the object store. A new hardware view republishes the GPU
-slices when they changed; a registration socket that vanished is re-created.
+the driver's ResourceSlices into the object store. The agent hands the component its first view
+before ``start``: the GPU slices are published from that view's machine (the MIG layout the node
+serves), once, rather than from a raw hardware snapshot that a later view would replace. A new
+view republishes the GPU slices only when they changed. A socket that vanished (the DRAPlugin
+socket or the registration socket) is re-created within ``watch_interval_s``.
 
 The component reads the cluster through a :class:`~kgpu.store.CachedStore` (it wraps the store
 it is given unless that already is one), so drivers can hold informers instead of polling: the
@@ -66,7 +69,7 @@ class DraComponent:
         *,
         partitionable: bool = False,
         driver_factories: Sequence[DriverFactory] = (),
-        watch_interval_s: float = 1.0,
+        watch_interval_s: float = 0.2,
     ) -> None:
         self.kubelet_root = Path(kubelet_root)
         self.cdi_root = Path(cdi_root)
@@ -86,6 +89,7 @@ class DraComponent:
         self._watch_interval = watch_interval_s
         self._watcher: threading.Thread | None = None
         self.publisher: SlicePublisher | None = None
+        self._first_machine: Machine | None = None  # from a view given before start
 
     def add_driver(self, handler: DriverHandler) -> None:
         """Serve another driver from this agent (now, if already started)."""
@@ -119,7 +123,7 @@ class DraComponent:
     def start(self) -> None:
         with self._lock:
             self.gpu = GpuHandler(
-                self.backend.snapshot(),
+                self._first_machine or self.backend.snapshot(),
                 self.node_name,
                 plugin_dir(self.kubelet_root, "gpu.nvidia.com"),
                 partitionable=self.partitionable,
@@ -145,7 +149,10 @@ class DraComponent:
             self._watcher.start()
 
     def on_view(self, view: NodeView) -> None:
-        if self.gpu is not None and self.gpu.update_machine(view.machine):
+        if self.gpu is None:  # not started: start publishes from this view's machine
+            self._first_machine = view.machine
+            return
+        if self.gpu.update_machine(view.machine):
             self._publish(self.gpu)
         self._sync_logged()
 
@@ -170,15 +177,19 @@ class DraComponent:
             log.info("ComputeDomain %s: IMEX nodes_config.cfg rewritten", uid)
 
     def _watch(self) -> None:
+        failing: dict[str, str] = {}  # driver -> the error last logged (once, not every tick)
         while not self._stop.wait(self._watch_interval):
             for server in list(self.servers.values()):
                 try:
-                    if server.ensure_registered():
-                        log.warning(
-                            "%s: registration socket was removed; re-created", server.driver
-                        )
-                except OSError:
-                    log.exception("%s: cannot re-create the registration socket", server.driver)
+                    redone = server.ensure_serving()
+                except Exception as exc:  # tried again next tick
+                    if failing.get(server.driver) != str(exc):
+                        log.error("%s: cannot re-create its sockets: %s", server.driver, exc)
+                        failing[server.driver] = str(exc)
+                    continue
+                failing.pop(server.driver, None)
+                if redone:
+                    log.warning("%s: %s removed; re-created", server.driver, " and ".join(redone))
 
     def stop(self) -> None:
         self._stop.set()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -64,6 +65,9 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         self._version = 0
         self._stopped = False
         self.streams = 0  # open ListAndWatch streams, for status and tests
+        # since when no kubelet stream has been open (monotonic; None while one is, or before
+        # the first): a kubelet that dropped us while our socket survived shows up here
+        self.idle_since: float | None = None
 
     # -- change notification -------------------------------------------------------------
 
@@ -103,6 +107,9 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
     ) -> Iterator[api_pb2.ListAndWatchResponse]:
         with self._cond:
             self.streams += 1
+            self.idle_since = None
+        if context is not None:  # a kubelet that goes away wakes the stream at once
+            context.add_callback(self._wake)
         try:
             last: list[api_pb2.Device] | None = None
             seen = -1
@@ -122,6 +129,12 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         finally:
             with self._cond:
                 self.streams -= 1
+                if self.streams == 0 and not self._stopped:
+                    self.idle_since = time.monotonic()
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
 
     def GetPreferredAllocation(
         self, request: api_pb2.PreferredAllocationRequest, context: Any
