@@ -280,17 +280,40 @@ def test_more_than_eight_gpus_spread_counter_sets_over_slices() -> None:
     within_limits(slices, "1.35")
 
 
-@pytest.mark.parametrize("profile", ["a100-40gb", "a100-80gb", "a30", "dgx-h100", "h200", "gb200"])
-def test_counters_never_forbid_a_layout_of_one_profile(profile: str) -> None:
-    """As many instances of any one profile as the GPU accepts always fit in its counters."""
-    gpu = load_machine(profile).gpus[0]
-    geometry = geometry_for(gpu)
-    found = partition_capacities(gpu)
-    assert geometry is not None and found is not None
-    caps, totals = found
-    for mig in geometry.profiles.values():
-        for name, value in caps[mig.name].items():
-            assert value * mig.max_count <= totals[name], (mig.name, name)
+def test_a_table_with_rows_missing_never_forbids_a_valid_layout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """GB200's published lgip gives 1g.47gb 32 SMs but no 7g row: four 1g.47gb instances (a
+    layout the GPU accepts) need 128 SMs, more than the 7g estimate; the counter covers them."""
+    from kgpu.dra import devices as model
+    from kgpu.dra.allocator import allocate
+
+    machine = load_machine("gb200", hostname="n")
+    real = geometry_for(machine.gpus[0])
+    assert real is not None
+    published = replace(real.profiles["1g.47gb"], multiprocessor_count=32)
+    geometry = replace(real, profiles={**real.profiles, "1g.47gb": published})
+    monkeypatch.setattr(model, "geometry_for", lambda gpu: geometry)
+    found = partition_capacities(machine.gpus[0])
+    assert found is not None
+    assert found[1]["multiprocessors"] == 128 > 7 * real.multiprocessors_per_slice
+    slices = resource_slices(replace(machine, gpus=machine.gpus[:1]), "n", partitionable=True)
+    request = {
+        "name": "m",
+        "exactly": {
+            "deviceClassName": "mig.nvidia.com",
+            "count": 4,
+            "selectors": [
+                {"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '1g.47gb'"}}
+            ],
+        },
+    }
+    claim = {
+        "metadata": {"name": "c", "namespace": "default"},
+        "spec": {"devices": {"requests": [request]}},
+    }
+    got = allocate({"name": "n"}, [claim], classes=device_classes(), slices=slices)
+    assert got is not None and len(got[0]["devices"]["results"]) == 4
 
 
 def test_engine_table_names_real_profiles() -> None:
