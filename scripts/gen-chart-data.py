@@ -5,8 +5,9 @@
   (:func:`kgpu.computedomain.crd.crd`);
 * ``deploy/helm/kgpu/files/deviceclasses.yaml``: DeviceClass names and CEL selectors per Helm
   value group (``resources.gpus`` / ``resources.computeDomains``, as NVIDIA's DRA driver chart
-  names them) from :func:`kgpu.dra.classes.device_classes`; the chart's template adds the
-  ``resource.k8s.io`` version the cluster serves;
+  names them) from :func:`kgpu.dra.classes.device_classes`, and under ``extendedResourceNames``
+  each class's ``extendedResourceName``; the chart's template adds the ``resource.k8s.io``
+  version the cluster serves and, as NVIDIA's chart, the extended resource name on ``v1`` only;
 * ``deploy/deviceclasses.yaml``: the same classes as plain ``resource.k8s.io/v1`` manifests for
   ``kubectl apply`` on Kubernetes 1.34+.
 
@@ -35,9 +36,14 @@ def _selectors(classes: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def files() -> dict[Path, str]:
-    groups = {
+    groups: dict[str, dict[str, str]] = {
         "gpus": _selectors(device_classes(gpus=True, compute_domains=False)),
         "computeDomains": _selectors(device_classes(gpus=False, compute_domains=True)),
+    }
+    groups["extendedResourceNames"] = {
+        c["metadata"]["name"]: c["spec"]["extendedResourceName"]
+        for c in device_classes()
+        if "extendedResourceName" in c["spec"]
     }
     manifests = (
         "# DeviceClasses of the kgpu DRA driver (same names and selectors as NVIDIA's "

@@ -189,12 +189,10 @@ def test_device_classes_follow_the_cluster_version_and_kgpu_dra_classes(
     wanted = device_classes(
         gpus=settings["resources"]["gpus"]["enabled"],
         compute_domains=settings["resources"]["computeDomains"]["enabled"],
+        api_version=expected_api,  # extendedResourceName on resource.k8s.io/v1 only
     )
     normalised = sorted(
-        (
-            {**c, "apiVersion": "resource.k8s.io/v1", "metadata": {"name": c["metadata"]["name"]}}
-            for c in got
-        ),
+        ({**c, "metadata": {"name": c["metadata"]["name"]}} for c in got),
         key=lambda c: c["metadata"]["name"],
     )
     assert normalised == sorted(wanted, key=lambda c: c["metadata"]["name"])

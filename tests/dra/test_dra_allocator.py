@@ -670,25 +670,25 @@ def test_one_pod_two_claims_on_one_pcie_root_each() -> None:
 
 
 def test_mig_on_demand_from_partitionable_slices() -> None:
-    machine = load_machine("a100-80gb", hostname="node-a")
+    machine = load_machine("h200", hostname="node-a")  # Hopper: MIG mode changes without a reset
     slices = resource_slices(machine, "node-a", partitionable=True)
     by_profile = "device.attributes['gpu.nvidia.com'].profile == '{}'"
     claims = [
-        claim("big", req("m", cls="mig.nvidia.com", sel=by_profile.format("4g.40gb"))),
-        claim("mid", req("m", cls="mig.nvidia.com", sel=by_profile.format("2g.20gb"))),
-        claim("small", req("m", cls="mig.nvidia.com", sel=by_profile.format("1g.10gb"))),
+        claim("big", req("m", cls="mig.nvidia.com", sel=by_profile.format("4g.71gb"))),
+        claim("mid", req("m", cls="mig.nvidia.com", sel=by_profile.format("2g.35gb"))),
+        claim("small", req("m", cls="mig.nvidia.com", sel=by_profile.format("1g.18gb"))),
     ]
     got = allocate(NODE, claims, classes=CLASSES, slices=slices)
     assert got is not None
     names = [[r["device"] for r in res["devices"]["results"]] for res in got]
     # placements never overlap: 4g takes slices 0-3, 2g 4-5, 1g slice 6
     assert names == [
-        ["gpu-0-mig-4g40gb-5-0"],
-        ["gpu-0-mig-2g20gb-14-4"],
-        ["gpu-0-mig-1g10gb-19-6"],
+        ["gpu-0-mig-4g71gb-5-0"],
+        ["gpu-0-mig-2g35gb-14-4"],
+        ["gpu-0-mig-1g18gb-19-6"],
     ]
     # no 1g placement starts at slice 7, so a fourth instance does not fit
-    fourth = claim("more", req("m", cls="mig.nvidia.com", sel=by_profile.format("1g.10gb")))
+    fourth = claim("more", req("m", cls="mig.nvidia.com", sel=by_profile.format("1g.18gb")))
     assert allocate(NODE, [*claims, fourth], classes=CLASSES, slices=slices) is None
     # the whole GPU is no longer available once a partition is taken
     held_mig = {

@@ -69,6 +69,9 @@ def resolve_devices(
     """Device name -> hardware, for every device the node publishes (static and partitionable).
 
     Uses the same slice builder the agent publishes with, so names always agree with the pool.
+    A device with a ``uuid`` attribute is that GPU or MIG device; a dynamic MIG placement (no
+    UUID until it exists) is found by its parent's ``parentUUID``, its ``profile`` and the
+    placement start its name carries.
     """
     from kgpu.dra.slices import resource_slices
 
@@ -99,18 +102,15 @@ def resolve_devices(
 
 def _placement(device: Mapping[str, Any], parent: Gpu) -> ResolvedDevice | None:
     """A partitionable MIG placement: the MIG device there now, or the one MIG would create."""
+    from kgpu.dra.devices import parse_mig_name
     from kgpu.hardware.mig import geometry_for, mig_device
 
     profile = str(_attr(device, "profile"))
-    slices = sorted(
-        int(key[len("memorySlice") :])
-        for key in (device.get("capacity") or {})
-        if key.startswith("memorySlice")
-    )
+    parsed = parse_mig_name(str(device["name"]))
     geometry = geometry_for(parent)
-    if not slices or geometry is None or profile not in geometry.profiles:
+    if parsed is None or geometry is None or profile not in geometry.profiles:
         return None
-    start = slices[0]
+    start = parsed.start
     for mig in parent.mig_devices:
         if mig.profile == profile and mig.placement_start == start:
             return ResolvedDevice(device["name"], mig.uuid, parent, mig)
@@ -169,6 +169,9 @@ class GpuHandler:
 
     ``dynamic_mig`` lets a claim use a partitionable MIG placement that does not exist yet
     (the simulator materialises it); on a real node only existing devices are prepared.
+    ``kubernetes_version`` is the API server's (``v1.35.2``): it decides how partitionable
+    devices and their counters are packed into slices (:mod:`kgpu.dra.slices`); None packs
+    them for the newest version.
     """
 
     driver = DRIVER
@@ -184,6 +187,7 @@ class GpuHandler:
         dynamic_mig: bool = False,
         partitionable: bool = False,
         node_driver: NodeDriver | None = None,
+        kubernetes_version: str | None = None,
     ) -> None:
         self.node_name = node_name
         self.node_driver = node_driver  # the driver's files for the specs (None: simulated)
@@ -194,6 +198,7 @@ class GpuHandler:
         self.dev_root = dev_root
         self.dynamic_mig = dynamic_mig
         self.partitionable = partitionable
+        self.kubernetes_version = kubernetes_version
         self._lock = threading.Lock()
         self._machine = machine
         self._devices: dict[str, ResolvedDevice] | None = None
@@ -221,9 +226,14 @@ class GpuHandler:
 
     # -- DriverHandler ---------------------------------------------------------------------
     def resource_slices(self, node_name: str) -> list[Obj]:
-        from kgpu.dra.slices import resource_slices
+        from kgpu.dra.slices import DEFAULT_KUBERNETES_VERSION, resource_slices
 
-        return resource_slices(self._machine, node_name, partitionable=self.partitionable)
+        return resource_slices(
+            self._machine,
+            node_name,
+            partitionable=self.partitionable,
+            kubernetes_version=self.kubernetes_version or DEFAULT_KUBERNETES_VERSION,
+        )
 
     def restore(self, states: Mapping[str, Mapping[str, Any]]) -> None:
         """Nothing to rebuild: everything a GPU claim holds is on disk and in its state."""
