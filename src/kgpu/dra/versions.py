@@ -15,7 +15,10 @@ The differences, from the official OpenAPI schemas of each release:
   ``selectors``, ``allocationMode``, ``count``, ``adminAccess``, ``tolerations``,
   ``capacity``), where ``v1`` puts them under ``exactly``; ``firstAvailable`` is the same in
   both. This holds for ResourceClaims and for ResourceClaimTemplates (``spec.spec``).
-- DeviceClass and claim status are the same in every version.
+- DeviceClass and claim status are the same in every version, except that
+  ``DeviceClass.spec.extendedResourceName`` exists from 1.34 only: a server that serves no
+  ``v1`` predates it, so a DeviceClass sent as ``v1beta2``/``v1beta1`` leaves it out (a strict
+  server would refuse the unknown field).
 
 Each function takes a whole object or a partial one (a merge patch): a missing field stays
 missing, and the input is never changed.
@@ -76,6 +79,10 @@ def to_version(obj: Obj, version: str, kind: str | None = None) -> Obj:
         out["apiVersion"] = f"{GROUP}/{version}"
     if version == "v1beta1":
         _edit(out, kind or out.get("kind"), _device_to_beta1, _request_to_beta1)
+    if version != INTERNAL and (kind or out.get("kind")) == "DeviceClass":
+        spec = out.get("spec")
+        if isinstance(spec, dict):
+            spec.pop("extendedResourceName", None)
     return out
 
 
