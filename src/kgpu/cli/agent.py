@@ -189,8 +189,8 @@ def register(app: typer.Typer) -> None:
             return
 
         from kgpu.agent.daemon import Agent
-        from kgpu.agent.inputs import parse_label_args
         from kgpu.metrics.server import parse_address
+        from kgpu.node.label_syntax import parse_label_args
 
         # mistakes in the command line fail here, all of them at once, before any socket
         # exists, rather than as a log line from a half-started daemon

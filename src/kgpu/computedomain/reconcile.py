@@ -36,11 +36,12 @@ from kgpu.computedomain.objects import (
     daemon_set,
 )
 from kgpu.computedomain.placement import node_clique, node_healthy, place, room_view
+from kgpu.dra.api import RESOURCE_API
 from kgpu.errors import FieldError
 from kgpu.store import AlreadyExists, Conflict, NotFound, ObjectStore
 
 Obj = dict[str, Any]
-RCT = ("resource.k8s.io/v1", "ResourceClaimTemplate")
+RCT = (RESOURCE_API, "ResourceClaimTemplate")
 DS = ("apps/v1", "DaemonSet")
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-API_VERSION = "resource.k8s.io/v1"
+from kgpu.dra.api import RESOURCE_API
+
 GPU_DRIVER = "gpu.nvidia.com"
 COMPUTE_DOMAIN_DRIVER = "compute-domain.nvidia.com"
 
@@ -41,7 +42,7 @@ SELECTORS: dict[str, str] = {
 
 def device_class(name: str, expression: str) -> dict[str, Any]:
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": RESOURCE_API,
         "kind": "DeviceClass",
         "metadata": {"name": name},
         "spec": {"selectors": [{"cel": {"expression": expression}}]},

@@ -24,11 +24,11 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from kgpu.dra.api import RESOURCE_API
 from kgpu.hardware.mig import MigGeometry, geometry_for
 from kgpu.hardware.model import Gpu, Machine, MigDevice
 
 DRIVER = "gpu.nvidia.com"
-API_VERSION = "resource.k8s.io/v1"
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 #: v1 limits: devices per slice, and counters over all sets of one slice.
 MAX_DEVICES_PER_SLICE = 128
@@ -246,7 +246,7 @@ def _slice(
     node_name: str, driver: str, generation: int, index: int, count: int, devices: list[Obj]
 ) -> Obj:
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": RESOURCE_API,
         "kind": "ResourceSlice",
         "metadata": {"name": slice_name(node_name, driver, index)},
         "spec": {

@@ -11,10 +11,10 @@ import copy
 import itertools
 from typing import Any
 
+from kgpu.dra.api import RESOURCE_API
 from kgpu.dra.slices import slice_name
 from kgpu.store import NotFound, ObjectStore
 
-API_VERSION = "resource.k8s.io/v1"
 Obj = dict[str, Any]
 
 
@@ -25,7 +25,7 @@ def _pool_slices(store: ObjectStore, driver: str, pool: str) -> list[Obj]:
     found: list[Obj] = []
     for i in itertools.count():
         try:
-            s = store.get(API_VERSION, "ResourceSlice", slice_name(pool, driver, i))
+            s = store.get(RESOURCE_API, "ResourceSlice", slice_name(pool, driver, i))
         except NotFound:
             return found
         spec = s.get("spec") or {}
@@ -57,7 +57,7 @@ def publish_slices(store: ObjectStore, driver: str, node_name: str, slices: list
         # the pool's slices are always named by slice_name(): that is how the next publish
         # finds them again, whoever built them
         s.setdefault("metadata", {})["name"] = slice_name(node_name, driver, i)
-        s.setdefault("apiVersion", API_VERSION)
+        s.setdefault("apiVersion", RESOURCE_API)
         s.setdefault("kind", "ResourceSlice")
         spec = s.setdefault("spec", {})
         spec["driver"] = driver
@@ -83,7 +83,7 @@ def publish_slices(store: ObjectStore, driver: str, node_name: str, slices: list
         name = s["metadata"]["name"]
         if name not in names:
             with contextlib.suppress(NotFound):
-                store.delete(API_VERSION, "ResourceSlice", name)
+                store.delete(RESOURCE_API, "ResourceSlice", name)
     return generation
 
 
@@ -97,4 +97,4 @@ def unpublish_slices(store: ObjectStore, driver: str, node_name: str) -> None:
     """Remove the node's pool for ``driver`` (the node or the driver went away)."""
     for s in _pool_slices(store, driver, node_name):
         with contextlib.suppress(NotFound):
-            store.delete(API_VERSION, "ResourceSlice", s["metadata"]["name"])
+            store.delete(RESOURCE_API, "ResourceSlice", s["metadata"]["name"])

@@ -35,6 +35,7 @@ from kgpu.computedomain.objects import DRIVER_NAMESPACE
 from kgpu.computedomain.placement import node_clique, node_healthy, place, room_view
 from kgpu.computedomain.reconcile import reconcile
 from kgpu.computedomain.slices import machine_clique
+from kgpu.dra.api import RESOURCE_API
 from kgpu.drivers.computedomain import ComputeDomainHandler
 from kgpu.drivers.publish import publish_slices, unpublish_slices
 from kgpu.errors import FieldError
@@ -45,7 +46,6 @@ from kgpu.sim.plugins import ContainerDevices, Event, NodeInfo
 from kgpu.store import NotFound, ObjectStore, object_ref
 
 Obj = dict[str, Any]
-RESOURCE_API = "resource.k8s.io/v1"
 
 #: Node agents per store, so the controller can wake the simulated IMEX daemons.
 _AGENTS: weakref.WeakKeyDictionary[Any, weakref.WeakSet[ComputeDomainKubeletPlugin]] = (

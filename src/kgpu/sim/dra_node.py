@@ -20,11 +20,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kgpu.dra.api import RESOURCE_API
 from kgpu.drivers.dra import publish
 from kgpu.drivers.gpu import DRIVER, GpuHandler, visible_uuids
 from kgpu.hardware.model import Machine
 from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
-from kgpu.kubelet.dra.plugin import RESOURCE_API, DraPlugin
+from kgpu.kubelet.dra.plugin import DraPlugin
 from kgpu.sim.plugins import ContainerDevices
 from kgpu.store import NotFound, ObjectStore
 

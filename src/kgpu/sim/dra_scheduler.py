@@ -40,11 +40,11 @@ from kgpu.dra.allocator import (
     allocated_devices,
     node_selector_matches,
 )
+from kgpu.dra.api import RESOURCE_API
 from kgpu.sim.plugins import NodeInfo
 from kgpu.store import AlreadyExists, NotFound, ObjectStore, namespace_of
 
 Obj = dict[str, Any]
-API = "resource.k8s.io/v1"
 POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 NOT_AVAILABLE = "resourceclaim not available on the node"
 
@@ -109,23 +109,23 @@ class DraSchedulerPlugin:
     def _rev(store: ObjectStore, kind: str) -> int:
         fn = getattr(store, "kind_revision", None)
         if fn is not None:
-            return int(fn(API, kind))
+            return int(fn(RESOURCE_API, kind))
         return -2  # unknown: always refresh
 
     def _refresh(self, store: ObjectStore) -> Allocator:
         rev = self._rev(store, "ResourceSlice")
         if self._index is None or rev != self._slices_rev or rev == -2:
-            self._index = SliceIndex(store.list(API, "ResourceSlice"))
+            self._index = SliceIndex(store.list(RESOURCE_API, "ResourceSlice"))
             self._slices_rev = rev
             self._allocator = None
         rev = self._rev(store, "DeviceClass")
         if rev != self._classes_rev or rev == -2:
-            self._classes = {_name(c): c for c in store.list(API, "DeviceClass")}
+            self._classes = {_name(c): c for c in store.list(RESOURCE_API, "DeviceClass")}
             self._classes_rev = rev
             self._allocator = None
         rev = self._rev(store, "ResourceClaim")
         if self._allocator is None or rev != self._claims_rev or rev == -2:
-            in_use = allocated_devices(store.list(API, "ResourceClaim"))
+            in_use = allocated_devices(store.list(RESOURCE_API, "ResourceClaim"))
             self._allocator = Allocator(self._classes, self._index, in_use)
             self._claims_rev = rev
             self._epoch += 1
@@ -192,12 +192,14 @@ class DraSchedulerPlugin:
                 names.append(str(existing))
                 continue
             try:
-                template = store.get(API, "ResourceClaimTemplate", template_name, namespace_of(pod))
+                template = store.get(
+                    RESOURCE_API, "ResourceClaimTemplate", template_name, namespace_of(pod)
+                )
             except NotFound:
                 return f'resourceclaimtemplate "{template_name}" not found'
             tmeta = (template.get("spec") or {}).get("metadata") or {}
             claim: Obj = {
-                "apiVersion": API,
+                "apiVersion": RESOURCE_API,
                 "kind": "ResourceClaim",
                 "metadata": {
                     "generateName": f"{_name(pod)}-{pod_claim}-"[:58],
@@ -269,7 +271,7 @@ class DraSchedulerPlugin:
         claims = []
         for name in names:
             try:
-                claim = store.get(API, "ResourceClaim", name, namespace_of(pod))
+                claim = store.get(RESOURCE_API, "ResourceClaim", name, namespace_of(pod))
             except NotFound:
                 return f'resourceclaim "{name}" not found'
             if (claim.get("metadata") or {}).get("deletionTimestamp"):
@@ -375,7 +377,7 @@ class DraSchedulerPlugin:
         me = consumer_ref(pod)
         state.reserved = []
         for claim in state.claims:
-            current = store.get(API, "ResourceClaim", _name(claim), namespace_of(claim))
+            current = store.get(RESOURCE_API, "ResourceClaim", _name(claim), namespace_of(claim))
             before = allocated_devices([current])
             status = current.setdefault("status", {})
             allocated_here = False
@@ -397,7 +399,7 @@ class DraSchedulerPlugin:
         me = consumer_ref(pod)
         for name, allocated_here in state.reserved:
             try:
-                current = store.get(API, "ResourceClaim", name, namespace_of(pod))
+                current = store.get(RESOURCE_API, "ResourceClaim", name, namespace_of(pod))
             except NotFound:
                 continue
             before = allocated_devices([current])
@@ -431,7 +433,7 @@ class DraSchedulerPlugin:
         ] + sorted(n for n in generated if n)
         for name in names:
             try:
-                current = store.get(API, "ResourceClaim", str(name), namespace_of(pod))
+                current = store.get(RESOURCE_API, "ResourceClaim", str(name), namespace_of(pod))
             except NotFound:
                 continue
             before = allocated_devices([current])
@@ -443,7 +445,7 @@ class DraSchedulerPlugin:
                 alloc.allocated -= before
                 self._touch(before)
                 with contextlib.suppress(NotFound):
-                    store.delete(API, "ResourceClaim", str(name), namespace_of(pod))
+                    store.delete(RESOURCE_API, "ResourceClaim", str(name), namespace_of(pod))
                 self._claims_rev = self._rev(store, "ResourceClaim")
                 continue
             self._write_claim(store, current, before)

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from kgpu.dra.api import RESOURCE_API
+from kgpu.node.ids import replica_id, split_replica
 from kgpu.sim import nodeside
 from kgpu.sim.quantity import format_units
 from kgpu.sim.state import PodRecord, SimNode
@@ -109,8 +111,8 @@ def build_report(sim: Simulation) -> dict[str, Any]:
         ],
     }
     for key, api, kind in (
-        ("resourceClaims", "resource.k8s.io/v1", "ResourceClaim"),
-        ("resourceSlices", "resource.k8s.io/v1", "ResourceSlice"),
+        ("resourceClaims", RESOURCE_API, "ResourceClaim"),
+        ("resourceSlices", RESOURCE_API, "ResourceSlice"),
         ("computeDomains", "resource.nvidia.com/v1beta1", "ComputeDomain"),
     ):
         # always present (possibly empty): tools read these keys without checking for them
@@ -338,10 +340,10 @@ def _used(node: SimNode, resource: str) -> str:
 
 def _short(device_id: str) -> str:
     """``GPU-1b2c...::3`` -> ``GPU-1b2c3d4e::3``: enough to tell devices apart in a table."""
-    head, sep, replica = device_id.partition("::")
+    head, replica = split_replica(device_id)
     if head.startswith(("GPU-", "MIG-")) and len(head) > 12:
         head = head[:12]
-    return head + (sep + replica if sep else "")
+    return head if replica is None else replica_id(head, replica)
 
 
 def render_steps(sim: Simulation, console: Console) -> None:

@@ -17,7 +17,9 @@ from typing import Any
 
 import yaml
 
+from kgpu.config.plugin import MIG_STRATEGIES
 from kgpu.errors import FieldError, FieldProblem, join_path
+from kgpu.node.label_syntax import label_key_problem, label_value_problem
 from kgpu.sim.manifests import Manifest, check, load_manifest_file
 from kgpu.sim.podspec import TAINT_EFFECTS
 from kgpu.sim.quantity import QuantityError, to_units
@@ -65,7 +67,6 @@ STEP_ACTIONS = (
     "devicePlugin",
 )
 SCALABLE = ("Deployment", "ReplicaSet", "StatefulSet", "Job", "MPIJob")
-MIG_STRATEGIES = ("none", "single", "mixed")
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 
@@ -185,28 +186,17 @@ def _labels(value: object, path: str, err: _Errors, allow_null: bool = False) ->
     if not isinstance(value, Mapping):
         err.add("must be a map of label names to values", path)
         return {}
-    from kgpu.node.labels import is_valid_label_key, is_valid_label_value
-
     out: dict[str, Any] = {}
     for k, v in value.items():
         # the API server's rules: a node with such a label could not exist
-        if not isinstance(k, str) or not is_valid_label_key(k):
-            err.add(
-                f"{k!r} is not a valid label key ([prefix/]name: an optional DNS subdomain "
-                "prefix, a name of at most 63 letters, digits, '-', '_', '.', starting and "
-                "ending alphanumeric)",
-                path,
-            )
+        if key_problem := label_key_problem(k):
+            err.add(key_problem, path)
         elif allow_null and v is None:
             out[k] = None
         elif isinstance(v, bool) or not isinstance(v, (str, int, float)):
             err.add(f"{v!r}: a label value must be a string", join_path(path, k))
-        elif not is_valid_label_value(str(v)):
-            err.add(
-                f"{str(v)!r} is not a valid label value for {k} (at most 63 letters, digits, "
-                "'-', '_', '.', starting and ending alphanumeric)",
-                path,
-            )
+        elif value_problem := label_value_problem(k, str(v)):
+            err.add(value_problem, path)
         else:
             out[k] = str(v)
     return out

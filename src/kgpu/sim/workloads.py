@@ -16,6 +16,7 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from kgpu.dra.api import RESOURCE_API
 from kgpu.sim.names import template_hash
 from kgpu.sim.podspec import pod_requirements
 from kgpu.sim.scheduler import static_reasons
@@ -38,9 +39,9 @@ API_VERSIONS: dict[str, str] = {
     "ConfigMap": "v1",
     "Service": "v1",
     "ComputeDomain": "resource.nvidia.com/v1beta1",
-    "ResourceClaim": "resource.k8s.io/v1",
-    "ResourceClaimTemplate": "resource.k8s.io/v1",
-    "DeviceClass": "resource.k8s.io/v1",
+    "ResourceClaim": RESOURCE_API,
+    "ResourceClaimTemplate": RESOURCE_API,
+    "DeviceClass": RESOURCE_API,
 }
 OWNED_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "MPIJob")
 
