@@ -38,9 +38,9 @@ from kgpu.dra.allocator import (
     NodeRef,
     SliceIndex,
     allocated_devices,
-    node_selector_matches,
 )
 from kgpu.dra.api import RESOURCE_API
+from kgpu.node.selectors import node_selector_matches
 from kgpu.sim.plugins import NodeInfo
 from kgpu.store import AlreadyExists, NotFound, ObjectStore, namespace_of
 
@@ -321,9 +321,8 @@ class DraSchedulerPlugin:
         labels: tuple[tuple[str, str], ...] = ()
         if alloc.index.shared or state.selectors:
             labels = tuple(sorted(dict(node.labels).items()))
-            ref = NodeRef(node.name, labels)
             for selector in state.selectors:
-                if not node_selector_matches(selector, ref):
+                if not node_selector_matches(selector, node.labels, node.name):
                     return NOT_AVAILABLE
         if not state.to_allocate:
             state.found[node.name] = []

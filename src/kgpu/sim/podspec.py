@@ -8,17 +8,24 @@ the label/taint filters per class of identical nodes instead of re-evaluating th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kgpu.errors import FieldProblem, join_path
+from kgpu.node.selectors import (
+    SELECTOR_OPERATORS,
+    TAINT_EFFECTS,
+    NodeSelector,
+    Toleration,
+    labels_match,
+    parse_node_selector,
+    parse_tolerations,
+)
 from kgpu.sim.quantity import QuantityError, parse_quantity, to_units
 
 Obj = dict[str, Any]
 
-SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
 
 
@@ -34,43 +41,13 @@ def is_extended(resource: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Requirement:
-    """One ``matchExpressions`` / ``matchFields`` entry."""
-
-    key: str
-    operator: str
-    values: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class SelectorTerm:
-    expressions: tuple[Requirement, ...]
-    fields: tuple[Requirement, ...]
-
-
-@dataclass(frozen=True)
-class Toleration:
-    key: str
-    operator: str  # Equal | Exists
-    value: str
-    effect: str  # "" = every effect
-
-
-@dataclass(frozen=True)
-class Taint:
-    key: str
-    value: str
-    effect: str
-
-
-@dataclass(frozen=True)
 class PodRequirements:
     """What the scheduler and the kubelet need from one pod, computed once."""
 
     requests: tuple[tuple[str, int], ...]  # effective requests, non-zero only, sorted
     containers: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]  # (name, extended requests)
     node_selector: tuple[tuple[str, str], ...]
-    affinity: tuple[SelectorTerm, ...] | None  # None: no required node affinity
+    affinity: NodeSelector | None  # None: no required node affinity
     tolerations: tuple[Toleration, ...]
     node_name: str  # spec.nodeName set by the user: the scheduler is bypassed
 
@@ -348,13 +325,6 @@ def _container_requests(c: Mapping[str, Any]) -> dict[str, int]:
     return out
 
 
-def _requirements(exprs: Sequence[Mapping[str, Any]] | None) -> tuple[Requirement, ...]:
-    return tuple(
-        Requirement(str(e["key"]), str(e["operator"]), tuple(str(v) for v in e.get("values") or ()))
-        for e in exprs or ()
-    )
-
-
 def pod_requirements(pod: Mapping[str, Any]) -> PodRequirements:
     """Reduce a validated pod to what scheduling needs. Effective requests follow
     kube-scheduler: the sum over containers, at least the largest init container, plus
@@ -381,21 +351,8 @@ def pod_requirements(pod: Mapping[str, Any]) -> PodRequirements:
     na = (spec.get("affinity") or {}).get("nodeAffinity") or {}
     req = na.get("requiredDuringSchedulingIgnoredDuringExecution")
     if req:
-        affinity = tuple(
-            SelectorTerm(
-                _requirements(term.get("matchExpressions")), _requirements(term.get("matchFields"))
-            )
-            for term in req.get("nodeSelectorTerms") or ()
-        )
-    tolerations = tuple(
-        Toleration(
-            str(t.get("key") or ""),
-            str(t.get("operator") or "Equal"),
-            str(t.get("value") or ""),
-            str(t.get("effect") or ""),
-        )
-        for t in spec.get("tolerations") or ()
-    )
+        affinity = parse_node_selector(req)
+    tolerations = parse_tolerations(spec.get("tolerations"))
     return PodRequirements(
         requests=tuple(sorted((n, a) for n, a in total.items() if a > 0)),
         containers=tuple(containers),
@@ -411,69 +368,8 @@ def pod_requirements(pod: Mapping[str, Any]) -> PodRequirements:
 # -- matching --------------------------------------------------------------------------------
 
 
-def _match(req: Requirement, value: str | None) -> bool:
-    op = req.operator
-    if op == "In":
-        return value is not None and value in req.values
-    if op == "NotIn":
-        return value is None or value not in req.values
-    if op == "Exists":
-        return value is not None
-    if op == "DoesNotExist":
-        return value is None
-    if value is None:
-        return False
-    try:
-        have, want = int(value), int(req.values[0])
-    except (ValueError, IndexError):
-        return False
-    return have > want if op == "Gt" else have < want
-
-
-def term_matches(term: SelectorTerm, labels: Mapping[str, str], node_name: str) -> bool:
-    """A node selector term: every expression and field matches. An empty term matches no
-    node (as in Kubernetes)."""
-    if not term.expressions and not term.fields:
-        return False
-    return all(_match(r, labels.get(r.key)) for r in term.expressions) and all(
-        _match(r, node_name) for r in term.fields
-    )
-
-
 def node_affinity_matches(req: PodRequirements, labels: Mapping[str, str], node_name: str) -> bool:
     """kube-scheduler's NodeAffinity filter: ``nodeSelector`` AND any required term."""
-    for key, value in req.node_selector:
-        if labels.get(key) != value:
-            return False
-    if req.affinity is None:
-        return True
-    return any(term_matches(t, labels, node_name) for t in req.affinity)
-
-
-def tolerates(tol: Toleration, taint: Taint) -> bool:
-    if tol.effect and tol.effect != taint.effect:
+    if not labels_match(req.node_selector, labels):
         return False
-    if tol.key and tol.key != taint.key:
-        return False
-    if tol.operator == "Exists":
-        return True
-    return tol.value == taint.value
-
-
-def first_untolerated(tolerations: Sequence[Toleration], taints: Sequence[Taint]) -> Taint | None:
-    """The first NoSchedule/NoExecute taint no toleration covers (PreferNoSchedule only
-    affects scoring)."""
-    for taint in taints:
-        if taint.effect == "PreferNoSchedule":
-            continue
-        if not any(tolerates(t, taint) for t in tolerations):
-            return taint
-    return None
-
-
-def parse_taints(raw: object) -> tuple[Taint, ...]:
-    return tuple(
-        Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
-        for t in (raw or ())  # type: ignore[attr-defined]
-        if isinstance(t, Mapping)
-    )
+    return req.affinity is None or req.affinity.matches(labels, node_name)

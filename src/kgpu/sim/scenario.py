@@ -20,8 +20,8 @@ import yaml
 from kgpu.config.plugin import MIG_STRATEGIES
 from kgpu.errors import FieldError, FieldProblem, join_path
 from kgpu.node.label_syntax import label_key_problem, label_value_problem
+from kgpu.node.selectors import TAINT_EFFECTS
 from kgpu.sim.manifests import Manifest, check, load_manifest_file
-from kgpu.sim.podspec import TAINT_EFFECTS
 from kgpu.sim.quantity import QuantityError, to_units
 
 TOP_KEYS = (

@@ -13,12 +13,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from kgpu.errors import KgpuError
+from kgpu.node.selectors import parse_taints
 from kgpu.sim.binding import schedule_pending
 from kgpu.sim.context import SimContext
 from kgpu.sim.node_lifecycle import refresh_node
 from kgpu.sim.plugins import Controller
 from kgpu.sim.pod_lifecycle import admit_bound, delete_pod, finish, merge_external, track_pod
-from kgpu.sim.podspec import parse_taints, validate_pod_spec
+from kgpu.sim.podspec import validate_pod_spec
 from kgpu.sim.workloads import Workloads
 from kgpu.store import NotFound
 
