@@ -155,13 +155,13 @@ def _check_object(key: str, kind: str, obj: Any, where: str, file: str) -> list[
 
 
 def _schema_problems(obj: dict[str, Any], kind: str, where: str, file: str) -> list[FieldProblem]:
-    """What the official resource.k8s.io/v1 schema says (nothing when it is not installed)."""
-    from kgpu.config.manifests import validate_manifest
+    """What the API server says: its rules and the official schema (when installed)."""
+    from kgpu.manifests import validate_manifest
 
     full = {"apiVersion": RESOURCE_API, "kind": kind, **obj}
     return [
         FieldProblem(p.message, f"{where}.{p.path}" if p.path else where, file)
-        for p in validate_manifest(full, file=file, entry="")
+        for p in validate_manifest(full)
     ]
 
 

@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from kgpu.errors import KgpuError
+from kgpu.manifests import validate_manifest
 from kgpu.node.selectors import parse_taints
 from kgpu.sim.binding import schedule_pending
 from kgpu.sim.context import SimContext
 from kgpu.sim.node_lifecycle import refresh_node
 from kgpu.sim.plugins import Controller
 from kgpu.sim.pod_lifecycle import admit_bound, delete_pod, finish, merge_external, track_pod
-from kgpu.sim.podspec import validate_pod_spec
 from kgpu.sim.workloads import Workloads
 from kgpu.store import NotFound
 
@@ -106,7 +106,7 @@ def sync_external(ctx: SimContext) -> bool:
         if key in ctx.pods:
             merge_external(ctx.pods[key], obj)
             continue
-        problems = validate_pod_spec(obj.get("spec"), "spec")
+        problems = validate_manifest(obj)
         if problems:
             ctx.emit("Warning", "InvalidPod", f"Pod/{key}", "; ".join(str(p) for p in problems))
             continue
