@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
+from typing import Any
 
 from kgpu.config.loader import ConfigSet
 from kgpu.sim.journal import SimStore
@@ -17,6 +18,8 @@ from kgpu.sim.plugins import Event, KubeletPlugin, SchedulerPlugin
 from kgpu.sim.scenario import Scenario
 from kgpu.sim.scheduler import Scheduler
 from kgpu.sim.state import PodRecord, SimNode
+
+Obj = dict[str, Any]
 
 #: Fixed date of the simulated clock: a run is a pure function of its scenario.
 EPOCH_DATE = "2025-01-01"
@@ -46,6 +49,8 @@ class SimContext:
         self.dra = any(p.name == "DynamicResources" for p in self.scheduler.plugins)
         self.configs = configs
         self.inline_configs: dict[str, str] = {}  # "ConfigMap ns/name" -> its YAML text
+        #: what ``kubectl apply`` last applied, per object (its last-applied-configuration)
+        self.last_applied: dict[tuple[str, str, str, str], Obj] = {}
         self.device_plugin = scenario.device_plugin  # nodes added later follow this
         self.events: list[Event] = []
         self.unsupported: list[str] = []
