@@ -14,6 +14,7 @@ from typing import Any
 
 from kgpu.config.loader import ConfigSet
 from kgpu.sim.journal import SimStore
+from kgpu.sim.names import Suffixes
 from kgpu.sim.plugins import Event, KubeletPlugin, SchedulerPlugin
 from kgpu.sim.scenario import Scenario
 from kgpu.sim.scheduler import Scheduler
@@ -42,6 +43,7 @@ class SimContext:
         warnings: Iterable[str] = (),
     ) -> None:
         self.scenario = scenario
+        self.suffixes = Suffixes(scenario.seed)  # pod name suffixes: seeded, so runs repeat
         self.now = 0.0
         self.store = SimStore(clock=self.timestamp)
         self.scheduler = Scheduler(list(scheduler_plugins), self.store)

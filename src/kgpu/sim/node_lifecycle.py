@@ -25,7 +25,7 @@ from kgpu.sim.node_status import (
     node_object,
 )
 from kgpu.sim.pod_lifecycle import delete_pod
-from kgpu.sim.scenario import NodeSpec
+from kgpu.sim.scenario_parts import NodeSpec
 from kgpu.sim.state import SimNode
 from kgpu.store import NotFound
 

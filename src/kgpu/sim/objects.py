@@ -21,11 +21,11 @@ import yaml
 from kgpu.errors import FieldError
 from kgpu.sim import nodeside
 from kgpu.sim.context import SimContext
+from kgpu.sim.controllers.base import API_VERSIONS
 from kgpu.sim.manifests import Manifest, check, passes_through, simulated
 from kgpu.sim.node_lifecycle import refresh_all
 from kgpu.sim.pod_lifecycle import create_pod, delete_pod
-from kgpu.sim.scenario import ObjectRef
-from kgpu.sim.workloads import API_VERSIONS
+from kgpu.sim.scenario_parts import ObjectRef
 from kgpu.store import CLUSTER_SCOPED, NotFound, group_of, key_of
 
 Obj = dict[str, Any]
