@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from kgpu.config.loader import ConfigSet
 from kgpu.sim.journal import SimStore
@@ -21,6 +21,13 @@ from kgpu.sim.scheduler import Scheduler
 from kgpu.sim.state import PodRecord, SimNode
 
 Obj = dict[str, Any]
+
+
+class ReleaseListener(Protocol):
+    """Told when a pod's kubelet has torn it down (it finished, failed or was deleted), before
+    the scheduler releases what it reserved for it."""
+
+    def pod_released(self, pod: Obj) -> None: ...
 
 #: Fixed date of the simulated clock: a run is a pure function of its scenario.
 EPOCH_DATE = "2025-01-01"
@@ -48,6 +55,7 @@ class SimContext:
         self.store = SimStore(clock=self.timestamp)
         self.scheduler = Scheduler(list(scheduler_plugins), self.store)
         self.kubelet_plugins: list[KubeletPlugin] = list(kubelet_plugins)
+        self.release_listeners: list[ReleaseListener] = []
         self.dra = any(p.name == "DynamicResources" for p in self.scheduler.plugins)
         self.configs = configs
         self.inline_configs: dict[str, str] = {}  # "ConfigMap ns/name" -> its YAML text

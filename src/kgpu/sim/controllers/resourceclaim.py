@@ -6,8 +6,8 @@ its name is ``<pod>-<claim name>-<suffix>``; owned by the pod; annotated
 ``resource.kubernetes.io/pod-claim-name``) and recorded in the pod's
 ``status.resourceClaimStatuses``, where the scheduler and the kubelet find it. A template that
 does not exist is a ``FailedResourceClaimCreation`` warning on the pod (the scheduler then says
-``ResourceClaim not created yet``). Once its pod is gone or has finished, a generated claim
-that no pod reserves any more is deleted.
+``ResourceClaim not created yet``). When its pod is torn down (it finished, failed or was
+deleted), a generated claim no other pod reserves is deleted, which frees its devices.
 
 It runs after the other controllers of a round, so the claims of the pods they made exist when
 the scheduler meets those pods.
@@ -84,6 +84,15 @@ class ResourceClaimController:
         self.ctx = ctx
         self._generated: dict[ClaimKey, str] = {}
         self._warned: dict[ClaimKey, str] = {}  # last creation failure told, per pod claim
+        if ctx is not None:
+            ctx.release_listeners.append(self)
+
+    def pod_released(self, pod: Obj) -> None:
+        """The pod's kubelet tore it down: its generated claims go unless another pod
+        reserves them (as the controller does when it sees the pod finish or go)."""
+        if self.ctx is not None:
+            ns, name, uid = namespace_of(pod), _name(pod), _uid(pod)
+            self.collect(self.ctx.store, only=(ns, name, uid))
 
     def reconcile(self, store: ObjectStore, now: float) -> list[Event]:
         events: list[Event] = []
@@ -194,19 +203,23 @@ class ResourceClaimController:
             del claim["metadata"]["labels"]
         return _name(store.create(claim))
 
-    def collect(self, store: ObjectStore) -> None:
-        """Delete the generated claims of pods that are gone or finished, once no pod reserves
-        them (the scheduler's Release has dropped the pod from ``reservedFor``)."""
+    def collect(self, store: ObjectStore, only: tuple[str, str, str] | None = None) -> None:
+        """Delete the generated claims of pods that are gone or finished (``only``: of that
+        pod, which is being torn down), unless another pod reserves them."""
         for key, name in list(self._generated.items()):
             ns, pod_name, uid, _ = key
-            if self._pod_running(ns, pod_name, uid, store):
+            if only is not None:
+                if key[:3] != only:
+                    continue
+            elif self._pod_running(ns, pod_name, uid, store):
                 continue
             try:
                 claim = store.get(RESOURCE_API, "ResourceClaim", name, ns)
             except NotFound:
                 del self._generated[key]
                 continue
-            if (claim.get("status") or {}).get("reservedFor"):
+            reserved = (claim.get("status") or {}).get("reservedFor") or []
+            if any(r.get("uid") != uid for r in reserved):
                 continue
             with contextlib.suppress(NotFound):
                 store.delete(RESOURCE_API, "ResourceClaim", name, ns)
