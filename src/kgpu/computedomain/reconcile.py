@@ -200,16 +200,6 @@ def domain_status(
     )
 
 
-class Reconciler:
-    """Runs :func:`reconcile` with its settings; ``namespace`` holds the driver's objects."""
-
-    def __init__(self, namespace: str = DRIVER_NAMESPACE) -> None:
-        self.namespace = namespace
-
-    def __call__(self, store: ObjectStore) -> list[DomainEvent]:
-        return reconcile(store, namespace=self.namespace)
-
-
 def reconcile(store: ObjectStore, *, namespace: str = DRIVER_NAMESPACE) -> list[DomainEvent]:
     """One pass over every ComputeDomain in the store; returns what happened as events."""
     events: list[DomainEvent] = []
