@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...], bool]] = [
             "node",
             "dra",
             "computedomain",
+            "manifests",
         ),
         True,
     ),
@@ -162,6 +163,8 @@ def test_imports_run_one_way() -> None:
         ("sim", "agent", False),
         ("cli", "sim", True),
         ("store", "cluster", False),
+        ("manifests", "computedomain", True),
+        ("computedomain", "manifests", False),
     ],
 )
 def test_the_rule_itself(src: str, dst: str, ok: bool) -> None:

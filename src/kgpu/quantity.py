@@ -70,7 +70,9 @@ def parse_quantity(value: object) -> Decimal:
         return Decimal(str(value))
     match = _QUANTITY.match(value.strip())
     if match is None:
-        raise QuantityError(f"{value!r}: {K8S_FORMAT} (for example 1, 500m, 64Mi, 1Gi, 1e3)")
+        raise QuantityError(
+            f"{value!r} is not a quantity: {K8S_FORMAT} (for example 1, 500m, 64Mi, 1Gi, 1e3)"
+        )
     number_text, suffix, exponent = match.groups()
     try:
         number = Decimal(number_text)

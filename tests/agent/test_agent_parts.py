@@ -11,7 +11,7 @@ import pytest
 
 from kgpu.agent import components
 from kgpu.agent.daemon import Agent, AgentOptions, merge_machines
-from kgpu.agent.inputs import parse_label_args, read_labels_file
+from kgpu.agent.inputs import read_labels_file
 from kgpu.agent.nfd import FEATURES_FILE, write_features
 from kgpu.config import load_config_strings
 from kgpu.drivers import mps
@@ -20,6 +20,7 @@ from kgpu.drivers.mps import MpsManager, plans
 from kgpu.errors import FieldError
 from kgpu.hardware.profiles import load_machine
 from kgpu.hardware.simulated import SimulatedBackend
+from kgpu.node.label_syntax import parse_label_args
 from kgpu.node.model import NodeView
 from kgpu.node.view import build_node_view
 from kgpu.testing.fake_kubelet import FakeKubelet

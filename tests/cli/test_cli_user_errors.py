@@ -536,7 +536,7 @@ def test_bracketed_user_text_is_printed_literally(tmp_path: Path) -> None:
 def test_plan_labels_must_be_valid_kubernetes_labels(label: str, expected: str) -> None:
     code, out = _run("plan", "-m", "t4", "--label", label)
     assert code == 1
-    assert f"error: --label: {expected}" in out
+    assert f"error: --label[0]: {expected}" in out
 
 
 def test_helm_values_report_every_bad_part(tmp_path: Path) -> None:

@@ -6,3 +6,8 @@ configs and node labels, watches device health and hands every new view to its c
 which do the serving. :class:`kgpu.agent.options.AgentOptions` holds its options, defaults and
 their checks.
 """
+
+from kgpu.agent.daemon import Agent
+from kgpu.agent.options import AgentOptions
+
+__all__ = ["Agent", "AgentOptions"]

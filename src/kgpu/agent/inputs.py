@@ -15,41 +15,6 @@ from pathlib import Path
 import yaml
 
 from kgpu.errors import FieldError, FieldProblem
-from kgpu.node.labels import is_valid_label_key, is_valid_label_value
-
-
-def parse_label_args(items: Iterable[str]) -> dict[str, str]:
-    """``["k=v", ...]`` -> mapping; FieldError naming the bad item.
-
-    Keys and values must be what the API server would accept on a Node, since they select the
-    device-plugin and MIG configs exactly as the Node's labels would.
-    """
-    out: dict[str, str] = {}
-    for i, item in enumerate(items):
-        key, sep, value = item.partition("=")
-        key, value = key.strip(), value.strip()
-        path = f"--label[{i}]"
-        if not sep or not key:
-            raise FieldError(FieldProblem(f"{item!r} is not key=value", path=path))
-        if not is_valid_label_key(key):
-            raise FieldError(
-                FieldProblem(
-                    f"{key!r} is not a valid label key: an optional DNS-subdomain prefix and '/', "
-                    "then at most 63 letters, digits, '-', '_' or '.', starting and ending with "
-                    "a letter or digit",
-                    path=path,
-                )
-            )
-        if not is_valid_label_value(value):
-            raise FieldError(
-                FieldProblem(
-                    f"{value!r} is not a valid label value: at most 63 letters, digits, '-', '_' "
-                    "or '.', starting and ending with a letter or digit (or empty)",
-                    path=path,
-                )
-            )
-        out[key] = value
-    return out
 
 
 def read_labels_file(path: Path) -> dict[str, str]:

@@ -73,7 +73,7 @@ class AgentOptions:
     ) -> AgentOptions:
         """Options from command-line text (``--label k=v`` items, an ``--ignore-xids`` list);
         FieldError listing every problem, the parsing and :meth:`problems` ones together."""
-        from kgpu.agent.inputs import parse_label_args
+        from kgpu.node.label_syntax import parse_label_args
 
         opts = cls(**given)
         problems: list[FieldProblem] = []

@@ -15,6 +15,7 @@ from typing import Annotated, Any, TypeGuard
 import typer
 
 from kgpu.cli.plain import add_row, cell
+from kgpu.dra.api import RESOURCE_API
 from kgpu.errors import FieldError, FieldProblem
 
 KINDS = {
@@ -123,8 +124,8 @@ def _check_object(key: str, kind: str, obj: Any, where: str, file: str) -> list[
         problems.append(
             FieldProblem(f"kind {obj.get('kind')!r}, expected {kind}", f"{where}.kind", file)
         )
-    api = obj.get("apiVersion", "resource.k8s.io/v1")
-    if api != "resource.k8s.io/v1":
+    api = obj.get("apiVersion", RESOURCE_API)
+    if api != RESOURCE_API:
         problems.append(
             FieldProblem(
                 f"apiVersion {api!r}; kgpu allocate reads resource.k8s.io/v1",
@@ -154,13 +155,13 @@ def _check_object(key: str, kind: str, obj: Any, where: str, file: str) -> list[
 
 
 def _schema_problems(obj: dict[str, Any], kind: str, where: str, file: str) -> list[FieldProblem]:
-    """What the official resource.k8s.io/v1 schema says (nothing when it is not installed)."""
-    from kgpu.config.manifests import validate_manifest
+    """What the API server says: its rules and the official schema (when installed)."""
+    from kgpu.manifests import validate_manifest
 
-    full = {"apiVersion": "resource.k8s.io/v1", "kind": kind, **obj}
+    full = {"apiVersion": RESOURCE_API, "kind": kind, **obj}
     return [
         FieldProblem(p.message, f"{where}.{p.path}" if p.path else where, file)
-        for p in validate_manifest(full, file=file, entry="")
+        for p in validate_manifest(full)
     ]
 
 

@@ -17,15 +17,11 @@ from kgpu.cli.plain import add_row, cell
 
 def machine_report(spec: str, hostname: str = "") -> dict[str, Any]:
     """One machine's snapshot plus the MIG geometry of each distinct product on it."""
-    from kgpu.hardware import open_backend
+    from kgpu.hardware import read_machine
     from kgpu.hardware.mig import geometry_for
     from kgpu.hardware.serialize import machine_to_dict
 
-    backend = open_backend(spec, hostname=hostname)
-    try:
-        machine = backend.snapshot()
-    finally:
-        backend.close()
+    machine = read_machine(spec, hostname=hostname)
     geometries: dict[str, Any] = {}
     for gpu in machine.gpus:
         geometry = geometry_for(gpu)

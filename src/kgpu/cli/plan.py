@@ -13,43 +13,6 @@ if TYPE_CHECKING:
     from kgpu.node.model import NodeView
 
 
-def parse_labels(pairs: list[str]) -> dict[str, str]:
-    """``k=v`` strings into a mapping; a FieldError names the bad one."""
-    import re
-
-    from kgpu.errors import FieldError, FieldProblem
-
-    name = r"[A-Za-z0-9]([-_.A-Za-z0-9]{0,61}[A-Za-z0-9])?"
-    prefix = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-    labels: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise FieldError(FieldProblem(f"{pair!r} is not key=value", path="--label"))
-        head, slash, tail = key.rpartition("/")
-        # the API server's rules: a node with such a label could not exist
-        if not re.fullmatch(name, tail) or (
-            slash and (len(head) > 253 or not re.fullmatch(prefix, head))
-        ):
-            raise FieldError(
-                FieldProblem(
-                    f"{key!r} is not a valid label key ([prefix/]name: a DNS subdomain prefix, "
-                    "a name of at most 63 letters, digits, '-', '_', '.')",
-                    path="--label",
-                )
-            )
-        if value and not re.fullmatch(name, value):
-            raise FieldError(
-                FieldProblem(
-                    f"{value!r} is not a valid label value for {key} (at most 63 letters, "
-                    "digits, '-', '_', '.', starting and ending alphanumeric)",
-                    path="--label",
-                )
-            )
-        labels[key] = value
-    return labels
-
-
 def plan_json(view: NodeView, slices: list[Any] | None = None) -> dict[str, Any]:
     """The ``-o json`` document (keys: resources, labels, devices, warnings, gpus; refused and
     migPending when the device plugin refuses a resource or real GPUs lack the desired MIG
@@ -238,56 +201,6 @@ def _resource_slices(view: NodeView, node_name: str) -> list[Any]:
     return list(resource_slices(view.machine, node_name))
 
 
-def _nvml_snapshot(hostname: str) -> Any:
-    """This host's GPUs, read once through NVML (read-only)."""
-    from dataclasses import replace
-
-    from kgpu.errors import KgpuError
-    from kgpu.hardware.backend import BackendError
-    from kgpu.hardware.nvml import NvmlBackend
-
-    try:
-        backend = NvmlBackend()
-    except BackendError as exc:
-        raise KgpuError(str(exc)) from None
-    try:
-        machine = backend.snapshot()
-    except BackendError as exc:
-        raise KgpuError(str(exc)) from None
-    finally:
-        backend.close()
-    return replace(machine, hostname=hostname) if hostname else machine
-
-
-def _machine(machine: str, hostname: str, clique: str | None) -> Any:
-    """The snapshot ``--machine`` names: ``nvml``, a recorded ``.json`` snapshot (as the agent
-    and the exporter take it) or a built-in profile; errors name the option at fault."""
-    from dataclasses import replace
-
-    from kgpu.errors import FieldError, FieldProblem
-    from kgpu.hardware.profiles import load_machine
-    from kgpu.hardware.serialize import load_snapshot
-
-    if machine == "nvml":
-        return _nvml_snapshot(hostname)
-    if machine.endswith(".json"):
-        if clique is not None:
-            raise FieldError(
-                FieldProblem("applies to built-in profiles, not to a snapshot", path="--clique")
-            )
-        snapshot = load_snapshot(machine)
-        return replace(snapshot, hostname=hostname) if hostname else snapshot
-    try:
-        return load_machine(machine, hostname=hostname, clique=clique)
-    except FieldError as exc:
-        raise FieldError(
-            [
-                FieldProblem(p.message, "--clique" if p.path == "clique" else p.path, p.file)
-                for p in exc.problems
-            ]
-        ) from None
-
-
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan(
@@ -352,12 +265,14 @@ def register(app: typer.Typer) -> None:
         from kgpu.config.loader import load_config_files
         from kgpu.config.plugin import MIG_STRATEGIES
         from kgpu.errors import FieldError, FieldProblem, KgpuError
+        from kgpu.hardware import BackendError, read_machine
+        from kgpu.node.label_syntax import parse_label_args
         from kgpu.node.view import build_node_view
 
         if output not in ("table", "json"):
             fail(f"--output must be table or json, not {output!r}")
         try:
-            labels = parse_labels(label or [])
+            labels = parse_label_args(label or [])
             if mig_strategy is not None and mig_strategy not in MIG_STRATEGIES:
                 raise FieldError(
                     FieldProblem(
@@ -374,7 +289,7 @@ def register(app: typer.Typer) -> None:
                         path="--config-name",
                     )
                 )
-            snapshot = _machine(machine, hostname, clique)
+            snapshot = read_machine(machine, hostname=hostname, clique=clique)
             view = build_node_view(
                 snapshot,
                 configs,
@@ -386,6 +301,8 @@ def register(app: typer.Typer) -> None:
             slices = _resource_slices(view, hostname or machine) if dra else None
         except KgpuError as exc:
             fail(exc)
+        except BackendError as exc:
+            fail(str(exc))
         if output == "json":
             print_json(plan_json(view, slices))
         else:

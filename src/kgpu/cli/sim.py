@@ -59,8 +59,8 @@ def register(app: typer.Typer) -> None:
                 print_json(report)
             else:
                 if watch:
-                    render_steps(simulation, console)
-                render(simulation, console)
+                    render_steps(simulation.snapshots, console)
+                render(simulation.context, console)
             if serve_metrics:
                 try:
                     from kgpu.sim.metrics import serve_sim_metrics

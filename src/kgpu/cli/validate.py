@@ -1,9 +1,9 @@
 """``kgpu validate FILE...``: check configs and manifests before they reach a cluster.
 
-The structural checks live in :mod:`kgpu.config.manifests`, which sits below the ComputeDomain
-code; ComputeDomains that pass them are also run through the parser the controller and the
-simulator use (:func:`kgpu.computedomain.api.parse_compute_domain`), so a domain ``validate``
-accepts is one they accept.
+Manifests get :func:`kgpu.manifests.validate_manifest`, the check ``kgpu sim`` runs on what it
+applies (the API server's rules, the official schema, ComputeDomains by their controller's
+parser), so a file ``validate`` accepts is one the simulator runs; scenarios are loaded by the
+simulator's own loader.
 """
 
 from __future__ import annotations
@@ -14,68 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from kgpu.config.manifests import FileReport
-
-
-def check_compute_domains(path: Path, report: FileReport) -> None:
-    """Add the ComputeDomain parser's problems to ``report`` for documents that had none."""
-    from kgpu.computedomain.api import GROUP, KIND, parse_compute_domain
-    from kgpu.config.fields import load_yaml_documents
-    from kgpu.errors import FieldError, FieldProblem
-    from kgpu.store import group_of
-
-    try:
-        docs = load_yaml_documents(path.read_text(), file=report.file)
-    except (OSError, FieldError):
-        return  # validate_file has reported it
-    flagged = {p.entry for p in report.problems}
-    for index, doc in enumerate(docs):
-        entry = f"document {index}"
-        if not isinstance(doc, dict) or doc.get("kind") != KIND or entry in flagged:
-            continue
-        api = doc.get("apiVersion")
-        if not isinstance(api, str) or group_of(api) != GROUP:
-            continue
-        try:
-            parse_compute_domain(doc)
-        except FieldError as exc:
-            report.problems.extend(
-                FieldProblem(p.message, p.path, report.file, entry) for p in exc.problems
-            )
-            report.ok = [line for line in report.ok if not line.startswith(f"{entry}: ")]
-
-
-def check_sharing_rules(report: FileReport) -> None:
-    """What the sharing modes refuse in the file's device-plugin configs (MPS with migStrategy
-    mixed...): their rules live with the modes, a layer above the file formats."""
-    from kgpu.node.sharing import config_problems
-
-    for entry in report.plugin_configs:
-        report.problems.extend(config_problems(entry.config, file=entry.source, entry=entry.entry))
-
-
-def check_dra_objects(path: Path, report: FileReport) -> None:
-    """Add what the API server and the GPU driver's webhook refuse in DRA objects (selectors
-    that do not compile, bad ``gpu.nvidia.com`` parameters): the schema accepts both."""
-    from kgpu.config.fields import load_yaml_documents
-    from kgpu.dra.checks import dra_object_problems
-    from kgpu.errors import FieldError, FieldProblem
-
-    try:
-        docs = load_yaml_documents(path.read_text(), file=report.file)
-    except (OSError, FieldError):
-        return  # validate_file has reported it
-    flagged = {p.entry for p in report.problems}
-    for index, doc in enumerate(docs):
-        entry = f"document {index}"
-        if entry in flagged:
-            continue
-        problems = dra_object_problems(doc)
-        if problems:
-            report.problems.extend(
-                FieldProblem(p.message, p.path, report.file, entry) for p in problems
-            )
-            report.ok = [line for line in report.ok if not line.startswith(f"{entry}: ")]
+    from kgpu.manifests import FileReport
 
 
 def looks_like_scenario(path: Path) -> bool:
@@ -95,8 +34,8 @@ def looks_like_scenario(path: Path) -> bool:
 def validate_scenario(path: Path) -> FileReport:
     """Check a ``kgpu sim`` scenario with the parser ``kgpu sim`` runs (nodes, configs, every
     manifest it applies, every step)."""
-    from kgpu.config.manifests import FileReport
     from kgpu.errors import FieldError, FieldProblem, KgpuError
+    from kgpu.manifests import FileReport
     from kgpu.sim.scenario import load_scenario
 
     report = FileReport(str(path))
@@ -134,17 +73,11 @@ def register(app: typer.Typer) -> None:
 
         from kgpu.cli.output import console, err_console
         from kgpu.cli.plain import warn
-        from kgpu.config.manifests import schema_validation_available, validate_file
+        from kgpu.manifests import schema_validation_available, validate_file
 
         failed = False
         for path in files:
-            if looks_like_scenario(path):
-                report = validate_scenario(path)
-            else:
-                report = validate_file(path)
-                check_sharing_rules(report)
-                check_compute_domains(path, report)
-                check_dra_objects(path, report)
+            report = validate_scenario(path) if looks_like_scenario(path) else validate_file(path)
             for problem in report.problems:
                 err_console.print(
                     f"[red]error:[/red] {escape(str(problem))}", highlight=False, soft_wrap=True

@@ -2,8 +2,9 @@
 
 ``api`` (the typed model and names shared with NVIDIA's driver), ``crd`` (the CRD and schema
 validation), ``objects`` (what a domain owns), ``reconcile`` (the controller pass),
-``placement`` (clique-bounded placement), ``imex`` (channels and IMEX config files), ``slices``
-(the node's devices) and ``node`` (the ``compute-domain.nvidia.com`` DRA driver handler).
+``placement`` (clique-bounded placement), ``imex`` (channels and IMEX config files) and
+``slices`` (the node's devices). The ``compute-domain.nvidia.com`` DRA driver that runs on a
+node is :mod:`kgpu.drivers.computedomain`.
 """
 
 from kgpu.computedomain.api import (
@@ -20,7 +21,7 @@ from kgpu.computedomain.api import (
     node_label,
     parse_compute_domain,
 )
-from kgpu.computedomain.reconcile import DomainEvent, Reconciler, domain_status, reconcile
+from kgpu.computedomain.reconcile import DomainEvent, domain_status, reconcile
 
 __all__ = [
     "API_VERSION",
@@ -34,7 +35,6 @@ __all__ = [
     "ComputeDomainSpec",
     "DomainEvent",
     "DomainNode",
-    "Reconciler",
     "domain_status",
     "node_label",
     "parse_compute_domain",

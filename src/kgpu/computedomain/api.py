@@ -129,7 +129,9 @@ def parse_compute_domain(obj: Mapping[str, Any]) -> ComputeDomain:
             if key not in ("numNodes", "channel"):
                 problems.append(_problem("unknown field (allowed: numNodes, channel)", "spec", key))
         raw = spec.get("numNodes")
-        if isinstance(raw, bool) or not isinstance(raw, int):
+        if raw is None:
+            problems.append(_problem("is required (an integer >= 0)", "spec", "numNodes"))
+        elif isinstance(raw, bool) or not isinstance(raw, int):
             problems.append(_problem(f"must be an integer >= 0, got {raw!r}", "spec", "numNodes"))
         elif raw < 0:
             problems.append(_problem(f"must be zero or greater, got {raw}", "spec", "numNodes"))

@@ -26,6 +26,7 @@ from kgpu.computedomain.api import (
     ComputeDomain,
     node_label,
 )
+from kgpu.dra.api import RESOURCE_API
 
 #: Where the driver's own objects (daemon claim templates, DaemonSets) live, as upstream's chart.
 DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
@@ -65,7 +66,7 @@ def _template(
     parameters: dict[str, Any],
 ) -> dict[str, Any]:
     return {
-        "apiVersion": "resource.k8s.io/v1",
+        "apiVersion": RESOURCE_API,
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {

@@ -36,11 +36,12 @@ from kgpu.computedomain.objects import (
     daemon_set,
 )
 from kgpu.computedomain.placement import node_clique, node_healthy, place, room_view
+from kgpu.dra.api import RESOURCE_API
 from kgpu.errors import FieldError
 from kgpu.store import AlreadyExists, Conflict, NotFound, ObjectStore
 
 Obj = dict[str, Any]
-RCT = ("resource.k8s.io/v1", "ResourceClaimTemplate")
+RCT = (RESOURCE_API, "ResourceClaimTemplate")
 DS = ("apps/v1", "DaemonSet")
 
 
@@ -197,16 +198,6 @@ def domain_status(
         "WaitingForDaemons",
         f"{len(ready)} of {want} IMEX daemon(s) Ready",
     )
-
-
-class Reconciler:
-    """Runs :func:`reconcile` with its settings; ``namespace`` holds the driver's objects."""
-
-    def __init__(self, namespace: str = DRIVER_NAMESPACE) -> None:
-        self.namespace = namespace
-
-    def __call__(self, store: ObjectStore) -> list[DomainEvent]:
-        return reconcile(store, namespace=self.namespace)
 
 
 def reconcile(store: ObjectStore, *, namespace: str = DRIVER_NAMESPACE) -> list[DomainEvent]:

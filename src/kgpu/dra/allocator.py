@@ -43,6 +43,7 @@ from kgpu.dra.cel import (
     parse_quantity,
 )
 from kgpu.errors import KgpuError
+from kgpu.node.selectors import node_selector_matches
 from kgpu.store import object_ref
 
 Obj = dict[str, Any]
@@ -85,52 +86,13 @@ class NodeRef:
         return NodeRef(str(node.name), tuple(sorted(dict(node.labels).items())))
 
 
-def _requirement_matches(req: Mapping[str, Any], value: str | None) -> bool:
-    op = req.get("operator")
-    values = [str(v) for v in req.get("values") or []]
-    if op == "In":
-        return value is not None and value in values
-    if op == "NotIn":
-        return value is None or value not in values
-    if op == "Exists":
-        return value is not None
-    if op == "DoesNotExist":
-        return value is None
-    if op in ("Gt", "Lt"):
-        try:
-            have, want = int(value or ""), int(values[0])
-        except (ValueError, IndexError):
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
-def node_selector_matches(selector: Mapping[str, Any] | None, node: NodeRef) -> bool:
-    """A core/v1 NodeSelector: terms are ORed, requirements within a term ANDed; an empty
-    term matches nothing (as in Kubernetes)."""
-    if not selector:
-        return False
-    labels = dict(node.labels)
-    for term in selector.get("nodeSelectorTerms") or []:
-        exprs = term.get("matchExpressions") or []
-        fields = term.get("matchFields") or []
-        if not exprs and not fields:
-            continue
-        if all(_requirement_matches(r, labels.get(str(r.get("key")))) for r in exprs) and all(
-            _requirement_matches(r, node.name if r.get("key") == "metadata.name" else None)
-            for r in fields
-        ):
-            return True
-    return False
-
-
 def _access_matches(spec: Mapping[str, Any], node: NodeRef) -> bool:
     if spec.get("nodeName"):
         return bool(spec["nodeName"] == node.name)
     if spec.get("allNodes"):
         return True
     if spec.get("nodeSelector"):
-        return node_selector_matches(spec["nodeSelector"], node)
+        return node_selector_matches(spec["nodeSelector"], dict(node.labels), node.name)
     return False
 
 

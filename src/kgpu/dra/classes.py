@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-API_VERSION = "resource.k8s.io/v1"
+from kgpu.dra.api import RESOURCE_API
+
 GPU_DRIVER = "gpu.nvidia.com"
 COMPUTE_DOMAIN_DRIVER = "compute-domain.nvidia.com"
 
@@ -52,11 +53,11 @@ def device_class(
     name: str,
     expression: str,
     *,
-    api_version: str = API_VERSION,
+    api_version: str = RESOURCE_API,
     extended_resource_name: str | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {"selectors": [{"cel": {"expression": expression}}]}
-    if extended_resource_name is not None and api_version == API_VERSION:
+    if extended_resource_name is not None and api_version == RESOURCE_API:
         spec["extendedResourceName"] = extended_resource_name
     return {
         "apiVersion": api_version,
@@ -67,7 +68,7 @@ def device_class(
 
 
 def device_classes(
-    *, gpus: bool = True, compute_domains: bool = True, api_version: str = API_VERSION
+    *, gpus: bool = True, compute_domains: bool = True, api_version: str = RESOURCE_API
 ) -> list[dict[str, Any]]:
     """What a DRA driver install creates (Helm values ``resources.gpus.enabled`` and
     ``resources.computeDomains.enabled``), for a cluster serving ``api_version``."""

@@ -20,10 +20,10 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from kgpu.dra.api import RESOURCE_API
 from kgpu.dra.devices import DRIVER, GpuDevices, gpu_devices, gpus_in_order
 from kgpu.hardware.model import Machine
 
-API_VERSION = "resource.k8s.io/v1"
 #: The Kubernetes version slices are shaped for when the caller does not know the server's.
 DEFAULT_KUBERNETES_VERSION = "1.35"
 #: From this version a slice holds devices or counter sets, never both.
@@ -89,7 +89,7 @@ def _slice(
     if devices or not counter_sets:
         spec["devices"] = devices
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": RESOURCE_API,
         "kind": "ResourceSlice",
         "metadata": {"name": slice_name(node_name, driver, index)},
         "spec": spec,

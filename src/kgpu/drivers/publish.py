@@ -21,10 +21,10 @@ import logging
 import threading
 from typing import Any
 
+from kgpu.dra.api import RESOURCE_API
 from kgpu.dra.slices import slice_name
 from kgpu.store import CachedStore, Informer, NotFound, ObjectStore, StoreError
 
-API_VERSION = "resource.k8s.io/v1"
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
 
@@ -36,17 +36,17 @@ def _pool_slices(store: ObjectStore, driver: str, pool: str) -> list[Obj]:
     does not read every slice."""
     selector = {"spec.nodeName": pool, "spec.driver": driver}
     cache = (
-        store.informers.covering(API_VERSION, "ResourceSlice", fields=selector)
+        store.informers.covering(RESOURCE_API, "ResourceSlice", fields=selector)
         if isinstance(store, CachedStore)
         else None
     )
     if cache is not None:
-        cached = store.list(API_VERSION, "ResourceSlice", fields=selector)
+        cached = store.list(RESOURCE_API, "ResourceSlice", fields=selector)
         return [s for s in cached if (s["spec"].get("pool") or {}).get("name") == pool]
     found: list[Obj] = []
     for i in itertools.count():
         try:
-            s = store.get(API_VERSION, "ResourceSlice", slice_name(pool, driver, i))
+            s = store.get(RESOURCE_API, "ResourceSlice", slice_name(pool, driver, i))
         except NotFound:
             return found
         spec = s.get("spec") or {}
@@ -108,7 +108,7 @@ def publish_slices(
         s.setdefault("metadata", {})["name"] = slice_name(node_name, driver, i)
         if owner is not None:
             s["metadata"]["ownerReferences"] = owner
-        s.setdefault("apiVersion", API_VERSION)
+        s.setdefault("apiVersion", RESOURCE_API)
         s.setdefault("kind", "ResourceSlice")
         spec = s.setdefault("spec", {})
         spec["driver"] = driver
@@ -134,7 +134,7 @@ def publish_slices(
         name = s["metadata"]["name"]
         if name not in names:
             with contextlib.suppress(NotFound):
-                store.delete(API_VERSION, "ResourceSlice", name)
+                store.delete(RESOURCE_API, "ResourceSlice", name)
     return generation
 
 
@@ -146,7 +146,7 @@ def unpublish_slices(store: ObjectStore, driver: str, node_name: str) -> None:
     """Remove the node's pool for ``driver`` (the node or the driver went away)."""
     for s in _pool_slices(store, driver, node_name):
         with contextlib.suppress(NotFound):
-            store.delete(API_VERSION, "ResourceSlice", s["metadata"]["name"])
+            store.delete(RESOURCE_API, "ResourceSlice", s["metadata"]["name"])
 
 
 class SlicePublisher:
@@ -165,7 +165,7 @@ class SlicePublisher:
         self._unsubscribe: Any = None
         if isinstance(store, CachedStore):
             self._informer = store.informers.acquire(
-                API_VERSION, "ResourceSlice", fields={"spec.nodeName": node_name}
+                RESOURCE_API, "ResourceSlice", fields={"spec.nodeName": node_name}
             )
             self._unsubscribe = self._informer.add_handler(on_delete=self._deleted)
 

@@ -47,6 +47,7 @@ from kgpu.hardware.model import Gpu, Machine
 from kgpu.hardware.profiles import product_by_name
 from kgpu.metrics import fields as F
 from kgpu.metrics.sources import PodRef, ProcessSample, ReadFailure, Telemetry
+from kgpu.node.ids import strip_replica
 from kgpu.node.model import NodeView
 
 #: Pod annotations that set a simulated workload's demand (values are numbers).
@@ -168,7 +169,7 @@ def workloads_from_allocations(
         for container in sorted(allocations[key]):
             for device_id in allocations[key][container]:
                 dev = index.get(device_id)
-                uuid = dev.backing_uuid if dev is not None else device_id.split("::", 1)[0]
+                uuid = dev.backing_uuid if dev is not None else strip_replica(device_id)
                 if dev is None and uuid not in known:
                     continue
                 out.append(

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from kgpu.errors import KgpuError
+from kgpu.node.ids import is_replica, strip_replica
 from kgpu.node.model import AdvertisedDevice, NodeView, ResourceView, Sharing
 from kgpu.node.sharing import SharingMode, mode_of
 
@@ -71,11 +72,6 @@ class ContainerAllocation:
     devices: tuple[DeviceNode, ...] = ()
     annotations: dict[str, str] = field(default_factory=dict)
     cdi_devices: tuple[str, ...] = ()
-
-
-def strip_replica(device_id: str) -> str:
-    """``GPU-x::3`` -> ``GPU-x``: the id of the device behind a shared replica."""
-    return device_id.split("::", 1)[0]
 
 
 def _resource(view: NodeView, resource: str) -> ResourceView:
@@ -272,7 +268,7 @@ def container_allocation(
     if unknown is not None:
         raise AllocationError(f"{refused}unknown device: {unknown}")
     too_large = f"{refused}maximum request size for shared resources is 1; found {len(ids)}"
-    if res.fail_requests_greater_than_one and any("::" in i for i in ids) and len(ids) > 1:
+    if res.fail_requests_greater_than_one and any(is_replica(i) for i in ids) and len(ids) > 1:
         raise AllocationError(too_large)
     devices: list[AdvertisedDevice] = []
     for device_id in ids:

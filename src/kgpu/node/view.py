@@ -44,6 +44,7 @@ from kgpu.config.plugin import (
 from kgpu.errors import FieldError, FieldProblem, join_path
 from kgpu.hardware.mig import apply_layout
 from kgpu.hardware.model import Gpu, Machine, MigDevice
+from kgpu.node.ids import replica_id
 from kgpu.node.labels import GPU_RESOURCE, mig_resource_name, node_labels
 from kgpu.node.model import AdvertisedDevice, GpuPlan, NodeView, Refusal, ResourceView
 from kgpu.node.sharing import CONFIGURED_MODES, Sharing, SharingMode, config_problems
@@ -440,7 +441,7 @@ def _build(
         for n in range(replicas):
             devices.append(
                 AdvertisedDevice(
-                    id=f"{base.id}::{n}",
+                    id=replica_id(base.id, n),
                     resource=name,
                     replica=n,
                     sharing=rule.sharing,

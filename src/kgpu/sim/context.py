@@ -10,13 +10,24 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
+from typing import Any, Protocol
 
 from kgpu.config.loader import ConfigSet
 from kgpu.sim.journal import SimStore
+from kgpu.sim.names import Suffixes
 from kgpu.sim.plugins import Event, KubeletPlugin, SchedulerPlugin
 from kgpu.sim.scenario import Scenario
 from kgpu.sim.scheduler import Scheduler
 from kgpu.sim.state import PodRecord, SimNode
+
+Obj = dict[str, Any]
+
+
+class ReleaseListener(Protocol):
+    """Told when a pod's kubelet has torn it down (it finished, failed or was deleted), before
+    the scheduler releases what it reserved for it."""
+
+    def pod_released(self, pod: Obj) -> None: ...
 
 #: Fixed date of the simulated clock: a run is a pure function of its scenario.
 EPOCH_DATE = "2025-01-01"
@@ -39,13 +50,17 @@ class SimContext:
         warnings: Iterable[str] = (),
     ) -> None:
         self.scenario = scenario
+        self.suffixes = Suffixes(scenario.seed)  # pod name suffixes: seeded, so runs repeat
         self.now = 0.0
         self.store = SimStore(clock=self.timestamp)
         self.scheduler = Scheduler(list(scheduler_plugins), self.store)
         self.kubelet_plugins: list[KubeletPlugin] = list(kubelet_plugins)
+        self.release_listeners: list[ReleaseListener] = []
         self.dra = any(p.name == "DynamicResources" for p in self.scheduler.plugins)
         self.configs = configs
         self.inline_configs: dict[str, str] = {}  # "ConfigMap ns/name" -> its YAML text
+        #: what ``kubectl apply`` last applied, per object (its last-applied-configuration)
+        self.last_applied: dict[tuple[str, str, str, str], Obj] = {}
         self.device_plugin = scenario.device_plugin  # nodes added later follow this
         self.events: list[Event] = []
         self.unsupported: list[str] = []

@@ -6,9 +6,10 @@ Each simulated node gets the same :class:`~kgpu.kubelet.dra.plugin.DraPlugin` an
 under ``work_dir/<node>/cdi``, opaque configs), minus the gRPC sockets. The kubelet's part is
 played here as the real one does it: find the pod's claims (``spec.resourceClaims`` by
 ``resourceClaimName``, or through ``status.resourceClaimStatuses`` for claims made from
-templates), prepare those with devices of this driver, give each container the CDI devices of
-the claims (and requests) it lists in ``resources.claims``, and unprepare a claim only when the
-last pod on the node using it is gone.
+templates: :func:`kgpu.sim.controllers.resourceclaim.pod_claim_name`), prepare those with
+devices of this driver, give each container the CDI devices of the claims (and requests) it
+lists in ``resources.claims``, and unprepare a claim only when the last pod on the node using
+it is gone.
 
 Beyond the agent, a partitionable MIG placement that does not exist yet is materialised (the
 simulated GPU "creates" the MIG device), so the simulator can demonstrate on-demand MIG shapes.
@@ -16,54 +17,23 @@ simulated GPU "creates" the MIG device), so the simulator can demonstrate on-dem
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kgpu.dra.api import RESOURCE_API
 from kgpu.drivers.dra import publish
 from kgpu.drivers.gpu import DRIVER, GpuHandler, visible_uuids
 from kgpu.hardware.model import Machine
 from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
-from kgpu.kubelet.dra.plugin import RESOURCE_API, DraPlugin
+from kgpu.kubelet.dra.plugin import DraPlugin
+from kgpu.sim.controllers.resourceclaim import pod_claim_name
 from kgpu.sim.plugins import ContainerDevices
 from kgpu.store import NotFound, ObjectStore
 
 Obj = dict[str, Any]
 PodKey = tuple[str, str, str]  # node, namespace, pod name
-
-
-def pod_claim_names(pod: Mapping[str, Any]) -> dict[str, str]:
-    """Pod-level claim name -> ResourceClaim name, the way the kubelet resolves them."""
-    spec = pod.get("spec") or {}
-    statuses = {
-        s.get("name"): s.get("resourceClaimName")
-        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
-    }
-    out: dict[str, str] = {}
-    for entry in spec.get("resourceClaims") or []:
-        name = entry.get("name")
-        claim = entry.get("resourceClaimName") or statuses.get(name)
-        if name and claim:
-            out[str(name)] = str(claim)
-    return out
-
-
-def _find_template_claim(pod: Mapping[str, Any], name: str, store: ObjectStore) -> Obj | None:
-    """A claim generated for the pod from a template, when the pod status does not say which:
-    the ResourceClaim controller annotates it with the pod-level claim name and owns it by
-    the pod."""
-    meta = pod.get("metadata") or {}
-    for claim in store.list(RESOURCE_API, "ResourceClaim", meta.get("namespace") or "default"):
-        cmeta = claim.get("metadata") or {}
-        annotations = cmeta.get("annotations") or {}
-        owners = cmeta.get("ownerReferences") or []
-        if annotations.get("resource.kubernetes.io/pod-claim-name") == name and any(
-            o.get("kind") == "Pod"
-            and (o.get("uid") == meta.get("uid") or o.get("name") == meta.get("name"))
-            for o in owners
-        ):
-            return claim
-    return None
 
 
 class DraKubeletPlugin:
@@ -105,18 +75,14 @@ class DraKubeletPlugin:
     def _claims(self, pod: Mapping[str, Any], store: ObjectStore) -> dict[str, Obj]:
         """Pod-level claim name -> ResourceClaim, for claims with devices of this driver."""
         namespace = (pod.get("metadata") or {}).get("namespace") or "default"
-        names = pod_claim_names(pod)
         out: dict[str, Obj] = {}
         for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
             pod_name = str(entry.get("name"))
             claim: Obj | None = None
-            if pod_name in names:
-                try:
-                    claim = store.get(RESOURCE_API, "ResourceClaim", names[pod_name], namespace)
-                except NotFound:
-                    claim = None
-            else:
-                claim = _find_template_claim(pod, pod_name, store)
+            name = pod_claim_name(pod, entry, store)
+            if name is not None:
+                with contextlib.suppress(NotFound):
+                    claim = store.get(RESOURCE_API, "ResourceClaim", name, namespace)
             if claim is None:
                 raise ClaimError(f"pod claim {pod_name!r}: its ResourceClaim does not exist")
             results = (

@@ -1,13 +1,11 @@
 """kube-scheduler's DynamicResources plugin for the simulated cluster.
 
-For each pod with ``spec.resourceClaims`` it does what kube-scheduler (and, for templates, the
-resourceclaim controller of kube-controller-manager) does:
+For each pod with ``spec.resourceClaims`` it does what kube-scheduler does:
 
-* PreFilter: resolve the pod's claims. A claim named by ``resourceClaimTemplateName`` is
-  created from the template the first time (``generateName: <pod>-<claim name>-``, so its name
-  is ``<pod>-<claim name>-<5 chars>``, owned by the pod, annotated
-  ``resource.kubernetes.io/pod-claim-name``) and recorded in the pod's
-  ``status.resourceClaimStatuses``. A missing or deleted claim makes the pod unschedulable.
+* PreFilter: resolve the pod's claims: a ``resourceClaimName``, or for a template the claim the
+  resourceclaim controller (:mod:`kgpu.sim.controllers.resourceclaim`) made and recorded in
+  ``status.resourceClaimStatuses`` (``ResourceClaim not created yet`` until it has). A missing
+  or deleted claim makes the pod unschedulable.
 * Filter: claims already allocated must be reachable from the node (their
   ``allocation.nodeSelector``); the others are allocated together by
   :class:`kgpu.dra.allocator.Allocator`. Failure reasons are kube-scheduler's: "cannot allocate
@@ -15,7 +13,8 @@ resourceclaim controller of kube-controller-manager) does:
   error naming the class or claim).
 * Reserve: write ``status.allocation`` and add the pod to ``status.reservedFor``; Unreserve undoes
   exactly that. Release (the pod is gone) removes the pod from ``reservedFor`` and deallocates a
-  claim once no consumer is left; claims generated for the pod are deleted with it.
+  claim once no consumer is left (the resourceclaim controller then deletes the claims it
+  generated for the pod).
 
 The allocator's view (slices indexed by node, classes, devices in use) is cached and refreshed
 only when the store reports a write to that kind (``MemoryStore.kind_revision``), so scheduling
@@ -25,7 +24,6 @@ only when the store reports a write to that kind (``MemoryStore.kind_revision``)
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,14 +36,14 @@ from kgpu.dra.allocator import (
     NodeRef,
     SliceIndex,
     allocated_devices,
-    node_selector_matches,
 )
+from kgpu.dra.api import RESOURCE_API
+from kgpu.node.selectors import node_selector_matches
+from kgpu.sim.controllers.resourceclaim import recorded_claim
 from kgpu.sim.plugins import NodeInfo
 from kgpu.store import AlreadyExists, NotFound, ObjectStore, namespace_of
 
 Obj = dict[str, Any]
-API = "resource.k8s.io/v1"
-POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 NOT_AVAILABLE = "resourceclaim not available on the node"
 
 
@@ -102,30 +100,29 @@ class DraSchedulerPlugin:
         self._shared_ver = 0
         self._feasible: dict[tuple[Any, ...], tuple[tuple[int, int, int], str | None]] = {}
         self._last: tuple[Obj, _PodState] | None = None
-        self._generated: dict[tuple[str, ...], str] = {}  # (ns, pod, uid, pod claim) -> claim
 
     # -- cached cluster view ---------------------------------------------------------------
     @staticmethod
     def _rev(store: ObjectStore, kind: str) -> int:
         fn = getattr(store, "kind_revision", None)
         if fn is not None:
-            return int(fn(API, kind))
+            return int(fn(RESOURCE_API, kind))
         return -2  # unknown: always refresh
 
     def _refresh(self, store: ObjectStore) -> Allocator:
         rev = self._rev(store, "ResourceSlice")
         if self._index is None or rev != self._slices_rev or rev == -2:
-            self._index = SliceIndex(store.list(API, "ResourceSlice"))
+            self._index = SliceIndex(store.list(RESOURCE_API, "ResourceSlice"))
             self._slices_rev = rev
             self._allocator = None
         rev = self._rev(store, "DeviceClass")
         if rev != self._classes_rev or rev == -2:
-            self._classes = {_name(c): c for c in store.list(API, "DeviceClass")}
+            self._classes = {_name(c): c for c in store.list(RESOURCE_API, "DeviceClass")}
             self._classes_rev = rev
             self._allocator = None
         rev = self._rev(store, "ResourceClaim")
         if self._allocator is None or rev != self._claims_rev or rev == -2:
-            in_use = allocated_devices(store.list(API, "ResourceClaim"))
+            in_use = allocated_devices(store.list(RESOURCE_API, "ResourceClaim"))
             self._allocator = Allocator(self._classes, self._index, in_use)
             self._claims_rev = rev
             self._epoch += 1
@@ -166,110 +163,43 @@ class DraSchedulerPlugin:
         return written
 
     # -- claims of a pod -------------------------------------------------------------------
-    def _claim_names(self, pod: Obj, store: ObjectStore) -> list[str] | str:
-        """Names of the pod's claims (creating template claims), or an unschedulable reason."""
-        spec = pod.get("spec") or {}
-        status = pod.setdefault("status", {})
-        statuses = {
-            s.get("name"): s.get("resourceClaimName")
-            for s in status.get("resourceClaimStatuses") or []
-        }
+    @staticmethod
+    def _claim_names(pod: Obj, store: ObjectStore) -> tuple[list[str], str | None]:
+        """Names of the pod's claims and, when a template's claim is not made yet, the reason
+        the pod is unschedulable. The scheduler's copy of the pod may predate the status that
+        records a claim: the stored pod's status is read then."""
         names: list[str] = []
-        changed = False
-        for entry in spec.get("resourceClaims") or []:
-            pod_claim = str(entry.get("name", ""))
-            if entry.get("resourceClaimName"):
-                names.append(str(entry["resourceClaimName"]))
-                continue
-            template_name = entry.get("resourceClaimTemplateName")
-            if not template_name:
-                continue
-            existing = statuses.get(pod_claim) or self._generated_claim(pod, pod_claim, store)
-            if existing:
-                if statuses.get(pod_claim) != existing:
-                    statuses[pod_claim] = existing
-                    changed = True
-                names.append(str(existing))
-                continue
-            try:
-                template = store.get(API, "ResourceClaimTemplate", template_name, namespace_of(pod))
-            except NotFound:
-                return f'resourceclaimtemplate "{template_name}" not found'
-            tmeta = (template.get("spec") or {}).get("metadata") or {}
-            claim: Obj = {
-                "apiVersion": API,
-                "kind": "ResourceClaim",
-                "metadata": {
-                    "generateName": f"{_name(pod)}-{pod_claim}-"[:58],
-                    "namespace": namespace_of(pod),
-                    "labels": dict(tmeta.get("labels") or {}),
-                    "annotations": {
-                        **(tmeta.get("annotations") or {}),
-                        POD_CLAIM_ANNOTATION: pod_claim,
-                    },
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "v1",
-                            "kind": "Pod",
-                            "name": _name(pod),
-                            "uid": consumer_ref(pod)["uid"],
-                            "controller": True,
-                            "blockOwnerDeletion": True,
-                        }
-                    ],
-                },
-                "spec": copy.deepcopy((template.get("spec") or {}).get("spec") or {}),
-            }
-            if not claim["metadata"]["labels"]:
-                del claim["metadata"]["labels"]
-            in_sync = self._claims_rev == self._rev(store, "ResourceClaim")
-            created = store.create(claim)
-            if in_sync:  # a new claim holds no devices: the cached view stays right
-                self._claims_rev = self._rev(store, "ResourceClaim")
-            statuses[pod_claim] = _name(created)
-            self._generated[(*pod_key(pod), consumer_ref(pod)["uid"], pod_claim)] = _name(created)
-            names.append(_name(created))
-            changed = True
-        if changed:
-            status["resourceClaimStatuses"] = [
-                {"name": k, "resourceClaimName": v} for k, v in statuses.items() if v
-            ]
-            with contextlib.suppress(NotFound):
-                current = store.get("v1", "Pod", _name(pod), namespace_of(pod))
-                current.setdefault("status", {})["resourceClaimStatuses"] = status[
-                    "resourceClaimStatuses"
-                ]
-                current["metadata"].pop("resourceVersion", None)
-                store.update(current)
-        return names
-
-    def _generated_claim(self, pod: Obj, pod_claim: str, store: ObjectStore) -> str | None:
-        """The claim already generated for this pod entry (the caller's copy of the pod may
-        predate the status that records it), as the resourceclaim controller finds it: in the
-        stored pod's status, or among the claims the pod owns."""
-        key = (*pod_key(pod), consumer_ref(pod)["uid"], pod_claim)
-        name = self._generated.get(key)
-        if name is not None:
-            return name
-        try:
-            stored = store.get("v1", "Pod", _name(pod), namespace_of(pod))
-        except NotFound:
-            return None
-        for s in (stored.get("status") or {}).get("resourceClaimStatuses") or []:
-            if s.get("name") == pod_claim and s.get("resourceClaimName"):
-                return str(s["resourceClaimName"])
-        return None
+        missing: str | None = None
+        stored: Obj | None = None
+        for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+            name = recorded_claim(pod, entry)
+            if name is None and entry.get("resourceClaimTemplateName"):
+                if stored is None:
+                    try:
+                        stored = store.get("v1", "Pod", _name(pod), namespace_of(pod))
+                    except NotFound:
+                        stored = {}
+                uid = (pod.get("metadata") or {}).get("uid")
+                if (stored.get("metadata") or {}).get("uid") == uid:
+                    name = recorded_claim(stored, entry)
+                if name is None:
+                    missing = missing or (
+                        f'pod "{namespace_of(pod)}/{_name(pod)}": ResourceClaim not created yet'
+                    )
+            if name is not None:
+                names.append(name)
+        return names, missing
 
     def _state(self, pod: Obj, store: ObjectStore) -> _PodState | str | None:
         if not (pod.get("spec") or {}).get("resourceClaims"):
             return None
-        names = self._claim_names(pod, store)
-        if isinstance(names, str):
-            return names
+        names, missing = self._claim_names(pod, store)
+        if missing:
+            return missing
         claims = []
         for name in names:
             try:
-                claim = store.get(API, "ResourceClaim", name, namespace_of(pod))
+                claim = store.get(RESOURCE_API, "ResourceClaim", name, namespace_of(pod))
             except NotFound:
                 return f'resourceclaim "{name}" not found'
             if (claim.get("metadata") or {}).get("deletionTimestamp"):
@@ -319,9 +249,8 @@ class DraSchedulerPlugin:
         labels: tuple[tuple[str, str], ...] = ()
         if alloc.index.shared or state.selectors:
             labels = tuple(sorted(dict(node.labels).items()))
-            ref = NodeRef(node.name, labels)
             for selector in state.selectors:
-                if not node_selector_matches(selector, ref):
+                if not node_selector_matches(selector, node.labels, node.name):
                     return NOT_AVAILABLE
         if not state.to_allocate:
             state.found[node.name] = []
@@ -375,7 +304,7 @@ class DraSchedulerPlugin:
         me = consumer_ref(pod)
         state.reserved = []
         for claim in state.claims:
-            current = store.get(API, "ResourceClaim", _name(claim), namespace_of(claim))
+            current = store.get(RESOURCE_API, "ResourceClaim", _name(claim), namespace_of(claim))
             before = allocated_devices([current])
             status = current.setdefault("status", {})
             allocated_here = False
@@ -397,7 +326,7 @@ class DraSchedulerPlugin:
         me = consumer_ref(pod)
         for name, allocated_here in state.reserved:
             try:
-                current = store.get(API, "ResourceClaim", name, namespace_of(pod))
+                current = store.get(RESOURCE_API, "ResourceClaim", name, namespace_of(pod))
             except NotFound:
                 continue
             before = allocated_devices([current])
@@ -407,45 +336,22 @@ class DraSchedulerPlugin:
         state.found = {}
 
     def release(self, pod: Obj, store: ObjectStore) -> None:
-        """The pod is gone: drop it from its claims' consumers, deallocate claims nobody uses
-        any more, delete the claims generated for it."""
+        """The pod is gone: drop it from its claims' consumers and deallocate the claims
+        nobody uses any more."""
         self._pods.pop(pod_key(pod), None)
         self._last = None
         if not (pod.get("spec") or {}).get("resourceClaims"):
             return
         me = consumer_ref(pod)
-        stored_statuses: list[Obj] = []
-        for k in [k for k in self._generated if k[:3] == (*pod_key(pod), me["uid"])]:
-            stored_statuses.append({"name": k[3], "resourceClaimName": self._generated.pop(k)})
-        generated = {
-            s.get("resourceClaimName")
-            for s in [
-                *((pod.get("status") or {}).get("resourceClaimStatuses") or []),
-                *stored_statuses,
-            ]
-        }
-        names = [
-            e.get("resourceClaimName")
-            for e in (pod.get("spec") or {}).get("resourceClaims") or []
-            if e.get("resourceClaimName")
-        ] + sorted(n for n in generated if n)
-        for name in names:
+        for name in self._claim_names(pod, store)[0]:
             try:
-                current = store.get(API, "ResourceClaim", str(name), namespace_of(pod))
+                current = store.get(RESOURCE_API, "ResourceClaim", name, namespace_of(pod))
             except NotFound:
                 continue
             before = allocated_devices([current])
-            unused = _drop_consumer(current, me["uid"], deallocate=True)
+            _drop_consumer(current, me["uid"], deallocate=True)
             if not current["status"]:
                 del current["status"]
-            if name in generated and unused:
-                alloc = self._refresh(store)
-                alloc.allocated -= before
-                self._touch(before)
-                with contextlib.suppress(NotFound):
-                    store.delete(API, "ResourceClaim", str(name), namespace_of(pod))
-                self._claims_rev = self._rev(store, "ResourceClaim")
-                continue
             self._write_claim(store, current, before)
 
 

@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import Iterable, Mapping
 
 from kgpu.errors import FieldError, KgpuError
+from kgpu.node.selectors import Taint, parse_taints, tolerates
 from kgpu.sim import nodeside
 from kgpu.sim.context import SimContext
 from kgpu.sim.node_status import (
@@ -24,8 +25,7 @@ from kgpu.sim.node_status import (
     node_object,
 )
 from kgpu.sim.pod_lifecycle import delete_pod
-from kgpu.sim.podspec import Taint, parse_taints, tolerates
-from kgpu.sim.scenario import NodeSpec
+from kgpu.sim.scenario_parts import NodeSpec
 from kgpu.sim.state import SimNode
 from kgpu.store import NotFound
 

@@ -260,7 +260,7 @@ def release(ctx: SimContext, rec: PodRecord) -> None:
         if node.pods.pop(rec.key, None) is not None:
             with contextlib.suppress(ValueError):
                 node.pod_objs.remove(rec.obj)
-        ctx.scheduler.release(rec, node)
-    else:
-        ctx.scheduler.release(rec, None)
+    for listener in ctx.release_listeners:
+        listener.pod_released(rec.obj)
+    ctx.scheduler.release(rec, node)
     ctx.epoch += 1

@@ -14,14 +14,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from kgpu.dra.api import RESOURCE_API
+from kgpu.node.ids import replica_id, split_replica
 from kgpu.sim import nodeside
+from kgpu.sim.context import SimContext
 from kgpu.sim.quantity import format_units
 from kgpu.sim.state import PodRecord, SimNode
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-    from kgpu.sim.simulation import Simulation
 
 HOST_RESOURCES = ("cpu", "memory", "pods", "ephemeral-storage")
 
@@ -96,7 +97,7 @@ def pod_json(rec: PodRecord) -> dict[str, Any]:
     return out
 
 
-def build_report(sim: Simulation) -> dict[str, Any]:
+def build_report(sim: SimContext) -> dict[str, Any]:
     pods = sorted(sim.pods.values(), key=lambda r: r.seq)
     out: dict[str, Any] = {
         "scenario": sim.scenario.name,
@@ -109,8 +110,8 @@ def build_report(sim: Simulation) -> dict[str, Any]:
         ],
     }
     for key, api, kind in (
-        ("resourceClaims", "resource.k8s.io/v1", "ResourceClaim"),
-        ("resourceSlices", "resource.k8s.io/v1", "ResourceSlice"),
+        ("resourceClaims", RESOURCE_API, "ResourceClaim"),
+        ("resourceSlices", RESOURCE_API, "ResourceSlice"),
         ("computeDomains", "resource.nvidia.com/v1beta1", "ComputeDomain"),
     ):
         # always present (possibly empty): tools read these keys without checking for them
@@ -139,12 +140,13 @@ def gpu_summary(node: SimNode) -> str:
     return "\n".join(parts) or "-"
 
 
-def step_snapshot(sim: Simulation, title: str) -> dict[str, Any]:
-    """A compact picture of the cluster after one step, for ``--watch``."""
+def step_snapshot(
+    sim: SimContext, title: str, earlier: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A compact picture of the cluster after one step, for ``--watch`` (``earlier``: the
+    snapshots of the steps before, whose events it does not repeat)."""
     phases = Counter(r.phase for r in sim.pods.values())
-    seen = sum(len(s["newEvents"]) for s in sim.snapshots) + sum(
-        s["quietEvents"] for s in sim.snapshots
-    )
+    seen = sum(len(s["newEvents"]) for s in earlier) + sum(s["quietEvents"] for s in earlier)
     fresh = sim.events[seen:]
     shown = [e for e in fresh if e.reason not in ("Scheduled", "NodeReady")]
     return {
@@ -252,7 +254,9 @@ def _pods_table(records: list[PodRecord], width: int) -> Any:
     return table
 
 
-def render(sim: Simulation, console: Console, *, max_pods: int = 40, max_events: int = 25) -> None:
+def render(
+    sim: SimContext, console: Console, *, max_pods: int = 40, max_events: int = 25
+) -> None:
     """The human summary: nodes like ``kubectl describe node``, pods, then events.
 
     Names (nodes, pods) are never cut: at 80 columns ``default/time-slicing-ver…`` left every
@@ -338,18 +342,18 @@ def _used(node: SimNode, resource: str) -> str:
 
 def _short(device_id: str) -> str:
     """``GPU-1b2c...::3`` -> ``GPU-1b2c3d4e::3``: enough to tell devices apart in a table."""
-    head, sep, replica = device_id.partition("::")
+    head, replica = split_replica(device_id)
     if head.startswith(("GPU-", "MIG-")) and len(head) > 12:
         head = head[:12]
-    return head + (sep + replica if sep else "")
+    return head if replica is None else replica_id(head, replica)
 
 
-def render_steps(sim: Simulation, console: Console) -> None:
+def render_steps(snapshots: list[dict[str, Any]], console: Console) -> None:
     """One table per step: what each node has allocated and how the pods stand."""
     from rich.markup import escape
     from rich.table import Table
 
-    for i, snap in enumerate(sim.snapshots):
+    for i, snap in enumerate(snapshots):
         table = Table(title=escape(f"[{i}] t={snap['time']:g}s  {snap['title']}"))
         shown = snap["nodes"][:50]
         table.add_column("NODE", min_width=_longest([n["name"] for n in shown]), overflow="fold")

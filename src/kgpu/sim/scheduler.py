@@ -22,15 +22,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kgpu.node.selectors import Taint, first_untolerated, tolerates
 from kgpu.sim.plugins import NodeInfo, SchedulerPlugin
-from kgpu.sim.podspec import (
-    PodRequirements,
-    Taint,
-    Toleration,
-    first_untolerated,
-    node_affinity_matches,
-    tolerates,
-)
+from kgpu.sim.podspec import PodRequirements, node_affinity_matches
 from kgpu.sim.state import PodRecord, SimNode
 from kgpu.store import ObjectStore
 
@@ -53,7 +47,8 @@ def needs_node_identity(req: PodRequirements) -> bool:
     if req.affinity is None:
         return False
     return any(
-        t.fields or any(r.key in PER_NODE_LABELS for r in t.expressions) for t in req.affinity
+        t.fields or any(r.key in PER_NODE_LABELS for r in t.expressions)
+        for t in req.affinity.terms
     )
 
 
@@ -340,7 +335,6 @@ __all__ = [
     "UNSCHEDULABLE",
     "Placement",
     "Scheduler",
-    "Toleration",
     "fit_error",
     "fit_reasons",
     "static_reasons",

@@ -1,7 +1,8 @@
 """Running the simulated cluster until it is quiet, and moving its clock.
 
 One round is what the control plane and kubelets would do concurrently, in a fixed order so a
-run is deterministic: the workload controllers and plugin controllers reconcile, the simulator
+run is deterministic: the workload controllers, plugin controllers and the resourceclaim
+controller reconcile, the simulator
 reads back what they wrote to the store, the scheduler binds pending pods and the kubelets
 start bound ones. Rounds repeat until nothing changes (bounded by :data:`MAX_ROUNDS`).
 """
@@ -13,22 +14,25 @@ from collections.abc import Sequence
 from typing import Any
 
 from kgpu.errors import KgpuError
+from kgpu.manifests import validate_manifest
+from kgpu.node.selectors import parse_taints
 from kgpu.sim.binding import schedule_pending
 from kgpu.sim.context import SimContext
+from kgpu.sim.controllers.manager import ControllerManager
 from kgpu.sim.node_lifecycle import refresh_node
 from kgpu.sim.plugins import Controller
 from kgpu.sim.pod_lifecycle import admit_bound, delete_pod, finish, merge_external, track_pod
-from kgpu.sim.podspec import parse_taints, validate_pod_spec
-from kgpu.sim.workloads import Workloads
 from kgpu.store import NotFound
 
 MAX_ROUNDS = 64
 
 
-def settle(ctx: SimContext, workloads: Workloads, controllers: Sequence[Controller]) -> None:
+def settle(
+    ctx: SimContext, manager: ControllerManager, controllers: Sequence[Controller]
+) -> None:
     """Run controllers, the scheduler and the kubelets until nothing changes (bounded)."""
     for _ in range(MAX_ROUNDS):
-        progress = workloads.reconcile()
+        progress = manager.reconcile()
         for ctrl in controllers:
             try:
                 ctx.events.extend(ctrl.reconcile(ctx.store, ctx.now))
@@ -43,7 +47,10 @@ def settle(ctx: SimContext, workloads: Workloads, controllers: Sequence[Controll
 
 
 def advance(
-    ctx: SimContext, seconds: float, workloads: Workloads, controllers: Sequence[Controller]
+    ctx: SimContext,
+    seconds: float,
+    manager: ControllerManager,
+    controllers: Sequence[Controller],
 ) -> None:
     """Move the clock; pods whose runtime ends on the way succeed, in time order, and the
     cluster settles after each moment at which some did."""
@@ -55,7 +62,7 @@ def advance(
             continue
         while ctx.timers and ctx.timers[0][0] <= ctx.now:
             _finish_running(ctx, heapq.heappop(ctx.timers)[2])
-        settle(ctx, workloads, controllers)
+        settle(ctx, manager, controllers)
     ctx.now = target
 
 
@@ -105,7 +112,7 @@ def sync_external(ctx: SimContext) -> bool:
         if key in ctx.pods:
             merge_external(ctx.pods[key], obj)
             continue
-        problems = validate_pod_spec(obj.get("spec"), "spec")
+        problems = validate_manifest(obj)
         if problems:
             ctx.emit("Warning", "InvalidPod", f"Pod/{key}", "; ".join(str(p) for p in problems))
             continue

@@ -13,8 +13,9 @@ from typing import Any
 from kgpu.hardware.model import Machine
 from kgpu.node.health import HealthState
 from kgpu.node.model import NodeView
+from kgpu.node.selectors import Taint
 from kgpu.sim.plugins import NodeInfo
-from kgpu.sim.podspec import PodRequirements, Taint
+from kgpu.sim.podspec import PodRequirements
 
 Obj = dict[str, Any]
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kgpu.dra.api import RESOURCE_API
 from kgpu.errors import FieldError
 from kgpu.kubelet import cdi
 from kgpu.kubelet.checkpoint import Checkpoint, ClaimRecord, ClaimState, PreparedDeviceRecord
@@ -44,7 +45,6 @@ from kgpu.store import ObjectStore, StoreError
 
 log = logging.getLogger(__name__)
 
-RESOURCE_API = "resource.k8s.io/v1"
 
 #: Points at which ``crash_hook`` is called, in the order they happen.
 CRASH_POINTS = (
