@@ -52,7 +52,11 @@ def test_unsatisfiable_claims_give_null_allocations(tmp_path: Path) -> None:
     f.write_text(json.dumps(data))
     code, out = run(str(f), "-o", "json")
     assert code == 2
-    assert json.loads(out) == {"allocations": None, "error": "cannot allocate all claims"}
+    answer = json.loads(out)
+    assert answer["allocations"] is None and answer["error"] is None
+    # the scheduler's words first, then why, per claim and request
+    assert answer["unsatisfiable"].startswith("cannot allocate all claims: claim default/")
+    assert "request gpus: wants 4 devices of class gpu.nvidia.com" in answer["unsatisfiable"]
 
 
 def test_allocation_errors_are_reported(tmp_path: Path) -> None:
@@ -61,7 +65,7 @@ def test_allocation_errors_are_reported(tmp_path: Path) -> None:
     f = tmp_path / "in.yaml"
     f.write_text(yaml.safe_dump(data))
     code, out = run(str(f), "-o", "json")
-    assert code == 2
+    assert code == 3
     answer = json.loads(out)
     assert answer["allocations"] is None
     assert "could not retrieve device class tpu" in answer["error"]

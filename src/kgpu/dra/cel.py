@@ -339,7 +339,12 @@ class Selector:
             attrs = {**{d: {} for d in self.domains}, **attrs}
             caps = {**{d: {} for d in self.domains}, **caps}
         variables: dict[str, Any] = {
-            "device": {"driver": device["driver"], "attributes": attrs, "capacity": caps}
+            "device": {
+                "driver": device["driver"],
+                "attributes": attrs,
+                "capacity": caps,
+                "allowMultipleAllocations": device.get("allowMultipleAllocations", False),
+            }
         }
         variables.update(_ALL_FUNCTIONS)
         try:
@@ -357,6 +362,23 @@ class Selector:
             )
         return result
 
+    def evaluate_cached(self, device: Mapping[str, Any]) -> bool:
+        """:meth:`evaluate`, with the result (or the runtime error) shared by every device
+        with the same :meth:`signature`: identical GPUs cost one evaluation."""
+        key = (self.expression, self.signature(device))
+        hit = _RESULTS.get(key)
+        if hit is None:
+            try:
+                hit = self.evaluate(device)
+            except CelRuntimeError as exc:
+                hit = str(exc)
+            if len(_RESULTS) > 1_000_000:
+                _RESULTS.clear()
+            _RESULTS[key] = hit
+        if isinstance(hit, str):
+            raise CelRuntimeError(hit)
+        return hit
+
     def signature(self, device: Mapping[str, Any]) -> Any:
         """A hashable key such that two devices with equal keys get the same result from this
         expression: the driver plus the attributes and capacities whose names it mentions (all
@@ -365,6 +387,8 @@ class Selector:
             return device["_signature"]
         names = self.names
         parts: list[Any] = [device["driver"]]
+        if "allowMultipleAllocations" in names:
+            parts.append(device.get("allowMultipleAllocations", False))
         for section in ("attributes", "capacity"):
             for domain, values in sorted(device[section].items()):
                 picked = tuple(sorted((k, _hashable(v)) for k, v in values.items() if k in names))
@@ -387,33 +411,137 @@ def _hashable(v: Any) -> Any:
 
 
 _ALL_FUNCTIONS: dict[str, Callable[..., Any]] = {}
-_CACHE: dict[str, Selector] = {}
+_CACHE: dict[str, Selector | CelCompileError] = {}
+_RESULTS: dict[tuple[str, Any], bool | str] = {}
 _LOCK = threading.Lock()
+
+#: resourceapi.CELSelectorExpressionMaxLength: the API server refuses longer selectors
+MAX_EXPRESSION_LENGTH = 10 * 1024
+#: resourceapi.CELSelectorExpressionMaxCost: the API server's budget for one selector
+MAX_COST = 1_000_000
+#: how many entries kgpu assumes a comprehension iterates (v1 allows 32 attributes and
+#: capacities per device), for the cost estimate
+_COMPREHENSION_SIZE = 32
+_MACROS = re.compile(r"\.\s*(all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
 
 
 def compile_selector(expression: str) -> Selector:
     """Compile once per distinct expression text; :class:`CelCompileError` if it does not
-    parse."""
+    compile: too long or too costly for the API server's limits (checked before the library
+    sees the text, which crashes on some very long ones), an undeclared variable, bad syntax."""
     cached = _CACHE.get(expression)
     if cached is not None:
+        if isinstance(cached, CelCompileError):
+            raise cached
         return cached
     with _LOCK:
-        if not _ALL_FUNCTIONS:
-            _ALL_FUNCTIONS.update(_stdlib_functions())
-            _ALL_FUNCTIONS.update(FUNCTIONS)
         try:
-            program = cel.compile(rewrite_bind(expression))
-        except (ValueError, RuntimeError, TypeError) as exc:
-            raise CelCompileError(f"compilation failed: {exc}") from None
-        tokens = _TOKENS.findall(expression)
-        names = frozenset(_unquote(t) if t[0] in "\"'" else t for t in tokens)
-        domains = frozenset(_unquote(m) for m in _DOMAIN_INDEX.findall(expression))
-        dynamic = (bool(names & _DYNAMIC) and not _only_literal_in(expression)) or (
-            _computed_index(expression)
-        )
-        selector = Selector(expression, program, names, domains, dynamic)
-        _CACHE[expression] = selector
+            selector = _compile(expression)
+        except CelCompileError as exc:
+            if len(_CACHE) < 100_000:
+                _CACHE[expression] = exc
+            raise
+        if len(_CACHE) < 100_000:
+            _CACHE[expression] = selector
         return selector
+
+
+def _compile(expression: str) -> Selector:
+    if not _ALL_FUNCTIONS:
+        _ALL_FUNCTIONS.update(_stdlib_functions())
+        _ALL_FUNCTIONS.update(FUNCTIONS)
+    if len(expression) > MAX_EXPRESSION_LENGTH:
+        raise CelCompileError(
+            f"expression is {len(expression)} characters long; Kubernetes allows at most "
+            f"{MAX_EXPRESSION_LENGTH} (CELSelectorExpressionMaxLength)"
+        )
+    cost = estimated_cost(expression)
+    if cost > MAX_COST:
+        raise CelCompileError(
+            f"estimated cost {cost} exceeds the budget of {MAX_COST} for one selector "
+            "(CELSelectorExpressionMaxCost): nested comprehensions over device attributes "
+            "multiply the work per device"
+        )
+    rewritten = rewrite_bind(expression)
+    try:
+        program = cel.compile(rewritten)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # the library panics (PanicException) on some inputs
+        raise CelCompileError(f"compilation failed: {_clean(str(exc))}") from None
+    _check_references(expression, rewritten, program)
+    tokens = _TOKENS.findall(expression)
+    names = frozenset(_unquote(t) if t[0] in "\"'" else t for t in tokens)
+    domains = frozenset(_unquote(m) for m in _DOMAIN_INDEX.findall(expression))
+    dynamic = (bool(names & _DYNAMIC) and not _only_literal_in(expression)) or (
+        _computed_index(expression)
+    )
+    return Selector(expression, program, names, domains, dynamic)
+
+
+def _check_references(expression: str, rewritten: str, program: Any) -> None:
+    """cel-go refuses unknown variables at compile time ("undeclared reference"); the library
+    would only fail when evaluating. ``device`` is the one variable Kubernetes declares, the
+    rest must be bound by a macro."""
+    bound = {m.group(2) for m in _MACROS.finditer(rewritten)}
+    declared = {"device", "cel"} | bound
+    for var in program.variables():
+        if var in declared:
+            continue
+        at = re.search(rf"(?<![\w.]){re.escape(var)}\b", expression)
+        column = at.start() + 1 if at else 1
+        raise CelCompileError(
+            f"ERROR: <input>:1:{column}: undeclared reference to '{var}' (in container '')"
+        )
+
+
+def estimated_cost(expression: str) -> int:
+    """A conservative stand-in for cel-go's static cost estimate: every token costs 1 times
+    the sizes of the comprehensions it runs in (32 entries for a map or list read from the
+    device, the literal's length for a list literal). Plain comparisons stay in the hundreds;
+    four nested comprehensions over device maps exceed the budget, as in Kubernetes."""
+    masked = _mask_strings(expression)
+    cost = 0
+    stack: list[int] = [1]  # multiplier per open bracket
+    i = 0
+    while i < len(masked):
+        ch = masked[i]
+        if ch in "([{":
+            factor = 1
+            m = re.search(r"\.\s*(all|exists|exists_one|map|filter)\s*$", masked[:i])
+            if ch == "(" and m:
+                factor = _receiver_size(masked[: m.start()])
+            stack.append(stack[-1] * factor)
+        elif ch in ")]}":
+            if len(stack) > 1:
+                stack.pop()
+        elif not ch.isspace():
+            cost += stack[-1]
+            j = i
+            while j + 1 < len(masked) and (masked[j + 1].isalnum() or masked[j + 1] == "_"):
+                j += 1
+            i = j
+        i += 1
+    return cost
+
+
+def _receiver_size(before: str) -> int:
+    """Entries a comprehension iterates: a list literal's length, else 32."""
+    text = before.rstrip()
+    if text.endswith("]"):
+        depth = 0
+        for k in range(len(text) - 1, -1, -1):
+            if text[k] == "]":
+                depth += 1
+            elif text[k] == "[":
+                depth -= 1
+                if depth == 0:
+                    prev = text[:k].rstrip()
+                    if prev and (prev[-1].isalnum() or prev[-1] in "_)]"):
+                        return _COMPREHENSION_SIZE  # an index, not a literal
+                    inner = text[k + 1 : -1]
+                    return max(1, inner.count(",") + 1) if inner.strip() else 1
+    return _COMPREHENSION_SIZE
 
 
 def _only_literal_in(expression: str) -> bool:
@@ -489,6 +617,12 @@ def device_view(driver: str, device: Mapping[str, Any]) -> dict[str, Any]:
     for name, cap in (device.get("capacity") or {}).items():
         domain, ident = split_qualified(name, driver)
         caps.setdefault(domain, {})[ident] = quantity_value(str(cap.get("value", "0")))
-    view: dict[str, Any] = {"driver": driver, "attributes": attrs, "capacity": caps}
-    view["_signature"] = _hashable({"d": driver, "a": attrs, "c": caps})
+    multi = bool(device.get("allowMultipleAllocations"))
+    view: dict[str, Any] = {
+        "driver": driver,
+        "attributes": attrs,
+        "capacity": caps,
+        "allowMultipleAllocations": multi,
+    }
+    view["_signature"] = _hashable({"d": driver, "a": attrs, "c": caps, "m": multi})
     return view

@@ -15,7 +15,9 @@ With ``partitionable=True`` (beyond upstream's static MIG devices) every GPU tha
 geometry publishes every possible MIG placement as a device consuming shared counters
 (``gpu-<index>-counter-set`` with one ``memory-slice-<N>`` counter per memory slice, upstream's
 KEP-4815 naming), and the full GPU consumes all of them: the scheduler then picks a MIG shape on
-demand and can never hand out overlapping placements.
+demand and can never hand out overlapping placements. As Kubernetes 1.35 requires, counter
+sets are published in slices of their own (no devices), next to the slices of the devices that
+consume them.
 """
 
 from __future__ import annotations
@@ -269,8 +271,9 @@ def resource_slices(
 ) -> list[Obj]:
     """The ResourceSlices of one node: one pool named after the node, split into several
     slices when it has more devices than one slice may hold (``resourceSliceCount`` says how
-    many make the pool complete). Partitionable GPUs keep their counter set and its consumers in
-    one slice, within v1's limits on counters and devices per slice."""
+    many make the pool complete). Partitionable GPUs put their counter sets in counter-only
+    slices and the devices consuming them in device slices (1.35's rule), within v1's limits on
+    counters and devices per slice."""
     limit = max(1, min(max_devices_per_slice, MAX_DEVICES_PER_SLICE))
     groups: list[tuple[list[Obj], list[Obj]]] = []  # (counter sets, devices)
     if not partitionable:
@@ -294,10 +297,16 @@ def resource_slices(
             groups.append((sets, devs))
     if not groups:
         groups = [([], [])]
+    parts: list[tuple[list[Obj], list[Obj]]] = []  # one slice each: (counter sets, devices)
+    for sets, devs in groups:
+        if sets:
+            parts.append((sets, []))
+        parts.append(([], devs))
     out = []
-    for i, (sets, devs) in enumerate(groups):
-        s = _slice(node_name, driver, generation, i, len(groups), devs)
+    for i, (sets, devs) in enumerate(parts):
+        s = _slice(node_name, driver, generation, i, len(parts), devs)
         if sets:
             s["spec"]["sharedCounters"] = sets
+            del s["spec"]["devices"]
         out.append(s)
     return out
