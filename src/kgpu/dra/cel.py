@@ -33,17 +33,25 @@ devices that agree on those names (:meth:`Selector.signature`).
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal
 from typing import Any
 
 import cel
 
 from kgpu.errors import KgpuError
 from kgpu.quantity import parse_quantity as parse_quantity  # re-exported for the allocator
+
+# The library logs every failing Python function call (pyo3-log, logger "cel") before raising;
+# kgpu reports those errors itself, with context, so the log lines would only be noise on
+# stderr (and around ``-o json`` output).
+_CEL_LOG = logging.getLogger("cel")
+_CEL_LOG.addHandler(logging.NullHandler())
+_CEL_LOG.propagate = False
 
 TYPE_KEY = "@kgpu.type"
 
@@ -79,6 +87,8 @@ def parse_semver(text: str, normalize: bool = False) -> tuple[int, int, int, str
             s = ".".join(parts + ["0"] * (3 - len(parts))) + m.group(2)
     m = _SEMVER.match(s)
     if not m:
+        if len(s.split("-")[0].split("+")[0].split(".")) < 3:
+            raise ValueError("No Major.Minor.Patch elements found")  # blang/semver's words
         raise ValueError(f"invalid semantic version {text!r}")
     return int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4) or ""
 
@@ -143,29 +153,51 @@ def _compare(a: Any, b: Any) -> int:
     return (ka > kb) - (ka < kb)
 
 
-def _semver_fn(text: Any, normalize: Any = False) -> dict[str, Any]:
-    if not isinstance(text, str):
-        raise TypeError("no such overload: semver(string)")
-    return semver_value(text, bool(normalize))
+def _overload(name: str, *args: Any) -> TypeError:
+    kinds = ", ".join(_kind(a) for a in args)
+    return TypeError(f"found no matching overload for '{name}' applied to '({kinds})'")
 
 
-def _is_semver(text: Any, normalize: Any = False) -> bool:
+def _semver_args(name: str, text: Any, normalize: Any) -> bool:
+    if not isinstance(text, str) or not isinstance(normalize, bool | None):
+        raise _overload(name, *((text,) if normalize is None else (text, normalize)))
+    return bool(normalize)
+
+
+def _semver_fn(text: Any, normalize: Any = None) -> dict[str, Any]:
+    return semver_value(text, _semver_args("semver", text, normalize))
+
+
+def _is_semver(text: Any, normalize: Any = None) -> bool:
+    flag = _semver_args("isSemver", text, normalize)
     try:
-        parse_semver(str(text), bool(normalize))
+        parse_semver(text, flag)
     except ValueError:
         return False
     return True
 
 
+#: the API server's looser first check (resource.ParseQuantity): what passes it and still
+#: fails has a bad suffix
+_QUANTITY_SHAPE = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")
+
+
 def _quantity_fn(text: Any) -> dict[str, Any]:
     if not isinstance(text, str):
-        raise TypeError("no such overload: quantity(string)")
-    return quantity_value(text)
+        raise _overload("quantity", text)
+    try:
+        return quantity_value(text)
+    except ValueError:
+        if _QUANTITY_SHAPE.match(text):
+            raise ValueError("unable to parse quantity's suffix") from None
+        raise
 
 
 def _is_quantity(text: Any) -> bool:
+    if not isinstance(text, str):
+        raise _overload("isQuantity", text)
     try:
-        parse_quantity(str(text))
+        parse_quantity(text)
     except ValueError:
         return False
     return True
@@ -188,6 +220,33 @@ def _add(a: Any, b: Any) -> dict[str, Any]:
 def _sub(a: Any, b: Any) -> dict[str, Any]:
     _need(a, "quantity")
     return quantity_value(_q(a) - _as_quantity(b))
+
+
+def _int_arg(name: str, a: Any, b: Any) -> int:
+    if isinstance(b, bool) or not isinstance(b, int):
+        raise _overload(name, a, b)
+    return b
+
+
+def _mul(a: Any, b: Any) -> dict[str, Any]:
+    _need(a, "quantity")
+    return quantity_value(_q(a) * _int_arg("mul", a, b))
+
+
+def _div(a: Any, b: Any) -> dict[str, Any]:
+    _need(a, "quantity")
+    n = _int_arg("div", a, b)
+    if n == 0:
+        raise ValueError("division by zero")
+    return quantity_value((_q(a) / n).quantize(Decimal("1e-9")))
+
+
+def _div_int(a: Any, b: Any) -> dict[str, Any]:
+    _need(a, "quantity")
+    n = _int_arg("divInt", a, b)
+    if n == 0:
+        raise ValueError("division by zero")
+    return quantity_value((_q(a) / n).to_integral_value(rounding=ROUND_DOWN))
 
 
 def _as_integer(a: Any) -> int:
@@ -237,6 +296,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "isLessThan": lambda a, b: _compare(a, b) < 0,
     "add": _add,
     "sub": _sub,
+    "mul": _mul,
+    "div": _div,
+    "divInt": _div_int,
     "sign": _sign,
     "isInteger": _is_integer,
     "asInteger": _as_integer,
@@ -333,22 +395,31 @@ class Selector:
     def evaluate(self, device: Mapping[str, Any]) -> bool:
         """Run against one device view (see :func:`device_view`); :class:`CelRuntimeError`
         when evaluation fails or yields a non-bool."""
-        attrs = device["attributes"]
-        caps = device["capacity"]
-        if any(d not in attrs or d not in caps for d in self.domains):
-            attrs = {**{d: {} for d in self.domains}, **attrs}
-            caps = {**{d: {} for d in self.domains}, **caps}
-        variables: dict[str, Any] = {
-            "device": {
+        result = self.value(device)
+        if not isinstance(result, bool):
+            raise CelRuntimeError(
+                f"CEL result of type {_type_name(result)} could not be converted to bool"
+            )
+        return result
+
+    def value(self, device: Mapping[str, Any] | None = None) -> Any:
+        """The expression's value (semver and quantity values as tagged maps)."""
+        variables: dict[str, Any] = {}
+        if device is not None:
+            attrs = device["attributes"]
+            caps = device["capacity"]
+            if any(d not in attrs or d not in caps for d in self.domains):
+                attrs = {**{d: {} for d in self.domains}, **attrs}
+                caps = {**{d: {} for d in self.domains}, **caps}
+            variables["device"] = {
                 "driver": device["driver"],
                 "attributes": attrs,
                 "capacity": caps,
                 "allowMultipleAllocations": device.get("allowMultipleAllocations", False),
             }
-        }
         variables.update(_ALL_FUNCTIONS)
         try:
-            result = self.program.execute(variables)
+            return self.program.execute(variables)
         except KeyError as exc:
             raise CelRuntimeError(
                 f"no such key: {exc.args[0] if exc.args else ''}. Consider using CEL optional "
@@ -356,11 +427,6 @@ class Selector:
             ) from None
         except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
             raise CelRuntimeError(_clean(str(exc))) from None
-        if not isinstance(result, bool):
-            raise CelRuntimeError(
-                f"CEL result of type {type(result).__name__} could not be converted to bool"
-            )
-        return result
 
     def evaluate_cached(self, device: Mapping[str, Any]) -> bool:
         """:meth:`evaluate`, with the result (or the runtime error) shared by every device
@@ -397,8 +463,30 @@ class Selector:
         return tuple(parts)
 
 
+def _type_name(value: Any) -> str:
+    """A CEL type name for a Python value (tagged maps are semver and quantity)."""
+    if isinstance(value, dict) and TYPE_KEY in value:
+        return str(value[TYPE_KEY])
+    return {
+        bool: "bool",
+        int: "int",
+        float: "double",
+        str: "string",
+        bytes: "bytes",
+        list: "list",
+        dict: "map",
+    }.get(type(value), type(value).__name__)
+
+
+_WRAPPED = re.compile(
+    r"^Function '[^']*' error: Python function call failed: [A-Za-z]*(?:Error|Exception): "
+)
+
+
 def _clean(message: str) -> str:
-    """The library appends advice meant for Python callers; keep the CEL part."""
+    """The library wraps our functions' errors and appends advice meant for Python callers;
+    keep the CEL part."""
+    message = _WRAPPED.sub("", message)
     message = message.split(". CEL does not coerce")[0]
     message = message.split(". Check function arguments")[0]
     return message
@@ -428,7 +516,8 @@ _MACROS = re.compile(r"\.\s*(all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_]
 def compile_selector(expression: str) -> Selector:
     """Compile once per distinct expression text; :class:`CelCompileError` if it does not
     compile: too long or too costly for the API server's limits (checked before the library
-    sees the text, which crashes on some very long ones), an undeclared variable, bad syntax."""
+    sees the text, which crashes on some very long ones), an undeclared variable, bad syntax,
+    or (for an expression that reads no device) a wrong type."""
     cached = _CACHE.get(expression)
     if cached is not None:
         if isinstance(cached, CelCompileError):
@@ -436,7 +525,7 @@ def compile_selector(expression: str) -> Selector:
         return cached
     with _LOCK:
         try:
-            selector = _compile(expression)
+            selector = _compile(expression, require_bool=True)
         except CelCompileError as exc:
             if len(_CACHE) < 100_000:
                 _CACHE[expression] = exc
@@ -446,7 +535,14 @@ def compile_selector(expression: str) -> Selector:
         return selector
 
 
-def _compile(expression: str) -> Selector:
+def compile_expression(expression: str) -> Selector:
+    """Compile any expression of Kubernetes' DRA CEL environment (not cached, result of any
+    type): for tools and tests of the library functions."""
+    with _LOCK:
+        return _compile(expression, require_bool=False)
+
+
+def _compile(expression: str, require_bool: bool) -> Selector:
     if not _ALL_FUNCTIONS:
         _ALL_FUNCTIONS.update(_stdlib_functions())
         _ALL_FUNCTIONS.update(FUNCTIONS)
@@ -468,8 +564,10 @@ def _compile(expression: str) -> Selector:
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # the library panics (PanicException) on some inputs
-        raise CelCompileError(f"compilation failed: {_clean(str(exc))}") from None
+        raise CelCompileError(f"Syntax error: {_clean(str(exc))}") from None
     _check_references(expression, rewritten, program)
+    if not (set(program.variables()) - {m.group(2) for m in _MACROS.finditer(rewritten)}):
+        _check_constant(expression, program, require_bool)
     tokens = _TOKENS.findall(expression)
     names = frozenset(_unquote(t) if t[0] in "\"'" else t for t in tokens)
     domains = frozenset(_unquote(m) for m in _DOMAIN_INDEX.findall(expression))
@@ -477,6 +575,24 @@ def _compile(expression: str) -> Selector:
         _computed_index(expression)
     )
     return Selector(expression, program, names, domains, dynamic)
+
+
+def _check_constant(expression: str, program: Any, require_bool: bool) -> None:
+    """An expression that reads no variable has one value: evaluate it now, so that what
+    cel-go's type checker refuses at compile time (a function applied to the wrong types, a
+    selector that is not a bool) is refused at compile time here too."""
+    variables: dict[str, Any] = dict(_ALL_FUNCTIONS)
+    try:
+        result = program.execute(variables)
+    except Exception as exc:  # runtime errors stay runtime errors, as in cel-go ...
+        text = _clean(str(exc))
+        if "no matching overload" in text:  # ... but a type error is found by the checker
+            raise CelCompileError(f"ERROR: <input>:1:1: {text}") from None
+        return
+    if require_bool and not isinstance(result, bool):
+        raise CelCompileError(
+            f"must evaluate to bool or the unknown type, not {_type_name(result)}"
+        )
 
 
 def _check_references(expression: str, rewritten: str, program: Any) -> None:
