@@ -103,7 +103,7 @@ def test_kubernetes_cel_semantics(expr: str, want: bool) -> None:
             "device.attributes['gpu.nvidia.com'].driverVersion.isGreaterThan(quantity('1'))",
             "no such overload",
         ),
-        ("semver('1.2') == semver('1.2.0')", "invalid semantic version"),
+        ("semver('1.2') == semver('1.2.0')", "No Major.Minor.Patch elements found"),
         ("quantity('12 apples').sign() == 1", "quantities must match"),
         ("device.attributes['gpu.nvidia.com'].index", "could not be converted to bool"),
     ],
@@ -120,7 +120,7 @@ def test_missing_key_error_has_kubernetes_hint() -> None:
 
 
 def test_compile_error_and_cache() -> None:
-    with pytest.raises(CelCompileError, match="compilation failed"):
+    with pytest.raises(CelCompileError, match="Syntax error"):
         compile_selector("device.driver ==")
     a = compile_selector("device.driver == 'x'")
     assert compile_selector("device.driver == 'x'") is a  # compiled once

@@ -564,7 +564,10 @@ def _compile(expression: str, require_bool: bool) -> Selector:
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # the library panics (PanicException) on some inputs
-        raise CelCompileError(f"Syntax error: {_clean(str(exc))}") from None
+        text = re.sub(r"^Failed to parse expression '.*?': ", "", _clean(str(exc)), flags=re.S)
+        if "Syntax error" not in text:
+            text = f"Syntax error: {text}"
+        raise CelCompileError(text) from None
     _check_references(expression, rewritten, program)
     if not (set(program.variables()) - {m.group(2) for m in _MACROS.finditer(rewritten)}):
         _check_constant(expression, program, require_bool)
