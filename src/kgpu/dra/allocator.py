@@ -42,7 +42,7 @@ from kgpu.dra.requests import (
 )
 from kgpu.dra.results import configs, device_results, node_selector, prioritized_list_score
 from kgpu.dra.search import Search
-from kgpu.dra.state import AllocatedState, allocated_devices
+from kgpu.dra.state import AllocatedState, allocated_devices, result_id, results_of
 from kgpu.dra.taints import apply_taint_rules
 
 Obj = dict[str, Any]
@@ -117,26 +117,23 @@ class Allocator:
         """Account for a claim whose allocation changed (None: it did not exist); returns
         the device ids whose availability changed."""
         consumable = self.features.consumable_capacity
-        changed: set[DeviceID] = set()
+        state = self.state
+        ids = {result_id(r) for c in (before, after) if c for r in results_of(c)}
+        was = {i: (i in state.dedicated, dict(state.capacity.get(i) or {})) for i in ids}
         if before:
-            changed |= self._walk(before, consumable, -1)
+            state.remove(before, consumable)
         if after:
-            changed |= self._walk(after, consumable, +1)
+            state.add(after, consumable)
+        changed = {i for i in ids if was[i] != (i in state.dedicated, state.capacity.get(i) or {})}
+        for dev_id in changed:
+            if dev_id in self.index.by_id and was[dev_id][0] != (dev_id in state.dedicated):
+                key = (dev_id[0], dev_id[1])
+                self._pool_used[key] = self._pool_used.get(key, 0) + (
+                    1 if dev_id in state.dedicated else -1
+                )
         if changed:
             self._counters.clear()
         return changed
-
-    def _walk(self, claim: Obj, consumable: bool, sign: int) -> set[DeviceID]:
-        had = set(self.state.dedicated)
-        touched = (self.state.add if sign > 0 else self.state.remove)(claim, consumable)
-        for dev_id in touched:
-            if dev_id not in self.index.by_id:
-                continue
-            now_in = dev_id in self.state.dedicated
-            if now_in != (dev_id in had):
-                key = (dev_id[0], dev_id[1])
-                self._pool_used[key] = self._pool_used.get(key, 0) + (1 if now_in else -1)
-        return touched
 
     def free_devices(self, node: Any) -> int:
         """Devices the node can reach that no claim holds exclusively (a bin-packing score)."""

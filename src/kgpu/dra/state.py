@@ -21,12 +21,13 @@ Obj = dict[str, Any]
 DeviceID = tuple[str, str, str]
 
 
-def _results(claim: Mapping[str, Any]) -> list[Obj]:
+def results_of(claim: Mapping[str, Any]) -> list[Obj]:
+    """The device results of a claim's allocation (empty when not allocated)."""
     allocation = (claim.get("status") or {}).get("allocation") or {}
     return list((allocation.get("devices") or {}).get("results") or [])
 
 
-def _id(res: Mapping[str, Any]) -> DeviceID:
+def result_id(res: Mapping[str, Any]) -> DeviceID:
     return (str(res.get("driver")), str(res.get("pool")), str(res.get("device")))
 
 
@@ -39,10 +40,10 @@ def allocated_devices(claims: Iterable[Obj]) -> set[DeviceID]:
     """Devices held exclusively by allocated claims (admin access and shares excluded)."""
     out: set[DeviceID] = set()
     for claim in claims:
-        for res in _results(claim):
+        for res in results_of(claim):
             if res.get("adminAccess") or res.get("shareID"):
                 continue
-            out.add(_id(res))
+            out.add(result_id(res))
     return out
 
 
@@ -64,10 +65,10 @@ class AllocatedState:
         self, claim: Mapping[str, Any], consumable_capacity: bool, sign: int
     ) -> set[DeviceID]:
         changed: set[DeviceID] = set()
-        for res in _results(claim):
+        for res in results_of(claim):
             if res.get("adminAccess"):
                 continue
-            dev = _id(res)
+            dev = result_id(res)
             if consumable_capacity and res.get("shareID"):
                 used = self.capacity.setdefault(dev, {})
                 for name, value in (res.get("consumedCapacity") or {}).items():

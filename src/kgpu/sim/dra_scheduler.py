@@ -32,12 +32,12 @@ from typing import Any
 
 from kgpu.dra.allocator import (
     CANNOT_ALLOCATE,
+    AllocatedState,
     AllocationError,
     Allocator,
     DeviceID,
     NodeRef,
     SliceIndex,
-    allocated_devices,
     node_selector_matches,
 )
 from kgpu.sim.plugins import NodeInfo
@@ -125,7 +125,7 @@ class DraSchedulerPlugin:
             self._allocator = None
         rev = self._rev(store, "ResourceClaim")
         if self._allocator is None or rev != self._claims_rev or rev == -2:
-            in_use = allocated_devices(store.list(API, "ResourceClaim"))
+            in_use = AllocatedState.of(store.list(API, "ResourceClaim"))
             self._allocator = Allocator(self._classes, self._index, in_use)
             self._claims_rev = rev
             self._epoch += 1
@@ -137,9 +137,7 @@ class DraSchedulerPlugin:
         alloc = self._allocator
         if alloc is None:
             return 0
-        in_use = alloc.allocated
-        ref = NodeRef.of(node) if alloc.index.shared else NodeRef(node.name)
-        return sum(1 for d in alloc.index.usable_devices(ref) if d.id not in in_use)
+        return alloc.free_devices(NodeRef.of(node) if alloc.index.shared else NodeRef(node.name))
 
     def _touch(self, devices: set[DeviceID]) -> None:
         """Devices changed hands: feasibility cached for their nodes is stale."""
@@ -152,16 +150,13 @@ class DraSchedulerPlugin:
             for n in nodes:
                 self._node_ver[n] = self._node_ver.get(n, 0) + 1
 
-    def _write_claim(self, store: ObjectStore, claim: Obj, old: set[DeviceID]) -> Obj:
-        """Update a claim (``old``: the devices it held before) and keep the devices-in-use
-        set in step without re-listing."""
+    def _write_claim(self, store: ObjectStore, claim: Obj, old: Obj) -> Obj:
+        """Update a claim (``old``: its allocation before, see :func:`_held`) and keep the
+        allocator's devices in use in step without re-listing."""
         alloc = self._refresh(store)
         _meta(claim).pop("resourceVersion", None)
         written = store.update(claim)
-        new = allocated_devices([written])
-        alloc.allocated -= old - new
-        alloc.allocated |= new
-        self._touch(old ^ new)
+        self._touch(alloc.claim_changed(old, written))
         self._claims_rev = self._rev(store, "ResourceClaim")
         return written
 
@@ -376,7 +371,7 @@ class DraSchedulerPlugin:
         state.reserved = []
         for claim in state.claims:
             current = store.get(API, "ResourceClaim", _name(claim), namespace_of(claim))
-            before = allocated_devices([current])
+            before = _held(current)
             status = current.setdefault("status", {})
             allocated_here = False
             if not status.get("allocation"):
@@ -400,7 +395,7 @@ class DraSchedulerPlugin:
                 current = store.get(API, "ResourceClaim", name, namespace_of(pod))
             except NotFound:
                 continue
-            before = allocated_devices([current])
+            before = _held(current)
             _drop_consumer(current, me["uid"], deallocate=allocated_here)
             self._write_claim(store, current, before)
         state.reserved = []
@@ -434,19 +429,23 @@ class DraSchedulerPlugin:
                 current = store.get(API, "ResourceClaim", str(name), namespace_of(pod))
             except NotFound:
                 continue
-            before = allocated_devices([current])
+            before = _held(current)
             unused = _drop_consumer(current, me["uid"], deallocate=True)
             if not current["status"]:
                 del current["status"]
             if name in generated and unused:
                 alloc = self._refresh(store)
-                alloc.allocated -= before
-                self._touch(before)
+                self._touch(alloc.claim_changed(before, None))
                 with contextlib.suppress(NotFound):
                     store.delete(API, "ResourceClaim", str(name), namespace_of(pod))
                 self._claims_rev = self._rev(store, "ResourceClaim")
                 continue
             self._write_claim(store, current, before)
+
+
+def _held(claim: Obj) -> Obj:
+    """What a claim holds, kept before it is changed: the allocator is told the difference."""
+    return {"status": {"allocation": (claim.get("status") or {}).get("allocation")}}
 
 
 def _drop_consumer(claim: Obj, uid: str, *, deallocate: bool) -> bool:
