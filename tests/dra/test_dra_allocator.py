@@ -743,6 +743,7 @@ def test_identical_devices_share_one_cel_evaluation(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(cel.Selector, "evaluate", counting)
     monkeypatch.setattr(cel, "_RESULTS", {})
+    monkeypatch.setattr(cel, "_RAW_RESULTS", {})
     nodes = [f"n{i}" for i in range(50)]
     slices = [s for n in nodes for s in resource_slices(load_machine("gb200", hostname=n), n)]
     alloc = Allocator({c["metadata"]["name"]: c for c in CLASSES}, SliceIndex(slices))

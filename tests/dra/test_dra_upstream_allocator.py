@@ -236,16 +236,14 @@ def _canon_selector(sel: Mapping[str, Any] | None) -> Any:
     if sel is None:
         return None
     return sorted(
-
-            tuple(
-                sorted(
-                    (part, r["key"], r["operator"], tuple(sorted(r.get("values") or [])))
-                    for part in ("matchExpressions", "matchFields")
-                    for r in term.get(part) or []
-                )
+        tuple(
+            sorted(
+                (part, r["key"], r["operator"], tuple(sorted(r.get("values") or [])))
+                for part in ("matchExpressions", "matchFields")
+                for r in term.get(part) or []
             )
-            for term in sel.get("nodeSelectorTerms") or []
-
+        )
+        for term in sel.get("nodeSelectorTerms") or []
     )
 
 
@@ -331,4 +329,3 @@ def test_upstream_allocator_case(case: dict[str, Any]) -> None:
 def test_every_case_has_a_unique_name() -> None:
     names = [p.values[0]["name"] for p in _cases()]
     assert len(names) == len(set(names)) and len(names) > 180
-

@@ -446,9 +446,9 @@ class Selector:
         return hit
 
     def signature(self, device: Mapping[str, Any]) -> Any:
-        """A hashable key such that two devices with equal keys get the same result from this
-        expression: the driver plus the attributes and capacities whose names it mentions (all
-        of them if it iterates over maps)."""
+        """A hashable key such that two device views with equal keys get the same result from
+        this expression: the driver plus the attributes and capacities whose names it mentions
+        and the domains it mentions that are present (everything if it iterates over maps)."""
         if self.dynamic:
             return device["_signature"]
         names = self.names
@@ -458,9 +458,56 @@ class Selector:
         for section in ("attributes", "capacity"):
             for domain, values in sorted(device[section].items()):
                 picked = tuple(sorted((k, _hashable(v)) for k, v in values.items() if k in names))
-                if picked:
+                if picked or domain in names:
                     parts.append((section, domain, picked))
         return tuple(parts)
+
+    def raw_signature(self, driver: str, raw: Mapping[str, Any]) -> Any:
+        """Like :meth:`signature`, from a v1 Device as published (no view built): None when
+        the expression iterates over maps. Attribute order is kept, so two identical devices
+        listed in a different order only miss the cache."""
+        if self.dynamic:
+            return None
+        names = self.names
+        parts: list[Any] = [driver, bool(raw.get("allowMultipleAllocations"))]
+        domains: set[str] = set()
+        for section in ("attributes", "capacity"):
+            values = raw.get(section)
+            if not values:
+                parts.append(None)
+                continue
+            picked = []
+            for qualified, value in values.items():
+                domain, sep, ident = qualified.partition("/")
+                if not sep:
+                    domain, ident = driver, qualified
+                if domain in names:
+                    domains.add(domain)
+                if ident in names:
+                    picked.append((qualified, _hashable(value)))
+            parts.append(tuple(picked))
+        parts.append(tuple(sorted(domains)))
+        return tuple(parts)
+
+    def evaluate_raw(self, driver: str, raw: Mapping[str, Any], view: Callable[[], Any]) -> bool:
+        """:meth:`evaluate_cached` for a published device; ``view`` builds its CEL view, only
+        when no device with the same :meth:`raw_signature` was evaluated before."""
+        sig = self.raw_signature(driver, raw)
+        if sig is None:
+            return self.evaluate_cached(view())
+        key = (self.expression, sig)
+        hit = _RAW_RESULTS.get(key)
+        if hit is None:
+            try:
+                hit = self.evaluate(view())
+            except CelRuntimeError as exc:
+                hit = str(exc)
+            if len(_RAW_RESULTS) > 1_000_000:
+                _RAW_RESULTS.clear()
+            _RAW_RESULTS[key] = hit
+        if isinstance(hit, str):
+            raise CelRuntimeError(hit)
+        return hit
 
 
 def _type_name(value: Any) -> str:
@@ -501,6 +548,7 @@ def _hashable(v: Any) -> Any:
 _ALL_FUNCTIONS: dict[str, Callable[..., Any]] = {}
 _CACHE: dict[str, Selector | CelCompileError] = {}
 _RESULTS: dict[tuple[str, Any], bool | str] = {}
+_RAW_RESULTS: dict[tuple[str, Any], bool | str] = {}
 _LOCK = threading.Lock()
 
 #: resourceapi.CELSelectorExpressionMaxLength: the API server refuses longer selectors

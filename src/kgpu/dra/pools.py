@@ -93,6 +93,9 @@ class Device:
             self._view = device_view(self.id[0], self.raw)
         return self._view
 
+    def view_of(self) -> Obj:
+        return self.view
+
     @property
     def capacities(self) -> dict[Key, Capacity]:
         if self._caps is None:

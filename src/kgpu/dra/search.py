@@ -68,7 +68,7 @@ def selectable(req: Request, dev: Device) -> Any:
     for source, selectors in (("class", req.class_selectors()), ("claim", req.selectors())):
         for i, sel in enumerate(selectors):
             try:
-                hit = sel.evaluate_cached(dev.view)
+                hit = sel.evaluate_raw(dev.id[0], dev.raw, dev.view_of)
             except CelRuntimeError as exc:
                 result = (source, i, str(exc))
                 break

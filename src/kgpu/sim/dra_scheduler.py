@@ -80,6 +80,7 @@ class _PodState:
     # node -> allocations; None when only feasibility is known (from the cache)
     found: dict[str, list[Obj] | None] = field(default_factory=dict)
     reserved: list[tuple[str, bool]] = field(default_factory=list)  # (claim name, allocated here)
+    rev: int = -2  # the store's ResourceClaim revision when ``claims`` were read
 
 
 class DraSchedulerPlugin:
@@ -95,13 +96,13 @@ class DraSchedulerPlugin:
         self._claims_rev = -1
         self._allocator: Allocator | None = None
         self._pods: dict[tuple[str, str], _PodState] = {}
-        # Feasibility per (node, claim shape), valid while nothing on the node changed: a node
-        # version bumps when a device of one of its pools is allocated or freed.
-        self._epoch = 0
-        self._node_ver: dict[str, int] = {}
-        self._shared_ver = 0
-        self._feasible: dict[tuple[Any, ...], tuple[tuple[int, int, int], str | None]] = {}
-        self._last: tuple[Obj, _PodState] | None = None
+        # Filter's answer per claim shape and node ("" = feasible), dropped for a node when a
+        # device it can reach is allocated or freed, and for all nodes when the view is rebuilt.
+        self._verdicts: dict[str, dict[Any, str]] = {}
+        self._free: dict[str, int] = {}  # free devices per node, dropped the same way
+        # the pod Filter saw last, its state, and its verdicts when Filter may answer from
+        # them without looking at the node's labels
+        self._last: tuple[Obj, _PodState, dict[Any, str] | None] | None = None
         self._generated: dict[tuple[str, ...], str] = {}  # (ns, pod, uid, pod claim) -> claim
 
     # -- cached cluster view ---------------------------------------------------------------
@@ -128,27 +129,51 @@ class DraSchedulerPlugin:
             in_use = AllocatedState.of(store.list(API, "ResourceClaim"))
             self._allocator = Allocator(self._classes, self._index, in_use)
             self._claims_rev = rev
-            self._epoch += 1
-            self._feasible.clear()
+            self._forget()
         return self._allocator
+
+    def sync(self, store: ObjectStore) -> None:
+        """Read slices, classes and claims now (kube-scheduler's informers sync before its
+        first scheduling cycle); otherwise the first PreFilter does it."""
+        self._refresh(store)
+
+    def _forget(self) -> None:
+        """Every cached verdict and free count is stale."""
+        self._verdicts = {}
+        self._free = {}
+        self._last = None
 
     def free_devices(self, node: NodeInfo | NodeRef) -> int:
         """Devices the node can reach that no claim holds (for a bin-packing score)."""
+        free = self._free.get(node.name)
+        if free is not None:
+            return free
         alloc = self._allocator
         if alloc is None:
             return 0
-        return alloc.free_devices(NodeRef.of(node) if alloc.index.shared else NodeRef(node.name))
+        if alloc.index.label_dependent:
+            return alloc.free_devices(NodeRef.of(node))
+        free = self._free[node.name] = alloc.free_devices(NodeRef(node.name))
+        return free
 
     def _touch(self, devices: set[DeviceID]) -> None:
-        """Devices changed hands: feasibility cached for their nodes is stale."""
+        """Devices changed hands: verdicts and free counts of the nodes reaching them are
+        stale."""
         index = self._index
+        if not devices:
+            return
+        if index is None or index.label_dependent:
+            self._forget()
+            return
         for driver, pool, _ in devices:
-            nodes = index.pool_nodes.get((driver, pool)) if index else None
-            if not nodes:
-                self._shared_ver += 1
-                continue
+            nodes = index.pool_nodes.get((driver, pool))
+            if not nodes:  # a pool reaching nodes by label or all nodes
+                self._forget()
+                return
             for n in nodes:
-                self._node_ver[n] = self._node_ver.get(n, 0) + 1
+                self._free.pop(n, None)
+                for verdicts in self._verdicts.values():
+                    verdicts.pop(n, None)
 
     def _write_claim(self, store: ObjectStore, claim: Obj, old: Obj) -> Obj:
         """Update a claim (``old``: its allocation before, see :func:`_held`) and keep the
@@ -277,7 +302,9 @@ class DraSchedulerPlugin:
             for c in claims
             if (sel := ((c.get("status") or {}).get("allocation") or {}).get("nodeSelector"))
         ]
-        return _PodState(claims, to_allocate, shape, selectors)
+        return _PodState(
+            claims, to_allocate, shape, selectors, rev=self._rev(store, "ResourceClaim")
+        )
 
     # -- SchedulerPlugin -------------------------------------------------------------------
     def prefilter(self, pod: Obj, store: ObjectStore) -> str | None:
@@ -295,6 +322,11 @@ class DraSchedulerPlugin:
     def filter(self, pod: Obj, node: NodeInfo, store: ObjectStore) -> str | None:
         last = self._last
         if last is not None and last[0] is pod:  # the same pod against the next node
+            fast = last[2]
+            if fast is not None:
+                hit = fast.get(node.name)
+                if hit is not None:
+                    return hit or None
             state = last[1]
         else:
             if not (pod.get("spec") or {}).get("resourceClaims"):
@@ -308,31 +340,32 @@ class DraSchedulerPlugin:
                 if known is None:
                     return None
             state = known
-            self._last = (pod, state)
         alloc = self._allocator or self._refresh(store)
-        # labels only matter when some slice is shared between nodes (or a claim is allocated)
+        label_dependent = alloc.index.label_dependent
+        verdicts = self._verdicts.setdefault(state.shape, {}) if state.to_allocate else None
+        if len(self._verdicts) > 10_000:  # many distinct claim specs: start over
+            self._forget()
+            verdicts = self._verdicts.setdefault(state.shape, {}) if state.to_allocate else None
+        self._last = (pod, state, None if state.selectors or label_dependent else verdicts)
         labels: tuple[tuple[str, str], ...] = ()
-        if alloc.index.shared or state.selectors:
+        if label_dependent or state.selectors:
             labels = tuple(sorted(dict(node.labels).items()))
             ref = NodeRef(node.name, labels)
             for selector in state.selectors:
                 if not node_selector_matches(selector, ref):
                     return NOT_AVAILABLE
-        if not state.to_allocate:
+        if verdicts is None:
             state.found[node.name] = []
             return None
-        version = (self._epoch, self._node_ver.get(node.name, 0), self._shared_ver)
-        key = (node.name, labels, state.shape)
-        hit = self._feasible.get(key)
-        if hit is not None and hit[0] == version:
-            if hit[1] is None:
+        key: Any = (node.name, labels) if label_dependent else node.name
+        hit = verdicts.get(key)
+        if hit is not None:
+            if not hit:
                 state.found[node.name] = None
-            return hit[1]
+            return hit or None
         reason = self._allocate(alloc, NodeRef(node.name, labels), state)
         if reason is None or reason == CANNOT_ALLOCATE:  # errors name the claim: not shared
-            if len(self._feasible) > 1_000_000:
-                self._feasible.clear()
-            self._feasible[key] = (version, reason)
+            verdicts[key] = reason or ""
         return reason
 
     @staticmethod
@@ -370,16 +403,19 @@ class DraSchedulerPlugin:
         me = consumer_ref(pod)
         state.reserved = []
         for claim in state.claims:
-            current = store.get(API, "ResourceClaim", _name(claim), namespace_of(claim))
+            if state.rev == -2 or state.rev != self._rev(store, "ResourceClaim"):
+                current = store.get(API, "ResourceClaim", _name(claim), namespace_of(claim))
+            else:  # no claim was written since PreFilter read this one
+                current = {**claim, "metadata": dict(_meta(claim))}
             before = _held(current)
-            status = current.setdefault("status", {})
+            status = current["status"] = dict(current.get("status") or {})
             allocated_here = False
             if not status.get("allocation"):
                 if _name(claim) not in results:
                     raise RuntimeError(CANNOT_ALLOCATE)
                 status["allocation"] = results[_name(claim)]
                 allocated_here = True
-            reserved = status.setdefault("reservedFor", [])
+            reserved = status["reservedFor"] = list(status.get("reservedFor") or [])
             if not any(r.get("uid") == me["uid"] for r in reserved):
                 reserved.append(me)
             self._write_claim(store, current, before)
