@@ -47,6 +47,8 @@ Obj = dict[str, Any]
 API = "resource.k8s.io/v1"
 POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 NOT_AVAILABLE = "resourceclaim not available on the node"
+#: Filter's cached answer: why the node does not fit, or the allocation results when it does
+Verdict = str | list[Obj]
 
 
 def _meta(obj: Obj) -> Obj:
@@ -96,13 +98,14 @@ class DraSchedulerPlugin:
         self._claims_rev = -1
         self._allocator: Allocator | None = None
         self._pods: dict[tuple[str, str], _PodState] = {}
-        # Filter's answer per claim shape and node ("" = feasible), dropped for a node when a
+        # Filter's answer per claim shape and node: why not, or the allocation results when the
+        # node fits (kept for Reserve; [] when they name the claim), dropped for a node when a
         # device it can reach is allocated or freed, and for all nodes when the view is rebuilt.
-        self._verdicts: dict[str, dict[Any, str]] = {}
+        self._verdicts: dict[str, dict[Any, Verdict]] = {}
         self._free: dict[str, int] = {}  # free devices per node, dropped the same way
         # the pod Filter saw last, its state, and its verdicts when Filter may answer from
         # them without looking at the node's labels
-        self._last: tuple[Obj, _PodState, dict[Any, str] | None] | None = None
+        self._last: tuple[Obj, _PodState, dict[Any, Verdict] | None] | None = None
         self._generated: dict[tuple[str, ...], str] = {}  # (ns, pod, uid, pod claim) -> claim
 
     # -- cached cluster view ---------------------------------------------------------------
@@ -326,7 +329,7 @@ class DraSchedulerPlugin:
             if fast is not None:
                 hit = fast.get(node.name)
                 if hit is not None:
-                    return hit or None
+                    return hit if hit.__class__ is str else None
             state = last[1]
         else:
             if not (pod.get("spec") or {}).get("resourceClaims"):
@@ -360,13 +363,24 @@ class DraSchedulerPlugin:
         key: Any = (node.name, labels) if label_dependent else node.name
         hit = verdicts.get(key)
         if hit is not None:
-            if not hit:
-                state.found[node.name] = None
-            return hit or None
+            return hit if isinstance(hit, str) else None
         reason = self._allocate(alloc, NodeRef(node.name, labels), state)
-        if reason is None or reason == CANNOT_ALLOCATE:  # errors name the claim: not shared
-            verdicts[key] = reason or ""
+        if reason == CANNOT_ALLOCATE:  # other errors name the claim: not shared
+            verdicts[key] = reason
+        elif reason is None:
+            found = state.found[node.name] or []
+            shared = not any("shareID" in r for a in found for r in a["devices"]["results"])
+            verdicts[key] = found if shared else []
         return reason
+
+    def _kept(self, alloc: Allocator, state: _PodState, node: NodeInfo) -> list[Obj] | None:
+        """Allocation results Filter kept for this claim shape on this node, if any."""
+        if not state.to_allocate:
+            return None
+        labels = tuple(sorted(dict(node.labels).items()))
+        key: Any = (node.name, labels) if alloc.index.label_dependent else node.name
+        hit = self._verdicts.get(state.shape, {}).get(key)
+        return hit if isinstance(hit, list) and hit else None
 
     @staticmethod
     def _allocate(alloc: Allocator, ref: NodeRef, state: _PodState) -> str | None:
@@ -394,6 +408,8 @@ class DraSchedulerPlugin:
             if reason:
                 raise RuntimeError(reason)
         found = state.found.get(node.name)
+        if found is None and state.to_allocate:
+            found = self._kept(self._refresh(store), state, node)
         if found is None and state.to_allocate:
             reason = self._allocate(self._refresh(store), NodeRef.of(node), state)
             if reason:
