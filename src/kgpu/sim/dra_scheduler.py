@@ -30,12 +30,12 @@ from typing import Any
 
 from kgpu.dra.allocator import (
     CANNOT_ALLOCATE,
+    AllocatedState,
     AllocationError,
     Allocator,
     DeviceID,
     NodeRef,
     SliceIndex,
-    allocated_devices,
 )
 from kgpu.dra.api import RESOURCE_API
 from kgpu.node.selectors import node_selector_matches
@@ -45,6 +45,8 @@ from kgpu.store import AlreadyExists, NotFound, ObjectStore, namespace_of
 
 Obj = dict[str, Any]
 NOT_AVAILABLE = "resourceclaim not available on the node"
+#: Filter's cached answer: why the node does not fit, or the allocation results when it does
+Verdict = str | list[Obj]
 
 
 def _meta(obj: Obj) -> Obj:
@@ -78,6 +80,7 @@ class _PodState:
     # node -> allocations; None when only feasibility is known (from the cache)
     found: dict[str, list[Obj] | None] = field(default_factory=dict)
     reserved: list[tuple[str, bool]] = field(default_factory=list)  # (claim name, allocated here)
+    rev: int = -2  # the store's ResourceClaim revision when ``claims`` were read
 
 
 class DraSchedulerPlugin:
@@ -93,13 +96,14 @@ class DraSchedulerPlugin:
         self._claims_rev = -1
         self._allocator: Allocator | None = None
         self._pods: dict[tuple[str, str], _PodState] = {}
-        # Feasibility per (node, claim shape), valid while nothing on the node changed: a node
-        # version bumps when a device of one of its pools is allocated or freed.
-        self._epoch = 0
-        self._node_ver: dict[str, int] = {}
-        self._shared_ver = 0
-        self._feasible: dict[tuple[Any, ...], tuple[tuple[int, int, int], str | None]] = {}
-        self._last: tuple[Obj, _PodState] | None = None
+        # Filter's answer per claim shape and node: why not, or the allocation results when the
+        # node fits (kept for Reserve; [] when they name the claim), dropped for a node when a
+        # device it can reach is allocated or freed, and for all nodes when the view is rebuilt.
+        self._verdicts: dict[str, dict[Any, Verdict]] = {}
+        self._free: dict[str, int] = {}  # free devices per node, dropped the same way
+        # the pod Filter saw last, its state, and its verdicts when Filter may answer from
+        # them without looking at the node's labels
+        self._last: tuple[Obj, _PodState, dict[Any, Verdict] | None] | None = None
 
     # -- cached cluster view ---------------------------------------------------------------
     @staticmethod
@@ -122,43 +126,62 @@ class DraSchedulerPlugin:
             self._allocator = None
         rev = self._rev(store, "ResourceClaim")
         if self._allocator is None or rev != self._claims_rev or rev == -2:
-            in_use = allocated_devices(store.list(RESOURCE_API, "ResourceClaim"))
+            in_use = AllocatedState.of(store.list(RESOURCE_API, "ResourceClaim"))
             self._allocator = Allocator(self._classes, self._index, in_use)
             self._claims_rev = rev
-            self._epoch += 1
-            self._feasible.clear()
+            self._forget()
         return self._allocator
+
+    def sync(self, store: ObjectStore) -> None:
+        """Read slices, classes and claims now (kube-scheduler's informers sync before its
+        first scheduling cycle); otherwise the first PreFilter does it."""
+        self._refresh(store)
+
+    def _forget(self) -> None:
+        """Every cached verdict and free count is stale."""
+        self._verdicts = {}
+        self._free = {}
+        self._last = None
 
     def free_devices(self, node: NodeInfo | NodeRef) -> int:
         """Devices the node can reach that no claim holds (for a bin-packing score)."""
+        free = self._free.get(node.name)
+        if free is not None:
+            return free
         alloc = self._allocator
         if alloc is None:
             return 0
-        in_use = alloc.allocated
-        ref = NodeRef.of(node) if alloc.index.shared else NodeRef(node.name)
-        return sum(1 for d in alloc.index.usable_devices(ref) if d.id not in in_use)
+        if alloc.index.label_dependent:
+            return alloc.free_devices(NodeRef.of(node))
+        free = self._free[node.name] = alloc.free_devices(NodeRef(node.name))
+        return free
 
     def _touch(self, devices: set[DeviceID]) -> None:
-        """Devices changed hands: feasibility cached for their nodes is stale."""
+        """Devices changed hands: verdicts and free counts of the nodes reaching them are
+        stale."""
         index = self._index
+        if not devices:
+            return
+        if index is None or index.label_dependent:
+            self._forget()
+            return
         for driver, pool, _ in devices:
-            nodes = index.pool_nodes.get((driver, pool)) if index else None
-            if not nodes:
-                self._shared_ver += 1
-                continue
+            nodes = index.pool_nodes.get((driver, pool))
+            if not nodes:  # a pool reaching nodes by label or all nodes
+                self._forget()
+                return
             for n in nodes:
-                self._node_ver[n] = self._node_ver.get(n, 0) + 1
+                self._free.pop(n, None)
+                for verdicts in self._verdicts.values():
+                    verdicts.pop(n, None)
 
-    def _write_claim(self, store: ObjectStore, claim: Obj, old: set[DeviceID]) -> Obj:
-        """Update a claim (``old``: the devices it held before) and keep the devices-in-use
-        set in step without re-listing."""
+    def _write_claim(self, store: ObjectStore, claim: Obj, old: Obj) -> Obj:
+        """Update a claim (``old``: its allocation before, see :func:`_held`) and keep the
+        allocator's devices in use in step without re-listing."""
         alloc = self._refresh(store)
         _meta(claim).pop("resourceVersion", None)
         written = store.update(claim)
-        new = allocated_devices([written])
-        alloc.allocated -= old - new
-        alloc.allocated |= new
-        self._touch(old ^ new)
+        self._touch(alloc.claim_changed(old, written))
         self._claims_rev = self._rev(store, "ResourceClaim")
         return written
 
@@ -212,7 +235,9 @@ class DraSchedulerPlugin:
             for c in claims
             if (sel := ((c.get("status") or {}).get("allocation") or {}).get("nodeSelector"))
         ]
-        return _PodState(claims, to_allocate, shape, selectors)
+        return _PodState(
+            claims, to_allocate, shape, selectors, rev=self._rev(store, "ResourceClaim")
+        )
 
     # -- SchedulerPlugin -------------------------------------------------------------------
     def prefilter(self, pod: Obj, store: ObjectStore) -> str | None:
@@ -230,6 +255,11 @@ class DraSchedulerPlugin:
     def filter(self, pod: Obj, node: NodeInfo, store: ObjectStore) -> str | None:
         last = self._last
         if last is not None and last[0] is pod:  # the same pod against the next node
+            fast = last[2]
+            if fast is not None:
+                hit = fast.get(node.name)
+                if hit is not None:
+                    return hit if hit.__class__ is str else None
             state = last[1]
         else:
             if not (pod.get("spec") or {}).get("resourceClaims"):
@@ -243,31 +273,43 @@ class DraSchedulerPlugin:
                 if known is None:
                     return None
             state = known
-            self._last = (pod, state)
         alloc = self._allocator or self._refresh(store)
-        # labels only matter when some slice is shared between nodes (or a claim is allocated)
+        label_dependent = alloc.index.label_dependent
+        verdicts = self._verdicts.setdefault(state.shape, {}) if state.to_allocate else None
+        if len(self._verdicts) > 10_000:  # many distinct claim specs: start over
+            self._forget()
+            verdicts = self._verdicts.setdefault(state.shape, {}) if state.to_allocate else None
+        self._last = (pod, state, None if state.selectors or label_dependent else verdicts)
         labels: tuple[tuple[str, str], ...] = ()
-        if alloc.index.shared or state.selectors:
+        if label_dependent or state.selectors:
             labels = tuple(sorted(dict(node.labels).items()))
             for selector in state.selectors:
                 if not node_selector_matches(selector, node.labels, node.name):
                     return NOT_AVAILABLE
-        if not state.to_allocate:
+        if verdicts is None:
             state.found[node.name] = []
             return None
-        version = (self._epoch, self._node_ver.get(node.name, 0), self._shared_ver)
-        key = (node.name, labels, state.shape)
-        hit = self._feasible.get(key)
-        if hit is not None and hit[0] == version:
-            if hit[1] is None:
-                state.found[node.name] = None
-            return hit[1]
+        key: Any = (node.name, labels) if label_dependent else node.name
+        hit = verdicts.get(key)
+        if hit is not None:
+            return hit if isinstance(hit, str) else None
         reason = self._allocate(alloc, NodeRef(node.name, labels), state)
-        if reason is None or reason == CANNOT_ALLOCATE:  # errors name the claim: not shared
-            if len(self._feasible) > 1_000_000:
-                self._feasible.clear()
-            self._feasible[key] = (version, reason)
+        if reason == CANNOT_ALLOCATE:  # other errors name the claim: not shared
+            verdicts[key] = reason
+        elif reason is None:
+            found = state.found[node.name] or []
+            shared = not any("shareID" in r for a in found for r in a["devices"]["results"])
+            verdicts[key] = found if shared else []
         return reason
+
+    def _kept(self, alloc: Allocator, state: _PodState, node: NodeInfo) -> list[Obj] | None:
+        """Allocation results Filter kept for this claim shape on this node, if any."""
+        if not state.to_allocate:
+            return None
+        labels = tuple(sorted(dict(node.labels).items()))
+        key: Any = (node.name, labels) if alloc.index.label_dependent else node.name
+        hit = self._verdicts.get(state.shape, {}).get(key)
+        return hit if isinstance(hit, list) and hit else None
 
     @staticmethod
     def _allocate(alloc: Allocator, ref: NodeRef, state: _PodState) -> str | None:
@@ -296,6 +338,8 @@ class DraSchedulerPlugin:
                 raise RuntimeError(reason)
         found = state.found.get(node.name)
         if found is None and state.to_allocate:
+            found = self._kept(self._refresh(store), state, node)
+        if found is None and state.to_allocate:
             reason = self._allocate(self._refresh(store), NodeRef.of(node), state)
             if reason:
                 raise RuntimeError(reason)
@@ -304,16 +348,21 @@ class DraSchedulerPlugin:
         me = consumer_ref(pod)
         state.reserved = []
         for claim in state.claims:
-            current = store.get(RESOURCE_API, "ResourceClaim", _name(claim), namespace_of(claim))
-            before = allocated_devices([current])
-            status = current.setdefault("status", {})
+            if state.rev == -2 or state.rev != self._rev(store, "ResourceClaim"):
+                current = store.get(
+                    RESOURCE_API, "ResourceClaim", _name(claim), namespace_of(claim)
+                )
+            else:  # no claim was written since PreFilter read this one
+                current = {**claim, "metadata": dict(_meta(claim))}
+            before = _held(current)
+            status = current["status"] = dict(current.get("status") or {})
             allocated_here = False
             if not status.get("allocation"):
                 if _name(claim) not in results:
                     raise RuntimeError(CANNOT_ALLOCATE)
                 status["allocation"] = results[_name(claim)]
                 allocated_here = True
-            reserved = status.setdefault("reservedFor", [])
+            reserved = status["reservedFor"] = list(status.get("reservedFor") or [])
             if not any(r.get("uid") == me["uid"] for r in reserved):
                 reserved.append(me)
             self._write_claim(store, current, before)
@@ -329,7 +378,7 @@ class DraSchedulerPlugin:
                 current = store.get(RESOURCE_API, "ResourceClaim", name, namespace_of(pod))
             except NotFound:
                 continue
-            before = allocated_devices([current])
+            before = _held(current)
             _drop_consumer(current, me["uid"], deallocate=allocated_here)
             self._write_claim(store, current, before)
         state.reserved = []
@@ -348,11 +397,16 @@ class DraSchedulerPlugin:
                 current = store.get(RESOURCE_API, "ResourceClaim", name, namespace_of(pod))
             except NotFound:
                 continue
-            before = allocated_devices([current])
+            before = _held(current)
             _drop_consumer(current, me["uid"], deallocate=True)
             if not current["status"]:
                 del current["status"]
             self._write_claim(store, current, before)
+
+
+def _held(claim: Obj) -> Obj:
+    """What a claim holds, kept before it is changed: the allocator is told the difference."""
+    return {"status": {"allocation": (claim.get("status") or {}).get("allocation")}}
 
 
 def _drop_consumer(claim: Obj, uid: str, *, deallocate: bool) -> bool:
