@@ -15,7 +15,7 @@ Packed form (``-1`` is "none" wherever an index is expected)::
     {"strings": [str], "prefixes": [str], "pods": [[prefix, suffix, workload]],
      "workloads": [[name, fill]],
      "layouts": [[[index, product, memoryMiB, mode, slices,
-                   [[start, size, profile, resource, sharing, replicas], ...]], ...]],
+                   [[start, size, profile, resource, sharing, replicas], ...], note], ...]],
      "shapes": [[name, group, clique, machine, layout, [gpu uuid, ...]]],
      "states": [[shape, flags (1 Ready, 2 cordoned), pods, config, migConfig,
                  [[domain, device, pod, claim], ...],      # ComputeDomain channels
@@ -118,6 +118,7 @@ def pack(picture: Mapping[str, Any], colors: Mapping[str, str] | None = None) ->
                     ]
                     for d in c["devices"]
                 ],
+                strings(c.get("note")),
             ]
             for c in node["gpus"]
         ]

@@ -12,6 +12,7 @@ Schema of a cell::
 
     {"index": 0, "uuid": "GPU-...", "product": "NVIDIA A100-SXM4-80GB", "memoryMiB": 81920,
      "unhealthy": false, "xid": 79 (the last XID, when there was one),
+     "note": "..." (when the drawing needs a word: MIG on, but the GPU handed out whole),
      "mode": "whole" | "time-slicing" | "mps" | "mig" | "none",
      "slices": 8,            # memory slices when MIG is on (or a DRA claim made a MIG device)
      "devices": [{"uuid": "MIG-..." | null, "profile": "3g.40gb" | null, "start": 4, "size": 4,
@@ -112,7 +113,9 @@ def gpu_cells(
     for gpu in sorted(machine.gpus, key=lambda g: g.index):
         gpu_bad = gpu.uuid in unhealthy
         devices: list[Obj] = []
-        if gpu.mig_enabled:
+        # migStrategy none: the device plugin hands out a MIG-enabled GPU whole, as upstream
+        whole_anyway = gpu.mig_enabled and bool(by_backing.get(gpu.uuid))
+        if gpu.mig_enabled and not whole_anyway:
             for mig in sorted(gpu.mig_devices, key=lambda m: m.placement_start):
                 devices.append(
                     _device(
@@ -149,7 +152,7 @@ def gpu_cells(
                 if not device["slots"]:
                     device["slots"] = [held.get("pod")]
                     device["sharing"] = "none"
-        partitioned = gpu.mig_enabled or bool(dynamic)
+        partitioned = (gpu.mig_enabled and not whole_anyway) or bool(dynamic)
         if dynamic:  # the whole-GPU device stays drawn only when nothing partitions it
             devices = [d for d in devices if d["uuid"] != gpu.uuid or d.get("claim")]
         if partitioned:
@@ -170,6 +173,12 @@ def gpu_cells(
             "slices": _slices(gpu) if partitioned else 0,
             "devices": devices,
         }
+        if whole_anyway:
+            layout = ", ".join(m.profile for m in gpu.mig_devices)
+            cell["note"] = (
+                f"MIG is on ({layout}) but the device plugin advertises the whole GPU "
+                "(migStrategy none)"
+            )
         if xids and xids.get(gpu.uuid):
             cell["xid"] = xids[gpu.uuid]
         cells.append(cell)

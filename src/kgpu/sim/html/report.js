@@ -10,9 +10,9 @@
   var W, H, GAP, CAPTION;
   function size(nodes) {
     var dense = nodes > DENSE_NODES;
-    W = PLAN ? 120 : dense ? 22 : 64;
-    H = PLAN ? 60 : dense ? 18 : 38;
-    GAP = PLAN ? 10 : dense ? 3 : 6;
+    W = PLAN ? 200 : dense ? 22 : 64;
+    H = PLAN ? 64 : dense ? 18 : 38;
+    GAP = PLAN ? 12 : dense ? 3 : 6;
     CAPTION = dense ? 0 : 14;
     map.className = dense ? "dense" : "";
   }
@@ -52,7 +52,7 @@
         var dyn = st[6][i] || [0, 0, []];
         return {
           index: g[0], uuid: sh[5][i], product: str(g[1]), memoryMiB: g[2], mode: str(g[3]),
-          slices: g[4], unhealthy: dyn[0] === 1, xid: dyn[1],
+          slices: g[4], unhealthy: dyn[0] === 1, xid: dyn[1], note: str(g[6]),
           devices: g[5].map(function (d, j) {
             var dd = dyn[2][j] || 0, slots = [];
             for (var n = 0; n < d[5]; n++) slots.push(dd ? dd[2 + n] : -1);
@@ -94,7 +94,8 @@
     var head = "GPU " + c.index + " · " + c.product + " · " + Math.round(c.memoryMiB / 1024) +
       " GiB" + (c.unhealthy ? " · UNHEALTHY" : "") + (c.xid ? " · last XID " + c.xid : "") +
       "\n" + c.uuid +
-      (c.mode === "none" ? "\nnot advertised: no device plugin serves it" : "");
+      (c.mode === "none" ? "\nnot advertised: no device plugin serves it" : "") +
+      (c.note ? "\n" + c.note : "");
     out += "<title>" + esc(head) + "</title>";
     out += '<rect class="gf' + (c.mode === "none" ? " off" : "") + (c.unhealthy ? " bad" : "") +
       '" x="0.5" y="0.5" width="' + (W - 1) + '" height="' + (H - 1) + '"/>';
@@ -111,7 +112,7 @@
           (d.start + d.size - 1) + ")" + (d.claim ? ", DRA claim " + d.claim : "") +
           (d.unhealthy ? ", UNHEALTHY" : "");
         if (!d.slots.length) {
-          out += '<rect class="slot free" x="' + dx.toFixed(2) + '" y="1" width="' + dw.toFixed(2) +
+          out += '<rect class="slot off" x="' + dx.toFixed(2) + '" y="1" width="' + dw.toFixed(2) +
             '" height="' + (H - 2) + '"><title>' + esc(label + ": not advertised") + "</title></rect>";
         } else {
           out += slots(d, dx, 1, dw, H - 2, true, label);
@@ -141,7 +142,7 @@
         out += '<rect class="dra" x="2.5" y="2.5" width="' + (W - 5) + '" height="' + (H - 5) + '"/>';
       }
       caption = c.mode === "none" ? "off" : d.claim ? "DRA" :
-        MODE[c.mode] ? MODE[c.mode] + "×" + d.slots.length : "";
+        MODE[c.mode] ? MODE[c.mode] + "×" + d.slots.length : c.note ? "whole" : "";
     }
     if (c.unhealthy) {
       out += '<rect class="hatch" x="1" y="1" width="' + (W - 2) + '" height="' + (H - 2) + '"/>';
@@ -174,7 +175,13 @@
     if (n.migConfig) cfg.push("mig " + n.migConfig);
     if (cfg.length) out += '<span class="nodecfg">' + esc(cfg.join(" · ")) + "</span>";
     out += "</div>";
-    if (n.gpus.length) {
+    if (n.gpus.length && PLAN) {  // large cells, one SVG each, wrapping on narrow screens
+      out += '<div class="cells">' + n.gpus.map(function (c) {
+        return '<svg class="gpus" width="' + W + '" height="' + (H + CAPTION) + '" viewBox="0 0 ' + W +
+          " " + (H + CAPTION) + '" role="img" aria-label="' + esc("GPU " + c.index + ": " + c.product) +
+          '">' + cell(c, 0) + "</svg>";
+      }).join("") + "</div>";
+    } else if (n.gpus.length) {
       var width = n.gpus.length * (W + GAP) - GAP, height = H + CAPTION;
       var aria = n.name + ": " + n.gpus.length + " GPUs, " + busy + " in use" +
         (bad ? ", " + bad + " unhealthy" : "");
