@@ -64,6 +64,8 @@ CLIQUE_LABEL = "nvidia.com/gpu.clique"
 RESOURCE_API = "resource.k8s.io/v1"
 CD_API = "resource.nvidia.com/v1beta1"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+#: Distinct GPU-load patterns remembered at most (then forgotten at once: a bounded memo).
+UTILIZATION_KINDS = 4096
 #: Workload kinds whose ``spec.replicas`` is the desired count an HPA or KEDA changes.
 SCALED_KINDS = (("apps/v1", "Deployment"), ("apps/v1", "StatefulSet"))
 _OWNED = {"ReplicaSet": "apps/v1", "Job": "batch/v1"}
@@ -102,7 +104,7 @@ class Recorder:
         self._events_seen = 0
         self._groups = node_groups(sim)
         self._roots: dict[tuple[str, str, str], str] = {}
-        self._utilization_seen: dict[str, tuple[Any, list[float]]] = {}
+        self._utilization_seen: dict[tuple[Any, ...], list[float]] = {}
 
     # -- workloads ---------------------------------------------------------------------------
     def workload_of(self, rec: PodRecord) -> str:
@@ -296,21 +298,35 @@ class Recorder:
         allocations: Mapping[str, Mapping[str, Sequence[str]]],
     ) -> list[float]:
         """``DCGM_FI_DEV_GPU_UTIL`` of each GPU that reports it (not MIG-enabled ones), as the
-        simulated exporter (``--serve-metrics``) derives it from the pods on the node."""
+        simulated exporter (``--serve-metrics``) derives it from the pods on the node.
+
+        A GPU's utilisation follows from the SM demands of the containers on it, its product
+        and the clock alone (:mod:`kgpu.metrics.simulated`), so nodes whose GPUs carry the same
+        demands at the same moment read the same values: one telemetry read serves them all
+        (a 1,000-node cluster has a handful of such kinds, not a thousand)."""
         whole = [g for g in machine.gpus if not g.mig_enabled]
         if not allocations:
             return [0.0] * len(whole)
         objs = {key: rec.obj for key, rec in node.pods.items()}
-        workloads = tuple(workloads_from_allocations(view, allocations, objs))
-        key = (float(self.sim.now), id(machine), workloads)
-        cached = self._utilization_seen.get(node.name)
-        if cached is not None and cached[0] == key:
-            return cached[1]  # nothing changed on the node since the last step
-        source = SimulatedTelemetry(clock=lambda: float(self.sim.now), workloads=workloads)
-        values = source.read(machine).values
-        out = [float(values.get(g.uuid, {}).get(GPU_UTIL, 0.0)) for g in whole]
-        self._utilization_seen[node.name] = (key, out)
-        return out
+        workloads = workloads_from_allocations(view, allocations, objs)
+        demands: dict[str, list[tuple[float, int]]] = {}
+        for w in workloads:
+            demands.setdefault(w.device_uuid, []).append(
+                (w.sm_percent, -1 if w.sm_limit_percent is None else w.sm_limit_percent)
+            )
+        kind = (
+            float(self.sim.now),
+            tuple((g.product_name, tuple(sorted(demands.get(g.uuid, ())))) for g in whole),
+        )
+        found = self._utilization_seen.get(kind)
+        if found is None:
+            source = SimulatedTelemetry(clock=lambda: float(self.sim.now), workloads=workloads)
+            values = source.read(machine).values
+            found = [float(values.get(g.uuid, {}).get(GPU_UTIL, 0.0)) for g in whole]
+            if len(self._utilization_seen) > UTILIZATION_KINDS:
+                self._utilization_seen.clear()
+            self._utilization_seen[kind] = found
+        return found
 
     # -- the document ------------------------------------------------------------------------
     def picture(self) -> Obj:

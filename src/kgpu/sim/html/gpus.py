@@ -76,7 +76,9 @@ def _device(
     unhealthy: bool,
     profile: str | None = None,
 ) -> Obj:
-    ordered = sorted(advertised, key=lambda d: d.replica or 0)
+    ordered = (
+        advertised if len(advertised) < 2 else sorted(advertised, key=lambda d: d.replica or 0)
+    )
     return {
         "uuid": uuid,
         "profile": profile,
