@@ -6,12 +6,12 @@
   var D = JSON.parse(document.getElementById("kgpu-data").textContent);
   // one node alone (kgpu plan) is drawn larger, with whole MIG profile names; a step with
   // many nodes is drawn small, without captions (tooltips still say everything)
-  var PLAN = D.kind === "plan", DENSE_NODES = 48;
+  var PLAN = D.kind === "plan", FEW_NODES = 12, DENSE_NODES = 48;
   var W, H, GAP, CAPTION;
   function size(nodes) {
-    var dense = nodes > DENSE_NODES;
-    W = PLAN ? 200 : dense ? 22 : 64;
-    H = PLAN ? 64 : dense ? 18 : 38;
+    var dense = nodes > DENSE_NODES, few = nodes <= FEW_NODES;
+    W = PLAN ? 200 : dense ? 22 : few ? 80 : 64;
+    H = PLAN ? 64 : dense ? 18 : few ? 46 : 38;
     GAP = PLAN ? 12 : dense ? 3 : 6;
     CAPTION = dense ? 0 : 14;
     map.className = dense ? "dense" : "";
