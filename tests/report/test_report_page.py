@@ -14,7 +14,7 @@ from kgpu.cli import app
 from kgpu.sim.html import render_page
 from kgpu.sim.html.colors import PALETTE, assign, contrast, fill, fnv1a, stroke
 from kgpu.sim.html.encode import pack
-from kgpu.sim.html.plots import Line, chart, format_duration, plots_html
+from kgpu.sim.html.plots import Line, chart, format_duration, plots_html, series
 
 runner = CliRunner()
 
@@ -131,6 +131,20 @@ def test_page_for_a_run_whose_clock_moved_has_the_four_charts() -> None:
     assert page.count('<svg class="chart"') == 4
     assert 'id="no-plots"' not in page
     assert '<option value="1" selected>[1] t=5m · later</option>' in page
+
+
+def test_more_points_than_steps_merge_by_time_each_step_last_at_its_instant() -> None:
+    pic = picture(
+        frame("start", 0, [node("a", [gpu(0, [None])])]),
+        frame("advance 10m", 600, [node("a", [gpu(0, [None])])]),
+    )
+    pic["timeline"] = [{"time": 600, "title": "scan"}, {"time": 300, "title": "scan"}]
+    assert [(p["time"], p["title"]) for p in series(pic)] == [
+        (0, "start"),
+        (300, "scan"),
+        (600, "scan"),
+        (600, "advance 10m"),
+    ]
 
 
 def test_durations_read_as_kubernetes_prints_ages() -> None:

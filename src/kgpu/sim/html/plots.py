@@ -40,10 +40,11 @@ class Line:
 
 
 def series(picture: Mapping[str, Any]) -> list[Obj]:
-    """Every series point of a picture: each frame's ``stats`` and the ``timeline``, by time
-    (a stable sort keeps a step's point after the points recorded during it)."""
-    points = [f["stats"] for f in picture.get("frames", ()) if f.get("stats")]
-    points.extend(picture.get("timeline") or ())
+    """Every series point of a picture: the ``timeline`` and each frame's ``stats``, by time
+    (a stable sort keeps a step's own point after points recorded at the same instant during
+    it)."""
+    points = list(picture.get("timeline") or ())
+    points.extend(f["stats"] for f in picture.get("frames", ()) if f.get("stats"))
     return sorted((p for p in points if isinstance(p.get("time"), int | float)), key=_time)
 
 
