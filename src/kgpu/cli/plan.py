@@ -258,6 +258,14 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--dra", help="Also show the node's DRA ResourceSlices.")
         ] = False,
         output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+        report: Annotated[
+            Path | None,
+            typer.Option(
+                "--report",
+                metavar="FILE.html",
+                help="Also draw the node as `kgpu sim --report` draws nodes, in one HTML file.",
+            ),
+        ] = None,
     ) -> None:
         """What one node would advertise: resources, devices, per-GPU plan, labels, warnings."""
         from kgpu.cli.output import print_json
@@ -307,3 +315,12 @@ def register(app: typer.Typer) -> None:
             print_json(plan_json(view, slices))
         else:
             _print_tables(view, slices)
+        if report is not None:
+            from kgpu.sim.html import check_target, plan_picture, write_report
+
+            try:
+                check_target(report)
+                size = write_report(report, plan_picture(view, hostname or machine))
+            except KgpuError as exc:
+                fail(exc)
+            typer.echo(f"wrote {report} ({size / 1024:.0f} KiB)", err=True)

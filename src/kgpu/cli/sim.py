@@ -1,5 +1,6 @@
-"""``kgpu sim [SCENARIO] [-o json] [--watch] [--serve-metrics HOST:PORT]``: run a simulated
-cluster. Without a scenario it runs the built-in quickstart, which retells the seed guides."""
+"""``kgpu sim [SCENARIO] [-o json] [--watch] [--serve-metrics HOST:PORT] [--report FILE.html]``:
+run a simulated cluster. Without a scenario it runs the built-in quickstart, which retells the
+seed guides."""
 
 from __future__ import annotations
 
@@ -31,6 +32,15 @@ def register(app: typer.Typer) -> None:
                 help="After the run, serve the simulated GPUs' DCGM metrics until Ctrl-C.",
             ),
         ] = None,
+        report_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--report",
+                metavar="FILE.html",
+                help="Also write one self-contained HTML page: the cluster map after every "
+                "step and plots over the simulated clock.",
+            ),
+        ] = None,
     ) -> None:
         """Simulate a GPU cluster: apply manifests, schedule, allocate devices, report."""
         import logging
@@ -46,9 +56,17 @@ def register(app: typer.Typer) -> None:
         logging.getLogger("kgpu").setLevel(logging.ERROR)
         if output not in ("table", "json"):
             fail(f"--output {output!r}: allowed: table, json")
+        picture = None
         try:
             loaded = load_scenario(scenario if scenario is not None else quickstart_path())
-            simulation = Simulation(loaded, record_steps=watch).run()
+            simulation = Simulation(loaded, record_steps=watch)
+            if report_file is None:
+                simulation.run()
+            else:
+                from kgpu.sim.html import check_target, record_run
+
+                check_target(report_file)
+                picture = record_run(simulation)  # runs the same steps, drawing each
         except KgpuError as exc:
             fail(exc)
         try:
@@ -61,6 +79,14 @@ def register(app: typer.Typer) -> None:
                 if watch:
                     render_steps(simulation.snapshots, console)
                 render(simulation.context, console)
+            if report_file is not None and picture is not None:
+                from kgpu.sim.html import write_report
+
+                try:
+                    size = write_report(report_file, picture)
+                except KgpuError as exc:
+                    fail(exc)
+                typer.echo(f"wrote {report_file} ({size / 1024:.0f} KiB)", err=True)
             if serve_metrics:
                 try:
                     from kgpu.sim.metrics import serve_sim_metrics
