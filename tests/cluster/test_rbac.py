@@ -16,7 +16,7 @@ import pytest
 
 from kgpu.cluster.kube import KubeStore
 from kgpu.computedomain.api import API_VERSION as CD_API
-from kgpu.computedomain.api import CLIQUE_LABEL, node_label
+from kgpu.computedomain.api import CLIQUE_ID_LABEL, CLIQUE_LABEL, DOMAIN_LABEL, node_label
 from kgpu.computedomain.reconcile import reconcile
 from kgpu.dra.classes import device_classes
 from kgpu.drivers.computedomain import compute_domain_driver
@@ -134,13 +134,35 @@ def test_the_agent_uses_exactly_its_documented_rules(server: FakeApiServer, root
     try:
         for driver, ref in refs:
             assert not component.plugins[driver].prepare([ref])[ref.uid].error
-        # the peer joins the domain: the daemon's config follows from the watch
-        admin.patch("v1", "Node", "tray-1", {"metadata": {"labels": {node_label(uid): "true"}}})
-        config = next((root / "kubelet").rglob("nodes_config.cfg"))
+        # the controller lists the domain's daemons in the clique: the daemon's hosts mapping
+        # follows from the watch
+        daemons = [
+            {
+                "nodeName": f"tray-{i}",
+                "ipAddress": f"10.0.0.{i + 1}",
+                "cliqueID": CLIQUE,
+                "index": i,
+            }
+            for i in range(2)
+        ]
+        admin.create(
+            {
+                "apiVersion": CD_API,
+                "kind": "ComputeDomainClique",
+                "metadata": {
+                    "name": f"{uid}.{CLIQUE}",
+                    "namespace": "kgpu-system",
+                    "labels": {DOMAIN_LABEL: uid, CLIQUE_ID_LABEL: CLIQUE},
+                },
+                "daemons": daemons,
+            }
+        )
+        config = next((root / "kubelet").rglob("hosts"))
+        want = "10.0.0.1\tcompute-domain-daemon-0000\n10.0.0.2\tcompute-domain-daemon-0001\n"
         deadline = time.monotonic() + 10
-        while config.read_text() != "10.0.0.1\n10.0.0.2\n" and time.monotonic() < deadline:
+        while config.read_text() != want and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert config.read_text() == "10.0.0.1\n10.0.0.2\n"
+        assert config.read_text() == want
         for driver, ref in refs:
             component.plugins[driver].unprepare([ref])
         assert component.publisher is not None

@@ -20,7 +20,14 @@ from kgpu.computedomain.api import (
     node_label,
     parse_compute_domain,
 )
-from kgpu.computedomain.reconcile import DomainEvent, Reconciler, domain_status, reconcile
+from kgpu.computedomain.reconcile import (
+    DomainEvent,
+    Reconciler,
+    StoreView,
+    domain_status,
+    reconcile,
+    sync_domain,
+)
 
 __all__ = [
     "API_VERSION",
@@ -35,8 +42,10 @@ __all__ = [
     "DomainEvent",
     "DomainNode",
     "Reconciler",
+    "StoreView",
     "domain_status",
     "node_label",
     "parse_compute_domain",
     "reconcile",
+    "sync_domain",
 ]
