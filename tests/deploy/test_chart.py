@@ -23,7 +23,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kgpu.computedomain.crd import crd
+from kgpu.computedomain.crd import crds
 from kgpu.config import load_config_strings
 from kgpu.dra.classes import device_classes
 
@@ -220,8 +220,10 @@ def test_chart_data_is_generated_from_kgpu() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_rendered_crd_is_kgpus(render: Render) -> None:
-    assert render("1.34", "default").one("CustomResourceDefinition") == crd()
+def test_rendered_crds_are_kgpus(render: Render) -> None:
+    rendered = render("1.34", "default").of_kind("CustomResourceDefinition")
+    by_name = {c["metadata"]["name"]: c for c in rendered}
+    assert by_name == {c["metadata"]["name"]: c for c in crds()}
 
 
 # -- the agent DaemonSet -------------------------------------------------------------------------

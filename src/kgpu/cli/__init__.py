@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import typer
 
-from kgpu.cli import agent, allocate, machines, metrics, plan, sim, validate
+from kgpu.cli import agent, allocate, controller, machines, metrics, plan, sim, validate
 
-COMMANDS = (machines, plan, validate, sim, agent, metrics, allocate)
+COMMANDS = (machines, plan, validate, sim, agent, controller, metrics, allocate)
 
 app = typer.Typer(
     name="kgpu",

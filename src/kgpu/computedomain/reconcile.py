@@ -201,6 +201,9 @@ class SyncResult:
 
     events: list[DomainEvent] = field(default_factory=list)
     waiting: bool = False
+    #: the ComputeDomain as this sync last wrote it (None: not written), newer than what a
+    #: watch may have delivered yet
+    domain: Obj | None = None
 
 
 def sync_domain(
@@ -221,7 +224,7 @@ def sync_domain(
         return result
     ref = _ref(domain)
     if FINALIZER not in domain.finalizers:
-        raw = _set_finalizers(store, raw, [*domain.finalizers, FINALIZER])
+        raw = result.domain = _set_finalizers(store, raw, [*domain.finalizers, FINALIZER])
     for desired in (
         channel_claim_template(domain),
         daemon_claim_template(domain, namespace),
@@ -256,7 +259,7 @@ def sync_domain(
     new = status.to_obj()
     old = raw.get("status") or {}
     if new != old:
-        store.patch(
+        result.domain = store.patch(
             API_VERSION,
             KIND,
             domain.name,
