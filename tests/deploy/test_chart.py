@@ -379,7 +379,7 @@ def test_init_container_links_the_driver_before_the_agent_starts(render: Render)
 def test_metrics_service_selects_the_agents_metrics_port(render: Render, values: str) -> None:
     rendered = render("1.34", values)
     ds = rendered.one("DaemonSet", "agent")
-    (svc,) = rendered.of_kind("Service")
+    svc = rendered.one("Service", "agent")
     (port,) = svc["spec"]["ports"]
     assert port["name"] == "metrics"
     labels = ds["spec"]["template"]["metadata"]["labels"]
@@ -398,7 +398,7 @@ def test_service_monitor(render: Render, values: str) -> None:
     if not monitors:
         return
     (sm,) = monitors
-    (svc,) = rendered.of_kind("Service")
+    svc = rendered.one("Service", "agent")
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     assert sm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
     (endpoint,) = sm["spec"]["endpoints"]
