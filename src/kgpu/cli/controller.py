@@ -99,11 +99,15 @@ def register(app: typer.Typer) -> None:
             int, typer.Option("--workers", help="Domains synced in parallel.", min=1, max=64)
         ] = 2,
         qps: Annotated[
-            float, typer.Option("--kube-api-qps", help="Client-side limit: requests per second.")
-        ] = 5.0,
+            float,
+            typer.Option(
+                "--kube-api-qps",
+                help="Client-side limit: requests per second (kube-controller-manager's default).",
+            ),
+        ] = 20.0,
         burst: Annotated[
             int, typer.Option("--kube-api-burst", help="Client-side limit: burst.", min=1)
-        ] = 10,
+        ] = 30,
         log_level: Annotated[
             str, typer.Option("--log-level", help="debug|info|warning|error.")
         ] = "info",

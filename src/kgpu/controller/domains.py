@@ -127,8 +127,14 @@ class DomainController:
                 self._waiting.add(uid)
             else:
                 self._waiting.discard(uid)
+        # one Kubernetes Event per reason and sync ("created 3 objects" is one event, not 3)
+        merged: dict[tuple[str, str], list[DomainEvent]] = {}
         for event in result.events:
-            self._record(event, raw)
+            merged.setdefault((event.type, event.reason), []).append(event)
+        for group in merged.values():
+            first = group[0]
+            message = "; ".join(e.message for e in group)
+            self._record(DomainEvent(first.type, first.reason, first.object, message), raw)
 
     # -- events ------------------------------------------------------------------------------
     def _record(self, event: DomainEvent, domain: Obj) -> None:
