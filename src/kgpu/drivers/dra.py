@@ -15,8 +15,8 @@ slices when they changed; a registration socket that vanished is re-created.
 
 The component reads the cluster through a :class:`~kgpu.store.CachedStore` (it wraps the store
 it is given unless that already is one), so drivers can hold informers instead of polling: the
-ComputeDomain driver watches the nodes of each domain whose IMEX daemon runs here and rewrites
-the daemon's ``nodes_config.cfg`` on the change itself. Drivers with node daemons expose
+ComputeDomain driver watches the ComputeDomainClique of each domain whose IMEX daemon runs here
+and rewrites the daemon's ``hosts`` mapping on the change itself. Drivers with node daemons expose
 ``sync_daemons()``, which the component also calls on every new view; drivers that follow the
 cluster expose ``close()``, called when the component stops.
 """
@@ -167,7 +167,7 @@ class DraComponent:
             log.exception("rewriting node daemon configs failed")
             return
         for uid in changed:
-            log.info("ComputeDomain %s: IMEX nodes_config.cfg rewritten", uid)
+            log.info("ComputeDomain %s: IMEX daemon hosts mapping rewritten", uid)
 
     def _watch(self) -> None:
         while not self._stop.wait(self._watch_interval):
