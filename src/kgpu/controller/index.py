@@ -15,8 +15,9 @@ controller queues:
 - a claim template, DaemonSet or ComputeDomainClique labelled for a domain: that domain, or an
   orphan to remove when no such domain exists.
 
-Memory: the informers hold every Node and Pod of the cluster (as kube-scheduler does); the
-indexes hold references to the same objects by key, not copies of their own.
+Memory: the informers hold every Node and Pod of the cluster (as kube-scheduler does), and the
+indexes hold the copies their handlers were given, so Nodes and Pods are held twice. Reads from
+the indexes are not copied again: the core's decisions never change their inputs.
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ class ClusterIndex:
         self._owned: dict[tuple[str, str, str], dict[PodKey, Obj]] = {}
         self._labelled: dict[str, set[str]] = {}
         self._domains: dict[str, PodKey] = {}  # uid -> (namespace, name)
+        self._nodes: dict[str, Obj] = {}  # the handlers' copies: read without copying again
         self.domain_informer: Informer | None = None
         self.node_informer: Informer | None = None
         self.pod_informer: Informer | None = None
@@ -230,6 +232,10 @@ class ClusterIndex:
         touched = Touched()
         name = str(_meta(new or old or {}).get("name", ""))
         with self._lock:
+            if new is None:
+                self._nodes.pop(name, None)
+            else:
+                self._nodes[name] = new
             for uid in labelled_uids(old or {}):
                 self._labelled.get(uid, set()).discard(name)
             for uid in labelled_uids(new or {}):
@@ -317,12 +323,14 @@ class ClusterIndex:
 
     # -- ClusterView -------------------------------------------------------------------------
     def node(self, name: str) -> Obj | None:
-        informer = self.node_informer
-        return informer.get(name) if informer is not None else None
+        """A Node, shared with the index (the core's decisions never change their inputs)."""
+        with self._lock:
+            return self._nodes.get(name)
 
     def nodes(self) -> Sequence[Obj]:
-        informer = self.node_informer
-        return informer.list() if informer is not None else []
+        """Every Node, without a copy of each (a sync with pods waiting for room reads them)."""
+        with self._lock:
+            return list(self._nodes.values())
 
     def pods_by_node(self) -> Mapping[str, Sequence[Obj]]:
         with self._lock:
