@@ -170,3 +170,25 @@ def test_objects_of_a_domain_deleted_while_no_controller_ran_are_removed(cluster
             node_label("gone-uid") not in admin.get("v1", "Node", "tray-0")["metadata"]["labels"]
         )
     )
+
+
+def test_on_kubernetes_1_32_the_controller_speaks_v1beta1(tmp_path: Any) -> None:
+    """DeviceClasses and claim templates in the version a 1.32 cluster serves (the stand-in
+    refuses a v1 object there, and checks each write against 1.32's schema)."""
+    from kgpu.testing.apiserver import FakeApiServer
+
+    server = FakeApiServer(release="1.32").start()
+    cluster = Cluster(server, tmp_path)
+    try:
+        cluster.controller("replica-a")
+        cluster.admin.create(domain("old"))
+        assert wait_for(lambda: len(cluster.admin.list(RES, "DeviceClass")) == 4)
+        assert wait_for(
+            lambda: cluster.admin.get(API_VERSION, "ComputeDomain", "old", "ml").get("status")
+        )
+        assert cluster.admin.get(RES, "ResourceClaimTemplate", "old-channel", "ml")
+        served = {r.version for r in server.requests if r.group == "resource.k8s.io" and r.version}
+        assert served == {"v1beta1"}
+    finally:
+        cluster.close()
+        server.stop()
