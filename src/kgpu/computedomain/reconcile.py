@@ -71,7 +71,6 @@ __all__ = [
     "ClusterView",
     "DomainEvent",
     "DomainStatus",
-    "Reconciler",
     "StoreView",
     "SyncResult",
     "domain_status",
@@ -365,16 +364,6 @@ def remove_owned(store: ObjectStore, uid: str, view: ClusterView, namespace: str
 
 
 # -- the simulator's full pass ----------------------------------------------------------------
-
-
-class Reconciler:
-    """Runs :func:`reconcile` with its settings; ``namespace`` holds the driver's objects."""
-
-    def __init__(self, namespace: str = DRIVER_NAMESPACE) -> None:
-        self.namespace = namespace
-
-    def __call__(self, store: ObjectStore) -> list[DomainEvent]:
-        return reconcile(store, namespace=self.namespace)
 
 
 def reconcile(store: ObjectStore, *, namespace: str = DRIVER_NAMESPACE) -> list[DomainEvent]:
