@@ -121,14 +121,15 @@ def test_validate_reports_field_errors_with_document_index(tmp_path: Path) -> No
         "  template: {metadata: {labels: {a: b}}, spec: {containers: [{name: a, image: b}]}}\n"
         "---\n"
         "apiVersion: resource.nvidia.com/v1beta1\nkind: ComputeDomain\nmetadata: {name: cd}\n"
-        "spec: {channel: {resourceClaimTemplate: {name: x}}}\n"
+        "spec: {numNodes: -1, channel: {resourceClaimTemplate: {name: x}}}\n"
         "---\n"
         "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n"
     )
     result = runner.invoke(app, ["validate", str(bad)])
     assert result.exit_code == 1
     assert f"{bad}: document 1: spec.replicas:" in result.output
-    assert f"{bad}: document 2: spec.numNodes: is required" in result.output
+    # numNodes is optional (deprecated upstream), but never negative
+    assert f"{bad}: document 2: spec.numNodes: must be zero or greater" in result.output
     assert f"{bad}: document 3: kind: unknown kind Widget" in result.output
     assert "document 0" not in result.output.replace("ok", "")
 

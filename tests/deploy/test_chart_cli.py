@@ -31,8 +31,6 @@ PENDING: dict[tuple[str, str], str] = {
     "startup and liveness probes (issue 13, agent)",
     ("agent", "--no-device-plugin"): "agent: --device-plugin/--no-device-plugin for "
     "devicePlugin.enabled=false, a DRA-only node (issue 13, agent)",
-    ("controller", "*"): "kgpu controller --in-cluster --namespace --health-address --log-level "
-    "(issue 12, controller)",
 }
 
 #: the click group ``kgpu`` runs (typer ships its own copy of click, hence Any below)

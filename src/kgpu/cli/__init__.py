@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import typer
 
-from kgpu.cli import agent, allocate, machines, metrics, migmanager, plan, sim, validate
+from kgpu.cli import agent, allocate, controller, machines, metrics, migmanager, plan, sim, validate
 
-COMMANDS = (machines, plan, validate, sim, agent, metrics, allocate, migmanager)
+COMMANDS = (machines, plan, validate, sim, agent, controller, metrics, allocate, migmanager)
 
 app = typer.Typer(
     name="kgpu",

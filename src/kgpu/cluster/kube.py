@@ -134,6 +134,8 @@ KNOWN_RESOURCES: Mapping[tuple[str, str], Resource] = {
     ("resource.k8s.io", "ResourceClaimTemplate"): Resource("resourceclaimtemplates", True, False),
     ("resource.k8s.io", "DeviceClass"): Resource("deviceclasses", False, False),
     ("resource.nvidia.com", "ComputeDomain"): Resource("computedomains", True, True),
+    ("resource.nvidia.com", "ComputeDomainClique"): Resource("computedomaincliques", True, False),
+    ("coordination.k8s.io", "Lease"): Resource("leases", True, False),
 }
 
 

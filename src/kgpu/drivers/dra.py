@@ -18,8 +18,8 @@ socket or the registration socket) is re-created within ``watch_interval_s``.
 
 The component reads the cluster through a :class:`~kgpu.store.CachedStore` (it wraps the store
 it is given unless that already is one), so drivers can hold informers instead of polling: the
-ComputeDomain driver watches the nodes of each domain whose IMEX daemon runs here and rewrites
-the daemon's ``nodes_config.cfg`` on the change itself. Drivers with node daemons expose
+ComputeDomain driver watches the ComputeDomainClique of each domain whose IMEX daemon runs here
+and rewrites the daemon's ``hosts`` mapping on the change itself. Drivers with node daemons expose
 ``sync_daemons()``, which the component also calls on every new view; drivers that follow the
 cluster expose ``close()``, called when the component stops.
 """
@@ -174,7 +174,7 @@ class DraComponent:
             log.exception("rewriting node daemon configs failed")
             return
         for uid in changed:
-            log.info("ComputeDomain %s: IMEX nodes_config.cfg rewritten", uid)
+            log.info("ComputeDomain %s: IMEX daemon hosts mapping rewritten", uid)
 
     def _watch(self) -> None:
         failing: dict[str, str] = {}  # driver -> the error last logged (once, not every tick)
