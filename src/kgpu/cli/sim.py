@@ -121,7 +121,9 @@ def _print_expect(result: ExpectResult) -> None:
     from kgpu.cli.plain import cell
 
     color = "green" if result.ok else "red"
-    err_console.print(f"[{color}]{cell(result.summary())}[/{color}]", highlight=False)
+    err_console.print(
+        f"[{color}]{cell(result.summary())}[/{color}]", highlight=False, soft_wrap=True
+    )
     for failure in result.failures:
         err_console.print(
             f"[red]FAIL[/red] {cell(failure.line())}", highlight=False, soft_wrap=True

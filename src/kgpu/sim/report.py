@@ -306,13 +306,13 @@ def _pods_table(records: list[PodRecord], width: int) -> Any:
         layout = 2
         under = longest + 2
         table.add_column(
-            "POD, devices", width=min(max(pod_width, under), pod_width + room), overflow="fold"
+            "POD, DEVICES", width=min(max(pod_width, under), pod_width + room), overflow="fold"
         )
         table.add_column("PHASE", width=phase_width, no_wrap=True)
         table.add_column("NODE", width=where_width, overflow="fold")
     else:
         layout = 1
-        table.add_column("POD: phase, node, devices", width=max(width - 4, 3), overflow="fold")
+        table.add_column("POD: PHASE, NODE, DEVICES", width=max(width - 4, 3), overflow="fold")
     for r in records:
         color = {"Running": "green", "Pending": "yellow", "Failed": "red"}.get(r.phase, "white")
         phase = f"[{color}]{escape(r.phase)}[/{color}]"
@@ -368,7 +368,7 @@ def _domains_table(rows: list[dict[str, str]]) -> Any:
         "COMPUTEDOMAIN", min_width=_longest([r["name"] for r in rows]), overflow="fold"
     )
     table.add_column("STATUS", no_wrap=True)
-    table.add_column("NODES ready/listed", overflow="fold")
+    table.add_column("NODES READY/LISTED", overflow="fold")
     table.add_column("CLIQUE", overflow="fold")
     table.add_column("MESSAGE", overflow="fold")
     for r in rows:
@@ -435,7 +435,7 @@ def render(sim: SimContext, console: Console, *, max_pods: int = 40, max_events:
     nodes = Table(title="Nodes")
     nodes.add_column("NODE", min_width=node_width, overflow="fold")
     nodes.add_column("CONFIG", overflow="fold")
-    nodes.add_column("GPU RESOURCES used/allocatable", overflow="fold")
+    nodes.add_column("GPU RESOURCES USED/ALLOCATABLE", overflow="fold")
     nodes.add_column("PODS", no_wrap=True)
     for n in shown_nodes:
         head = escape(n.name) + ("" if n.ready else " [red](NotReady)[/red]")
@@ -517,7 +517,7 @@ def render_steps(snapshots: list[dict[str, Any]], console: Console) -> None:
         table = Table(title=escape(f"{where}  t={snap['time']:g}s  {snap['title']}"))
         shown = snap["nodes"][:50]
         table.add_column("NODE", min_width=_longest([n["name"] for n in shown]), overflow="fold")
-        table.add_column("GPU RESOURCES used/allocatable", overflow="fold")
+        table.add_column("GPU RESOURCES USED/ALLOCATABLE", overflow="fold")
         table.add_column("PODS", no_wrap=True)
         table.add_column("LABELS", overflow="fold")
         for n in shown:
