@@ -284,3 +284,16 @@ def test_missing_expect_file(tmp_path: Path) -> None:
     code, _, err = sim(str(scenario_file(tmp_path)), "--expect", str(tmp_path / "nope.yaml"))
     assert code == 1
     assert f"{tmp_path / 'nope.yaml'}: cannot read: No such file or directory" in err
+
+
+def test_validate_checks_an_expect_file_on_its_own(tmp_path: Path) -> None:
+    good = runner.invoke(
+        app, ["validate", str(EXAMPLES / "expect" / "heal-four-node-domain.expect.yaml")]
+    )
+    assert good.exit_code == 0, good.output
+    assert "kgpu sim expect file (14 assertion(s) at 3 point(s)" in good.output
+    bad = expect_file(tmp_path, {"steps": [{"step": -1, "nodes": [{"count": "many"}]}]})
+    result = runner.invoke(app, ["validate", str(bad)])
+    assert result.exit_code == 1
+    assert f"{bad}: steps[0].step: -1: a step index is 0 or more" in result.output
+    assert f"{bad}: steps[0].nodes[0].count: 'many': must be a whole number" in result.output

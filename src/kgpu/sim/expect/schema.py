@@ -64,10 +64,12 @@ def step_label(step: Step) -> str:
 
 
 def read_expectations(
-    data: object, path: str, err: Errors, steps: Sequence[Step]
+    data: object, path: str, err: Errors, steps: Sequence[Step] | None
 ) -> tuple[Block, ...]:
     """The blocks of an expect document at ``path`` (``""`` for a file of its own, ``expect``
-    inside a scenario); problems go to ``err``."""
+    inside a scenario); problems go to ``err``. ``steps`` None (no scenario at hand, as for
+    ``kgpu validate`` on an expect file alone): step references are checked for their form
+    only."""
     if not isinstance(data, Mapping):
         err.add("must be a map with final and/or steps", path)
         return ()
@@ -98,7 +100,7 @@ def read_expectations(
         checks = _checks(raw, where, err, step=True)
         if index is None:
             continue
-        label = INITIAL if index < 0 else step_label(steps[index])
+        label = INITIAL if index < 0 or steps is None else step_label(steps[index])
         blocks.append(Block(where, index, label, checks, err.file))
     if not blocks and not err.problems:
         err.add("no checks: add final and/or steps", path)
@@ -140,20 +142,28 @@ def _checks(raw: object, path: str, err: Errors, *, step: bool) -> tuple[Check, 
     return tuple(checks)
 
 
-def _step_index(value: object, path: str, err: Errors, steps: Sequence[Step]) -> int | None:
+def _step_index(
+    value: object, path: str, err: Errors, steps: Sequence[Step] | None
+) -> int | None:
     """-1 for ``initial``, the index of the scenario step ``value`` names, or None (a
     problem added) when it names none or several."""
-    count = len(steps)
+    count = len(steps) if steps is not None else 0
     span = f"0 to {count - 1}" if count else "none"
     if value == INITIAL:
         return -1
-    if isinstance(value, bool) or value is None:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or value == "":
         err.add(
-            f"{value!r}: must be a step's name, its index in the scenario's steps "
-            f"({span}) or {INITIAL}",
+            f"{value!r}: must be a step's name, its index in the scenario's steps"
+            + (f" ({span})" if steps is not None else "")
+            + f" or {INITIAL}",
             path,
         )
         return None
+    if steps is None:
+        if isinstance(value, int) and value < 0:
+            err.add(f"{value}: a step index is 0 or more", path)
+            return None
+        return value if isinstance(value, int) else 0
     if isinstance(value, int):
         if 0 <= value < count:
             return value
@@ -178,7 +188,9 @@ def _step_index(value: object, path: str, err: Errors, steps: Sequence[Step]) ->
     return None
 
 
-def parse_expectations(data: object, file: str, steps: Sequence[Step]) -> Expectations:
+def parse_expectations(
+    data: object, file: str, steps: Sequence[Step] | None
+) -> Expectations:
     """An expect document (a file's whole content); FieldError listing every problem."""
     err = Errors(file)
     blocks = read_expectations(data, "", err, steps)
@@ -187,8 +199,8 @@ def parse_expectations(data: object, file: str, steps: Sequence[Step]) -> Expect
     return Expectations(blocks, (file,))
 
 
-def load_expectations(path: str | Path, steps: Sequence[Step]) -> Expectations:
-    """Read and check an expect file for a scenario with these steps."""
+def load_expectations(path: str | Path, steps: Sequence[Step] | None) -> Expectations:
+    """Read and check an expect file for a scenario with these steps (None: on its own)."""
     from kgpu.config.fields import load_yaml_documents, read_problem
 
     file = str(path)
