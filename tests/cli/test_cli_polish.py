@@ -202,3 +202,32 @@ def test_agent_ctrl_c_is_logged_as_sigint(tmp_path: Path) -> None:
     assert code == 130
     assert "INFO kgpu.agent: SIGINT: removing sockets and exiting" in log
     assert "SIGTERM" not in log and "Traceback" not in log
+
+
+def _wait_until_blocked(pid: int) -> None:
+    """Until the process sleeps without using CPU (imported, waiting on its read)."""
+    deadline = time.monotonic() + 30
+    last, quiet = "", 0
+    while quiet < 4 and time.monotonic() < deadline:
+        time.sleep(0.25)
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = fields[11] + "/" + fields[12]  # utime/stime
+        quiet = quiet + 1 if fields[0] == "S" and ticks == last else 0
+        last = ticks
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_any_other_command_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    # validate blocks reading a pipe nobody writes to: Ctrl-C must end it cleanly
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kgpu", "validate", "/dev/stdin"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_until_blocked(proc.pid)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 130
+    assert err == "SIGINT: interrupted\n"

@@ -69,4 +69,7 @@ _register_all()
 
 
 def main() -> None:
+    from kgpu.cli.signals import exit_on_sigint
+
+    exit_on_sigint()
     app()

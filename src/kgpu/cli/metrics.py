@@ -97,13 +97,13 @@ def register(app: typer.Typer) -> None:
             component.stop()
             backend.close()
             return
+        stop = StopSignals().install()
         try:
             component.start()
         except OSError as exc:
             said = exc.strerror or ""
             fail(said if address in said else f"cannot serve on {address}: {exc}")
         typer.echo(f"serving /metrics on {address} ({machine}); Ctrl-C stops", err=True)
-        stop = StopSignals().install()
         try:
             stop.wait_forever()
             typer.echo(f"{stop.name}: stopping the exporter", err=True)

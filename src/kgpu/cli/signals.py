@@ -10,6 +10,7 @@ would print a traceback from whichever frame it hit.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from types import FrameType
 
@@ -51,4 +52,15 @@ class StopSignals:
         return EXIT_CODES.get(self.received, 0) if self.received is not None else 0
 
 
-__all__ = ["EXIT_CODES", "StopSignals"]
+def exit_on_sigint() -> None:
+    """For every other command: Ctrl-C ends it with one line and exit 130 (click would print
+    ``Aborted!`` and exit 1). The exit unwinds, so ``finally`` blocks still clean up."""
+
+    def interrupted(_signum: int, _frame: FrameType | None) -> None:
+        sys.stderr.write("SIGINT: interrupted\n")
+        raise SystemExit(EXIT_CODES[signal.SIGINT])
+
+    signal.signal(signal.SIGINT, interrupted)
+
+
+__all__ = ["EXIT_CODES", "StopSignals", "exit_on_sigint"]

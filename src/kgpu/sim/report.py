@@ -513,8 +513,8 @@ def render_steps(snapshots: list[dict[str, Any]], console: Console) -> None:
     from rich.table import Table
 
     for i, snap in enumerate(snapshots):
-        where = "initial" if i == 0 else f"steps[{i - 1}]"
-        table = Table(title=escape(f"{where}  t={snap['time']:g}s  {snap['title']}"))
+        where = snap["title"] if i == 0 else f"steps[{i - 1}]  {snap['title']}"
+        table = Table(title=escape(f"{where}  t={snap['time']:g}s"))
         shown = snap["nodes"][:50]
         table.add_column("NODE", min_width=_longest([n["name"] for n in shown]), overflow="fold")
         table.add_column("GPU RESOURCES USED/ALLOCATABLE", overflow="fold")
