@@ -142,9 +142,7 @@ def _checks(raw: object, path: str, err: Errors, *, step: bool) -> tuple[Check, 
     return tuple(checks)
 
 
-def _step_index(
-    value: object, path: str, err: Errors, steps: Sequence[Step] | None
-) -> int | None:
+def _step_index(value: object, path: str, err: Errors, steps: Sequence[Step] | None) -> int | None:
     """-1 for ``initial``, the index of the scenario step ``value`` names, or None (a
     problem added) when it names none or several."""
     count = len(steps) if steps is not None else 0
@@ -188,9 +186,7 @@ def _step_index(
     return None
 
 
-def parse_expectations(
-    data: object, file: str, steps: Sequence[Step] | None
-) -> Expectations:
+def parse_expectations(data: object, file: str, steps: Sequence[Step] | None) -> Expectations:
     """An expect document (a file's whole content); FieldError listing every problem."""
     err = Errors(file)
     blocks = read_expectations(data, "", err, steps)
