@@ -153,10 +153,10 @@ def register(app: typer.Typer) -> None:
         import signal
         import socket
         import sys
-        import threading
 
         from kgpu.cli.output import print_json
         from kgpu.cli.plain import fail
+        from kgpu.cli.signals import StopSignals
         from kgpu.errors import FieldError, KgpuError
 
         given = dict(
@@ -213,9 +213,7 @@ def register(app: typer.Typer) -> None:
             )
 
         daemon = Agent(opts)
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        stop = StopSignals().install()  # SIGTERM and Ctrl-C (SIGINT)
         signal.signal(signal.SIGHUP, lambda *_: daemon.request_reload())
         try:
             daemon.start()
@@ -231,5 +229,7 @@ def register(app: typer.Typer) -> None:
         )
         while not stop.wait(1.0):
             pass
-        logging.getLogger("kgpu.agent").info("SIGTERM: removing sockets and exiting")
+        logging.getLogger("kgpu.agent").info("%s: removing sockets and exiting", stop.name)
         daemon.stop()
+        if stop.exit_code:
+            raise typer.Exit(stop.exit_code)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeGuard
 
 import typer
 
+from kgpu.cli.output import output_option
 from kgpu.cli.plain import add_row, cell
 from kgpu.dra.api import RESOURCE_API
 from kgpu.errors import FieldError, FieldProblem
@@ -407,11 +408,12 @@ def register(app: typer.Typer) -> None:
         file: Annotated[
             Path,
             typer.Argument(
+                metavar="FILE",
                 help="YAML/JSON with node, classes, slices, allocated, claims "
                 "(resource.k8s.io v1, v1beta2 or v1beta1 objects), deviceTaintRules, featureGates"
             ),
         ],
-        output: Annotated[str, typer.Option("-o", "--output", help="table or json")] = "table",
+        output: Annotated[str, output_option()] = "table",
         feature_gates: Annotated[
             str | None,
             typer.Option(
@@ -426,12 +428,11 @@ def register(app: typer.Typer) -> None:
 
         Exit status: 0 allocated, 2 unsatisfiable, 3 allocator error (broken input such as a
         CEL runtime error), 1 bad file or flag."""
-        from kgpu.cli.output import console, print_json
+        from kgpu.cli.output import check_output, is_data, print_data, table_console
         from kgpu.cli.plain import fail
         from kgpu.dra.features import FeatureGateError
 
-        if output not in ("table", "json"):
-            fail(f"--output {output!r}: allowed: table, json")
+        check_output(output)
         try:
             data = load_input(file)
         except FieldError as exc:
@@ -441,17 +442,26 @@ def register(app: typer.Typer) -> None:
         except FeatureGateError as exc:
             fail(f"--feature-gates: {exc}")
         answer = run(data, features)
-        if output == "json":
-            print_json(answer)
+        if is_data(output):
+            print_data(answer, output)
         else:
-            _print_table(console, answer)
+            _print_table(table_console(output), file, answer)
         code = exit_code(answer)
         if code:
             raise typer.Exit(code)
 
 
-def _print_table(console: Any, answer: dict[str, Any]) -> None:
+def _print_table(console: Any, file: Path, answer: dict[str, Any]) -> None:
     from rich.table import Table
+
+    from kgpu.cli.output import header
+
+    allocations = answer["allocations"]
+    header(
+        console,
+        str(file),
+        "claims not allocated" if allocations is None else f"{len(allocations)} claim(s) allocated",
+    )
 
     if answer["allocations"] is None:
         if answer.get("error"):
@@ -479,12 +489,12 @@ def _print_table(console: Any, answer: dict[str, Any]) -> None:
     table = Table(title="Allocation")
     wide = console.width >= 100  # narrower: the driver goes under the device, in one column
     widest = max((len(r[2]) for r in rows), default=0)
-    table.add_column("Claim", overflow="fold")
-    table.add_column("Request", overflow="fold")
-    header = "Device (pool/device)" if wide else "Device (pool/device, driver)"
-    table.add_column(header, overflow="fold", min_width=min(widest, 40))
+    table.add_column("CLAIM", overflow="fold")
+    table.add_column("REQUEST", overflow="fold")
+    device_header = "DEVICE (POOL/DEVICE)" if wide else "DEVICE (POOL/DEVICE, DRIVER)"
+    table.add_column(device_header, overflow="fold", min_width=min(widest, 40))
     if wide:
-        table.add_column("Driver", overflow="fold")
+        table.add_column("DRIVER", overflow="fold")
     for claim, request, device, driver in rows:
         if wide:
             add_row(table, claim, request, device, driver)

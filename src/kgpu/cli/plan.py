@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kgpu.cli.plain import add_row, cell, warn
+from kgpu.cli.output import output_option
+from kgpu.cli.plain import add_row, warn
 
 if TYPE_CHECKING:
     from kgpu.node.model import NodeView
@@ -102,33 +103,31 @@ def describe_gpu(view: NodeView, index: int) -> str:
     return f"{what} -> {', '.join(plan.resources)}"
 
 
-def _print_tables(view: NodeView, slices: list[Any] | None) -> None:
+def _print_tables(view: NodeView, slices: list[Any] | None, console: Any) -> None:
     from rich.table import Table
 
-    from kgpu.cli.output import console
+    from kgpu.cli.output import header
 
     m = view.machine
-    console.print(
-        f"[bold]{cell(m.hostname or m.profile)}[/bold] "
-        + cell(
-            f"({m.profile}): {len(m.gpus)} GPU(s), driver {m.driver_version}, CUDA "
-            f"{m.cuda_version}; device-plugin config {view.config_name or '(defaults)'}, mig "
-            f"config {view.mig_config_name or '(unchanged)'}"
-            f"{' (not applied: real GPUs)' if view.mig_pending else ''}, migStrategy "
-            f"{view.mig_strategy}"
-        ),
-        highlight=False,
+    header(
+        console,
+        m.hostname or m.profile,
+        f"({m.profile}): {len(m.gpus)} GPU(s), driver {m.driver_version}, CUDA "
+        f"{m.cuda_version}; device-plugin config {view.config_name or '(defaults)'}, mig "
+        f"config {view.mig_config_name or '(unchanged)'}"
+        f"{' (not applied: real GPUs)' if view.mig_pending else ''}, migStrategy "
+        f"{view.mig_strategy}",
     )
     res = Table(title="Resources")
-    for col in ("resource", "count", "sharing", "replicas per device"):
-        res.add_column(col)
+    for col in ("RESOURCE", "COUNT", "SHARING", "REPLICAS PER DEVICE"):
+        res.add_column(col, overflow="fold")
     for r in view.resources:
         add_row(res, r.name, str(r.count), str(r.sharing), str(r.replicas))
     console.print(res)
 
     gpus = Table(title="GPUs")
-    for col in ("gpu", "product", "gets"):
-        gpus.add_column(col)
+    for col in ("GPU", "PRODUCT", "GETS"):
+        gpus.add_column(col, overflow="fold")
     for g in view.gpus:
         add_row(gpus, str(g.index), g.product, describe_gpu(view, g.index))
     console.print(gpus)
@@ -144,12 +143,12 @@ def _print_tables(view: NodeView, slices: list[Any] | None) -> None:
     # columns (device + ids | resource + place + health) so 80 columns still fit unfolded
     wide = console.width >= 120
     if wide:
-        devs.add_column("device", no_wrap=True, min_width=40)
-        for col in ("resource", "on", "advertised ids", "health"):
+        devs.add_column("DEVICE", no_wrap=True, min_width=40)
+        for col in ("RESOURCE", "ON", "ADVERTISED IDS", "HEALTH"):
             devs.add_column(col, overflow="fold")
     else:
-        devs.add_column("device / advertised ids", no_wrap=True, min_width=40)
-        devs.add_column("resource / on / health", overflow="fold")
+        devs.add_column("DEVICE / ADVERTISED IDS", no_wrap=True, min_width=40)
+        devs.add_column("RESOURCE / ON / HEALTH", overflow="fold")
     for (resource, uuid), members in groups.items():
         d = members[0]
         backing = f"GPU {d.gpu_index}" + (f" MIG {d.mig_profile}" if d.mig_profile else "")
@@ -170,16 +169,16 @@ def _print_tables(view: NodeView, slices: list[Any] | None) -> None:
     labels = Table(title="Labels")
     # a label key is what users paste into nodeSelectors: whole, on one line; values fold
     longest = max((len(k) for k in view.labels), default=5)
-    labels.add_column("label", no_wrap=True, min_width=min(longest, 63))
-    labels.add_column("value", overflow="fold")
+    labels.add_column("LABEL", no_wrap=True, min_width=min(longest, 63))
+    labels.add_column("VALUE", overflow="fold")
     for k, v in sorted(view.labels.items()):
         add_row(labels, k, v)
     console.print(labels)
 
     if slices is not None:
         st = Table(title="ResourceSlices")
-        for col in ("name", "pool", "devices"):
-            st.add_column(col)
+        for col in ("NAME", "POOL", "DEVICES"):
+            st.add_column(col, overflow="fold")
         for s in slices:
             meta = s.get("metadata", {}) if isinstance(s, dict) else {}
             spec = s.get("spec", {}) if isinstance(s, dict) else {}
@@ -257,7 +256,7 @@ def register(app: typer.Typer) -> None:
         dra: Annotated[
             bool, typer.Option("--dra", help="Also show the node's DRA ResourceSlices.")
         ] = False,
-        output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+        output: Annotated[str, output_option()] = "table",
         report: Annotated[
             Path | None,
             typer.Option(
@@ -268,7 +267,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """What one node would advertise: resources, devices, per-GPU plan, labels, warnings."""
-        from kgpu.cli.output import print_json
+        from kgpu.cli.output import check_output, is_data, print_data, table_console
         from kgpu.cli.plain import fail
         from kgpu.config.loader import load_config_files
         from kgpu.config.plugin import MIG_STRATEGIES
@@ -277,8 +276,7 @@ def register(app: typer.Typer) -> None:
         from kgpu.node.label_syntax import parse_label_args
         from kgpu.node.view import build_node_view
 
-        if output not in ("table", "json"):
-            fail(f"--output must be table or json, not {output!r}")
+        check_output(output)
         try:
             labels = parse_label_args(label or [])
             if mig_strategy is not None and mig_strategy not in MIG_STRATEGIES:
@@ -311,10 +309,10 @@ def register(app: typer.Typer) -> None:
             fail(exc)
         except BackendError as exc:
             fail(str(exc))
-        if output == "json":
-            print_json(plan_json(view, slices))
+        if is_data(output):
+            print_data(plan_json(view, slices), output)
         else:
-            _print_tables(view, slices)
+            _print_tables(view, slices, table_console(output))
         if report is not None:
             from kgpu.sim.html import check_target, plan_picture, write_report
 

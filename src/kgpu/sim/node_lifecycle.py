@@ -36,8 +36,9 @@ def _node_ready(ctx: SimContext, name: str) -> None:
     ctx.emit("Normal", "NodeReady", f"Node/{name}", f"Node {name} status is now: NodeReady")
 
 
-def add_nodes(ctx: SimContext, spec: NodeSpec) -> None:
-    """The nodes of one scenario entry join, Ready."""
+def add_nodes(ctx: SimContext, spec: NodeSpec, group: str = "") -> None:
+    """The nodes of one scenario entry join, Ready (members of node group ``group``, by default
+    the entry's name)."""
     for name in spec.names():
         machine = nodeside.machine_for(spec.machine, name, spec.clique) if spec.machine else None
         node = SimNode(
@@ -46,6 +47,7 @@ def add_nodes(ctx: SimContext, spec: NodeSpec) -> None:
             view=None,
             labels={},
             scenario_labels=dict(spec.labels),
+            group=group or spec.name,
             taints=parse_taints(spec.taints),
             unschedulable=spec.unschedulable,
             device_plugin=ctx.device_plugin,

@@ -18,6 +18,7 @@ import yaml
 
 from kgpu.config.plugin import MIG_STRATEGIES
 from kgpu.errors import FieldError, FieldProblem, join_path
+from kgpu.sim.expect.schema import Expectations, load_expectations, read_expectations
 from kgpu.sim.manifests import Manifest
 from kgpu.sim.scenario_parts import (
     Errors,
@@ -44,6 +45,7 @@ TOP_KEYS = (
     "steps",
     "runtimes",
     "seed",
+    "expect",
 )
 #: The actions a step may take (:data:`kgpu.sim.steps.STEP_TYPES`).
 STEP_ACTIONS = tuple(STEP_TYPES)
@@ -65,6 +67,7 @@ class Scenario:
     steps: tuple[Step, ...] = ()
     runtimes: dict[str, float] = field(default_factory=dict)
     seed: int = 0
+    expect: Expectations = field(default_factory=Expectations)  # the ``expect`` key
 
 
 def parse_step(
@@ -168,6 +171,7 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
     if isinstance(seed, bool) or not isinstance(seed, int):
         err.add("must be an integer", "seed")
         seed = 0
+    expect = _parse_expect(data.get("expect"), base, err, steps)
     if err.problems:
         raise FieldError(err.problems)
     return Scenario(
@@ -185,7 +189,26 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         steps=tuple(steps),
         runtimes=runtimes,
         seed=seed,
+        expect=expect,
     )
+
+
+def _parse_expect(raw: object, base: Path, err: Errors, steps: list[Step]) -> Expectations:
+    """The ``expect`` key: an expect document inline, or the path of an expect file."""
+    if raw is None:
+        return Expectations()
+    if isinstance(raw, str):
+        resolved = resolve(base, raw)
+        problem = unreadable(resolved)
+        if problem:
+            err.add(problem, "expect")
+            return Expectations()
+        try:
+            return load_expectations(resolved, steps)
+        except FieldError as exc:
+            err.absorb(exc)
+            return Expectations()
+    return Expectations(read_expectations(raw, "expect", err, steps), (err.file,))
 
 
 def manifest_not_scenario(docs: list[Any], file: str) -> str:

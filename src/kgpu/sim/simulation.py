@@ -24,7 +24,7 @@ them imports this module (a test keeps the package free of import cycles).
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,9 @@ class Simulation:
         claims: list[Controller] = [ResourceClaimController(ctx)] if ctx.dra else []
         self.controllers: list[Controller] = [*ctrls, *extra_controllers, *claims]
         self.controller_manager = ControllerManager(ctx)
+        #: called with the step just taken (None after the start) once the cluster settled:
+        #: what checks or records the cluster at every point of a run (``--expect``) hooks in
+        self.observers: list[Callable[[Step | None], None]] = []
         self._started = False
         self._steps_done = 0
 
@@ -137,6 +140,8 @@ class Simulation:
             self.apply(manifest)
         self.settle()
         self._snapshot("initial state")
+        for observe in self.observers:
+            observe(None)
 
     def run(self) -> Simulation:
         """Start, then run every remaining step of the scenario."""
@@ -162,6 +167,8 @@ class Simulation:
         if self._steps_done < len(steps) and step is steps[self._steps_done]:
             self._steps_done += 1  # run() continues after the scenario steps already taken
         self._snapshot(step.describe())
+        for observe in self.observers:
+            observe(step)
 
     def settle(self) -> None:
         """Run controllers, the scheduler and the kubelets until nothing changes (bounded)."""

@@ -78,6 +78,7 @@ class SimNode:
     view: NodeView | None
     labels: dict[str, str]
     scenario_labels: dict[str, str]
+    group: str = ""  # the node group (scenario ``nodes`` entry) it was created from
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
     ready: bool = True
