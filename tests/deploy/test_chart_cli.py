@@ -19,7 +19,6 @@ import typer
 
 from kgpu.cli import app
 from kgpu.config import load_config_files
-from kgpu.errors import FieldError
 
 from .conftest import VALUES_SETS, Rendered
 
@@ -27,10 +26,6 @@ Render = Callable[[str, str], Rendered]
 
 #: (subcommand, flag) -> what it is and who adds it. "*" stands for the whole subcommand.
 PENDING: dict[tuple[str, str], str] = {
-    ("agent", "--health-address"): "agent: serve GET /healthz on HOST:PORT for the chart's "
-    "startup and liveness probes (issue 13, agent)",
-    ("agent", "--no-device-plugin"): "agent: --device-plugin/--no-device-plugin for "
-    "devicePlugin.enabled=false, a DRA-only node (issue 13, agent)",
     ("controller", "*"): "kgpu controller --in-cluster --namespace --health-address --log-level "
     "(issue 12, controller)",
 }
@@ -91,12 +86,6 @@ def _configmap_volume(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-@pytest.mark.xfail(
-    raises=FieldError,
-    strict=False,
-    reason="pending: `--config DIR` reads each key of a mounted ConfigMap as one config named "
-    "by the key, as the GPU Operator's config-manager does (issue 13, agent/node)",
-)
 def test_config_directory_from_a_configmap_volume(tmp_path: Path) -> None:
     """devicePlugin.config.name: the chart mounts that ConfigMap and passes the directory."""
     volume = _configmap_volume(
