@@ -304,7 +304,7 @@ def register(app: typer.Typer) -> None:
             try:
                 daemon.stop()
             finally:
-                fail(exc)
+                fail(exc if isinstance(exc, KgpuError) else (exc.strerror or str(exc)))
         logging.getLogger("kgpu.agent").info(
             "agent ready on %s: %s",
             opts.node_name,
