@@ -98,3 +98,22 @@ def test_config_directory_from_a_configmap_volume(tmp_path: Path) -> None:
     )
     configs = load_config_files([volume])
     assert set(configs.plugin_configs) == {"a100.80gb", "default"}
+
+
+@pytest.mark.parametrize("values", VALUES_SETS)
+def test_the_agents_environment_reads_as_upstreams_variables(render: Render, values: str) -> None:
+    """The env the chart gives the agent (NODE_NAME, NVIDIA_DRIVER_ROOT, MPS_ROOT, ...) is
+    valid for ``kgpu agent`` and lands where upstream's daemons put it."""
+    from kgpu.agent.upstream import read_environment
+
+    from .test_chart import load_values
+
+    (daemonset,) = render("1.34", values).of_kind("DaemonSet")
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value", "from-the-downward-api") for e in container["env"]}
+    settings, problems = read_environment(env, {})
+    assert problems == [], [str(p) for p in problems]
+    flags = dict(settings.flags)
+    assert flags["plugin.containerDriverRoot"] == "/driver-root"  # the mount
+    assert flags["nvidiaDriverRoot"] == load_values(values)["nvidiaDriverRoot"]
+    assert flags["mpsRoot"] == load_values(values)["mps"]["root"]

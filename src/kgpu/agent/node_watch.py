@@ -56,7 +56,7 @@ class NodeWatch:
         synced = self._informer.wait_synced(self._sync_timeout_s)
         if not synced:
             log.warning(
-                "no answer from the API server about Node %s within %.0f s: serving without "
+                "no answer from the API server about Node %s within %g s: serving without "
                 "its labels until the watch catches up",
                 self.node_name,
                 self._sync_timeout_s,
