@@ -6,6 +6,7 @@ server the state label reaches NFD through the features file."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import time
@@ -123,5 +124,43 @@ def test_the_manager_withholds_drains_applies_and_serves_the_new_devices(root: P
             # the advertised MIG devices are NVML's, with NVML's UUIDs
             nvml_migs = {m.uuid for g in sim.snapshot().gpus for m in g.mig_devices}
             assert set(kubelet.devices("nvidia.com/mig-3g.40gb")) == nvml_migs
+        finally:
+            agent.stop()
+
+
+def test_the_status_file_says_what_is_refused_and_what_mig_layout_is_pending(root: Path) -> None:
+    """``refused`` and ``migPending`` reach ``kgpu agent --status`` (the status file)."""
+    agent, sim, _fake = real_node(root)
+    with FakeKubelet(root):
+        agent.start()
+        try:
+            status = json.loads((root / "status.json").read_text())
+            assert "mig config 'half' is not what this node's GPUs have" in status["migPending"]
+            assert status["refused"] == {}
+        finally:
+            agent.stop()
+    # GPU 0 with two MIG profiles under migStrategy single: upstream's plugin refuses the node
+    sim.set_mig_mode(0, True)
+    for profile, start in (("1g.10gb", 0), ("3g.40gb", 4)):
+        gi = sim.create_gpu_instance(0, profile, start)
+        sim.create_compute_instance(0, gi.gi_id)
+    opts = AgentOptions(
+        machine="nvml",
+        mig_strategy="single",
+        kubelet_root=root,
+        node_name="n",
+        dra=False,
+        status_file=root / "status.json",
+    )
+    agent = Agent(opts, backend=NvmlBackend(FakeNvml(sim)))
+    with FakeKubelet(root) as kubelet:
+        agent.start()
+        try:
+            status = json.loads((root / "status.json").read_text())
+            assert "more than one MIG device type present on node" in (
+                status["refused"]["nvidia.com/gpu"]
+            )
+            assert status["migPending"] == ""
+            assert kubelet.resources() == []
         finally:
             agent.stop()

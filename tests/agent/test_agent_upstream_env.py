@@ -326,3 +326,11 @@ def test_dcgm_exporter_variables_select_address_and_counters(root: Path) -> None
     with pytest.raises(FieldError, match="line 2"):
         csv.write_text("# x\nDCGM_FI_DEV_GPU_UTIL, gauge\n")
         AgentOptions.parse(env=env, machine="test")
+
+
+def test_docs_list_every_variable_with_what_kgpu_does() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "agent.md").read_text()
+    for var in VARIABLES:
+        assert f"| `{var.name}` | {var.origin} | {var.meaning} | {var.kgpu} |" in doc, var.name
+    for name in UNUSED:
+        assert f"`{name}` (" in doc, name

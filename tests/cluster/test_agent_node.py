@@ -151,6 +151,18 @@ def test_the_nodes_config_label_switches_configs_and_a_bad_one_keeps_the_last_go
                 assert feature["spec"]["labels"] == agent.view().labels
                 assert not (root / "features.d" / "kgpu-features").exists()
 
+                # at idle the agent sends nothing: its watches stay open
+                def sent() -> int:
+                    return sum(
+                        1
+                        for r in server.requests
+                        if r.user_agent.startswith("kgpu-agent/") and r.verb != "watch"
+                    )
+
+                before = sent()
+                time.sleep(1.0)
+                assert sent() == before
+
                 status = agent.status()
                 assert status["kubernetesVersion"] == "v1.35.0"
                 assert status["nodeFeatures"] == f"NodeFeature {NAMESPACE}/{name}"

@@ -402,7 +402,13 @@ class Agent:
         if type(self.backend).__name__ != "NvmlBackend":
             self.driver = None
             return
-        config = settings.plugin_config(self.options, configs, self._labels(), view.config_name)
+        try:
+            config = settings.plugin_config(
+                self.options, configs, self._labels(), view.config_name
+            )
+        except KgpuError as exc:  # the labels changed under us: the next reload decides
+            log.debug("keeping the node's driver settings: %s", exc)
+            return
         key = settings.driver_key(self.options, config)
         if key != self._driver_key:
             self.driver = settings.node_driver(self.options, config)

@@ -150,7 +150,7 @@ VARIABLES: tuple[Variable, ...] = (
         "FAIL_ON_INIT_ERROR",
         DEVICE_PLUGIN,
         "exit when NVML cannot be initialised (false: log it, serve nothing, keep running)",
-        "`--fail-on-init-error`; the same (the agent keeps running, status `lastError`)",
+        "`--fail-on-init-error`; the same (status `initError` and `/healthz` say why)",
         "option:fail_on_init_error",
         parse_bool,
         "--fail-on-init-error",
