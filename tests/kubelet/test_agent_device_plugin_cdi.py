@@ -70,8 +70,14 @@ def test_every_cdi_name_allocate_gives_is_in_the_spec_across_reloads(root: Path)
                 "version: v1\nflags:\n  plugin:\n    deviceListStrategy: [envvar, "
                 "cdi-annotations]\n    deviceIDStrategy: index\n"
             )
+            registered = len(kubelet.register_calls)
             agent.request_reload()
-            assert kubelet.wait_for(lambda: agent.view().device_id_strategy == "index")
+            # the ids changed: the resource's server is replaced and registers again
+            assert kubelet.wait_for(
+                lambda: len(kubelet.register_calls) > registered
+                and agent.status()["resources"]["nvidia.com/gpu"]["registered"]
+            )
+            assert agent.view().device_id_strategy == "index"
             answer = kubelet.allocate("nvidia.com/gpu", [gpu])
             (annotation,) = answer.annotations.values()
             assert annotation.startswith("k8s.device-plugin.nvidia.com/gpu=")
