@@ -65,6 +65,8 @@ def _list_of(*allowed: str) -> Callable[[str], tuple[str, ...]]:
 
 
 def _path(text: str) -> str:
+    """A host or mount path: absolute (relative to what? the agent's working directory is not
+    the host's root)."""
     if not text.startswith("/"):
         raise ValueError(f"{text!r} is not an absolute path")
     return text
@@ -134,7 +136,7 @@ VARIABLES: tuple[Variable, ...] = (
         "a device-plugin config file (the config manager writes the node's choice there)",
         "one more `--config`",
         "option:config_files",
-        _path,
+        _text,
         "--config",
     ),
     Variable(
@@ -307,7 +309,7 @@ VARIABLES: tuple[Variable, ...] = (
         "the counters CSV selecting the fields served",
         "`--collectors` / `-f`: the same file format",
         "option:collectors",
-        _path,
+        _text,
         "--collectors",
     ),
     Variable(
