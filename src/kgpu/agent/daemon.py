@@ -98,6 +98,7 @@ class Agent:
             store if store is None or isinstance(store, CachedStore) else CachedStore(store)
         )
         self._owns_store = False
+        self._owns_cache = store is not None and not isinstance(store, CachedStore)
         self._factories = tuple(factories)
         self._lock = threading.RLock()  # base, health, served; never held while publishing
         self._stopping = threading.Event()
@@ -273,7 +274,7 @@ class Agent:
             if self._owns_store:
                 self._store.close()
                 self._store, self._owns_store = None, False
-            else:
+            elif self._owns_cache:  # a CachedStore passed in keeps its informers: its owner's
                 self._store.stop_informers()
         if self.health_server is not None:
             self.health_server.stop()
