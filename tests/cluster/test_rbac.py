@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from kgpu.agent.daemon import Agent, AgentOptions
 from kgpu.cluster.kube import KubeStore
 from kgpu.computedomain.api import API_VERSION as CD_API
 from kgpu.computedomain.api import CLIQUE_ID_LABEL, CLIQUE_LABEL, DOMAIN_LABEL, node_label
 from kgpu.dra.classes import device_classes
-from kgpu.drivers.computedomain import compute_domain_driver
 from kgpu.drivers.dra import DraComponent
 from kgpu.hardware.profiles import load_machine
 from kgpu.hardware.simulated import SimulatedBackend
@@ -31,6 +31,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "cluster.md"
 CLIQUE = "c0ffee00-0000-4000-8000-000000000001.0"
 DRA = "resource.k8s.io/v1"
 CD_DRIVER = "compute-domain.nvidia.com"
+MIG_LABEL = "nvidia.com/mig.config"
+MIG_STATE = "nvidia.com/mig.config.state"
 
 
 def documented(name: str) -> set[tuple[str, str, str]]:
@@ -119,17 +121,28 @@ def test_the_agent_uses_exactly_its_documented_rules(server: FakeApiServer, root
         made = admin.create(_claim(name, driver, device, config))
         refs.append((driver, ClaimRef("ml", made["metadata"]["uid"], name)))
 
-    store = KubeStore.from_config(kubeconfig, qps=None, user_agent="kgpu-agent/tray-0")
-    component = DraComponent(
-        root / "kubelet",
-        root / "cdi",
-        "tray-0",
-        SimulatedBackend(load_machine("gb200", hostname="tray-0", clique=CLIQUE)),
-        store,
-        driver_factories=(compute_domain_driver,),
+    # the whole agent, as the chart runs it: device plugin, NFD labels (a NodeFeature), DRA
+    # (both drivers on a fabric tray) and the MIG manager, its state on the Node, its events
+    admin.patch("v1", "Node", "tray-0", {"metadata": {"labels": {MIG_LABEL: "all-disabled"}}})
+    agent = Agent(
+        AgentOptions(
+            machine="gb200",
+            clique=CLIQUE,
+            node_name="tray-0",
+            kubelet_root=root / "kubelet",
+            cdi_root=root / "cdi",
+            nfd_features_dir=root / "features.d",
+            kubeconfig=Path(kubeconfig),
+            namespace="kgpu-system",
+            mig_manager=True,
+            dra=True,
+            status_file=root / "status.json",
+        ),
+        backend=SimulatedBackend(load_machine("gb200", hostname="tray-0", clique=CLIQUE)),
     )
-    component.start()
+    agent.start()
     try:
+        (component,) = [c for c in agent.components if isinstance(c, DraComponent)]
         for driver, ref in refs:
             assert not component.plugins[driver].prepare([ref])[ref.uid].error
         # the controller lists the domain's daemons in the clique: the daemon's hosts mapping
@@ -165,9 +178,17 @@ def test_the_agent_uses_exactly_its_documented_rules(server: FakeApiServer, root
             component.plugins[driver].unprepare([ref])
         assert component.publisher is not None
         component.publisher.publish("gpu.nvidia.com", [])  # a pool that shrank to nothing
+        deadline = time.monotonic() + 10
+        while (
+            admin.get("v1", "Node", "tray-0")["metadata"]["labels"].get(MIG_STATE) != "success"
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+        events = admin.list("v1", "Event", namespace="default")
+        assert [e["reason"] for e in events] == ["MigConfigApplied"]
+        assert admin.list("nfd.k8s-sigs.io/v1alpha1", "NodeFeature", namespace="kgpu-system")
     finally:
-        component.stop()
-        store.close()
+        agent.stop()
         admin.close()
     assert server.rules("kgpu-agent") == documented("agent")
 

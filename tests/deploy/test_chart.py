@@ -499,7 +499,8 @@ def test_rbac_is_least_privilege(render: Render, values: str) -> None:
     # leases only in the release namespace: the controller cannot take another's lock
     for role in rendered.of_kind("ClusterRole"):
         assert all("leases" not in r["resources"] for r in role["rules"])
-    # the agent writes only ResourceSlices and Nodes (its own labels and annotations)
+    # the agent writes only ResourceSlices, Nodes (the labels kgpu owns) and the MIG manager's
+    # Events cluster-wide (its NodeFeature: in its namespace)
     agent_role = rendered.one("ClusterRole", "agent")
     writes = {
         res
@@ -507,4 +508,4 @@ def test_rbac_is_least_privilege(render: Render, values: str) -> None:
         if set(r["verbs"]) & {"create", "update", "patch", "delete"}
         for res in r["resources"]
     }
-    assert writes <= {"resourceslices", "nodes"}
+    assert writes <= {"resourceslices", "nodes", "events"}

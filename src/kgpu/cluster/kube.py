@@ -273,6 +273,11 @@ class KubeStore:
         """Release the client's connections and thread pool."""
         self._api.close()
 
+    def server_version(self) -> str:
+        """The API server's ``gitVersion`` (``v1.35.2``), from ``GET /version`` (readable by
+        every client, no RBAC rule needed); "" when it does not say."""
+        return str(self._request("GET", "/version").get("gitVersion") or "")
+
     # -- resource.k8s.io versions ------------------------------------------------------------
     def resource_api_version(self) -> str:
         """The ``resource.k8s.io`` version this server is spoken to in (discovered once):

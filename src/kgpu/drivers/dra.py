@@ -39,6 +39,7 @@ from kgpu.kubelet import nvidia_cdi
 from kgpu.kubelet.dra.handler import DriverHandler
 from kgpu.kubelet.dra.plugin import DraPlugin
 from kgpu.kubelet.dra.server import DriverServer, plugin_dir
+from kgpu.kubelet.nvidia_cdi import NodeDriver
 from kgpu.node.model import NodeView
 from kgpu.store import CachedStore, MemoryStore, ObjectStore
 
@@ -70,6 +71,8 @@ class DraComponent:
         partitionable: bool = False,
         driver_factories: Sequence[DriverFactory] = (),
         watch_interval_s: float = 0.2,
+        kubernetes_version: str | None = None,
+        node_driver_for: Callable[[Backend], NodeDriver | None] = nvidia_cdi.for_backend,
     ) -> None:
         self.kubelet_root = Path(kubelet_root)
         self.cdi_root = Path(cdi_root)
@@ -80,6 +83,9 @@ class DraComponent:
         self.store: CachedStore = base if isinstance(base, CachedStore) else CachedStore(base)
         self.partitionable = partitionable
         self.driver_factories = tuple(driver_factories)
+        # the API server's version (``v1.35.2``): how partitionable devices fill slices
+        self.kubernetes_version = kubernetes_version
+        self._node_driver_for = node_driver_for
         self.gpu: GpuHandler | None = None
         self.plugins: dict[str, DraPlugin] = {}
         self.servers: dict[str, DriverServer] = {}
@@ -127,7 +133,8 @@ class DraComponent:
                 self.node_name,
                 plugin_dir(self.kubelet_root, "gpu.nvidia.com"),
                 partitionable=self.partitionable,
-                node_driver=nvidia_cdi.for_backend(self.backend),
+                node_driver=self._node_driver_for(self.backend),
+                kubernetes_version=self.kubernetes_version,
             )
             machine = self.gpu.machine
             for factory in self.driver_factories:

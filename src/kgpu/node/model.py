@@ -106,6 +106,7 @@ class NodeView:
     mig_pending: str = ""
     device_list_strategy: tuple[str, ...] = ("envvar",)
     device_id_strategy: str = "uuid"
+    pass_device_specs: bool = False  # Allocate passes the devices' nodes (passDeviceSpecs)
     shared_devices_allocation_policy: str = "distributed"  # or "packed"
     cdi_annotation_prefix: str = "cdi.k8s.io/"
     # what every Allocate response sets (NVIDIA_GDS=enabled with gdsEnabled...)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from kgpu.config.loader import ConfigSet, PluginConfigEntry, select_mig_config, select_plugin_config
 from kgpu.config.migparted import MigConfig, layout_for
@@ -89,6 +90,7 @@ def build_node_view(
     config_name: str | None = None,
     mig_config_name: str | None = None,
     mig_strategy: str | None = None,
+    flags: tuple[tuple[str, Any], ...] = (),
 ) -> NodeView:
     """What ``machine`` advertises under ``configs`` given the node's ``labels``.
 
@@ -96,14 +98,16 @@ def build_node_view(
     ``config_name``, else the set's default, else its only entry; the MIG layout is the
     mig-parted config ``nvidia.com/mig.config`` names, else ``mig_config_name``, else the set's
     default (none: the hardware's current MIG state). ``mig_strategy`` overrides the strategy
-    from Helm values and from the config file, in that order. Raises FieldError.
+    from Helm values and from the config file, in that order; ``flags`` override the selected
+    config's ``flags`` (:meth:`DevicePluginConfig.with_flags`: the agent's upstream environment
+    variables). Raises FieldError.
     """
     problems = _config_rule_problems(configs)
     if problems:
         raise FieldError(problems)
     plugin = select_plugin_config(configs, labels, config_name)
     mig = select_mig_config(configs, labels, mig_config_name)
-    view = _cached_view(machine, configs, plugin, mig, mig_strategy)
+    view = _cached_view(machine, configs, plugin, mig, mig_strategy, flags)
     return replace(view, labels=dict(view.labels))
 
 
@@ -125,8 +129,9 @@ def _cached_view(
     plugin: PluginConfigEntry | None,
     mig: MigConfig | None,
     mig_strategy: str | None,
+    flags: tuple[tuple[str, Any], ...] = (),
 ) -> NodeView:
-    return _build(machine, configs, plugin, mig, mig_strategy)
+    return _build(machine, configs, plugin, mig, mig_strategy, flags)
 
 
 def _apply_mig(machine: Machine, mig: MigConfig, warnings: list[str]) -> Machine:
@@ -382,9 +387,10 @@ def _build(
     entry: PluginConfigEntry | None,
     mig: MigConfig | None,
     strategy_override: str | None,
+    flags: tuple[tuple[str, Any], ...] = (),
 ) -> NodeView:
     warnings: list[str] = list(configs.warnings)
-    config = entry.config if entry else DEFAULT_PLUGIN_CONFIG
+    config = (entry.config if entry else DEFAULT_PLUGIN_CONFIG).with_flags(flags)
     source, entry_name = (entry.source, entry.name) if entry else ("", "")
     mig_pending = ""
     if mig is not None and machine.real:
@@ -505,6 +511,7 @@ def _build(
         mig_pending=mig_pending,
         device_list_strategy=config.device_list_strategy,
         device_id_strategy=config.device_id_strategy,
+        pass_device_specs=config.pass_device_specs,
         shared_devices_allocation_policy=config.shared_devices_allocation_policy,
         cdi_annotation_prefix=config.cdi_annotation_prefix,
         allocate_envs=config.allocate_envs,
