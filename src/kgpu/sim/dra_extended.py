@@ -39,6 +39,24 @@ def delegated(resource: str, allocatable: Mapping[str, int], mapped: frozenset[s
     )
 
 
+def defaulted(pod: Mapping[str, Any]) -> Obj:
+    """The pod as the API server stores it: a container's ``limits`` are its ``requests``
+    where it gives none (what kube-scheduler and the kubelet read). A shallow copy."""
+    spec = dict(pod.get("spec") or {})
+    for key in ("initContainers", "containers"):
+        out = []
+        for c in spec.get(key) or []:
+            resources = c.get("resources") or {}
+            limits = resources.get("limits") or {}
+            if limits:
+                requests = {**limits, **(resources.get("requests") or {})}
+                c = {**c, "resources": {**resources, "requests": requests}}
+            out.append(c)
+        if key in spec:
+            spec[key] = out
+    return {**pod, "spec": spec}
+
+
 def _containers(pod: Mapping[str, Any]) -> list[Obj]:
     spec = pod.get("spec") or {}
     return [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
@@ -49,6 +67,7 @@ def request_mappings(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> list[O
     (``container-<i>-request-<j>``: container ``i`` of init + regular containers, ``j`` the
     resource's index among the container's sorted requests), the container and resource it
     serves."""
+    pod = defaulted(pod)
     names = {
         str(r.get("name"))
         for r in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
@@ -108,6 +127,7 @@ def owned_by(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
 __all__ = [
     "STATUS_FIELD",
     "claim_status",
+    "defaulted",
     "delegated",
     "is_extended_claim",
     "owned_by",

@@ -69,7 +69,7 @@ from kgpu.sim.dra_binding import (
     deallocate,
     has_binding_conditions,
 )
-from kgpu.sim.dra_extended import record_claim
+from kgpu.sim.dra_extended import defaulted, record_claim
 from kgpu.sim.plugins import NodeInfo, PreBindResult
 from kgpu.store import AlreadyExists, NotFound, ObjectStore, namespace_of
 
@@ -284,7 +284,7 @@ class DraSchedulerPlugin:
         (None: none, or the feature is off)."""
         if not self._mapping:
             return None
-        wanted = extended_requests(pod, self._mapping)
+        wanted = extended_requests(defaulted(pod), self._mapping)
         if not wanted:
             return None
         return {name: self._mapping[name] for name in wanted}
@@ -341,7 +341,7 @@ class DraSchedulerPlugin:
         hit = state.extended.get(node.name)
         if hit is None:
             allocatable = ((node.node or {}).get("status") or {}).get("allocatable") or {}
-            claim = extended_resource_claim(pod, state.mapping, allocatable)
+            claim = extended_resource_claim(defaulted(pod), state.mapping, allocatable)
             spec = json.dumps(claim["spec"], sort_keys=True) if claim is not None else ""
             hit = state.extended[node.name] = (claim, spec)
         claim, spec = hit

@@ -140,9 +140,7 @@ def gpu_summary(node: SimNode) -> str:
     return "\n".join(parts) or "-"
 
 
-def step_snapshot(
-    sim: SimContext, title: str, earlier: list[dict[str, Any]]
-) -> dict[str, Any]:
+def step_snapshot(sim: SimContext, title: str, earlier: list[dict[str, Any]]) -> dict[str, Any]:
     """A compact picture of the cluster after one step, for ``--watch`` (``earlier``: the
     snapshots of the steps before, whose events it does not repeat)."""
     phases = Counter(r.phase for r in sim.pods.values())
@@ -254,9 +252,7 @@ def _pods_table(records: list[PodRecord], width: int) -> Any:
     return table
 
 
-def render(
-    sim: SimContext, console: Console, *, max_pods: int = 40, max_events: int = 25
-) -> None:
+def render(sim: SimContext, console: Console, *, max_pods: int = 40, max_events: int = 25) -> None:
     """The human summary: nodes like ``kubectl describe node``, pods, then events.
 
     Names (nodes, pods) are never cut: at 80 columns ``default/time-slicing-ver…`` left every
