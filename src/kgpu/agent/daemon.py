@@ -287,7 +287,12 @@ class Agent:
         """The base view with current health as the served view (lock held)."""
         assert self._base is not None
         served = (
-            self._base.with_health(self._health.unhealthy) if self._health.problems else self._base
+            self._base.with_health(
+                self._health.unhealthy,
+                {u: p.reason for u, p in self._health.problems.items()},
+            )
+            if self._health.problems
+            else self._base
         )
         self._served = served
         return served

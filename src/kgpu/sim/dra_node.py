@@ -77,6 +77,13 @@ class DraKubeletPlugin:
             handler.update_machine(machine)
         publish(store, handler, node_name)
 
+    def node_health(self, node_name: str, unhealthy: Mapping[str, str], store: ObjectStore) -> None:
+        """The node's health changed: republish its slices with unhealthy devices tainted (the
+        agent's DRA driver does the same from its health view)."""
+        handler = self.handlers.get(node_name)
+        if handler is not None and handler.set_health(unhealthy):
+            publish(store, handler, node_name)
+
     def _claims(self, pod: Mapping[str, Any], store: ObjectStore) -> dict[str, Obj]:
         """Pod-level claim name -> ResourceClaim, for claims with devices of this driver."""
         namespace = (pod.get("metadata") or {}).get("namespace") or "default"
