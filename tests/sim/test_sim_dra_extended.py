@@ -6,6 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+from typer.testing import CliRunner
+
+from kgpu.cli import app
 from kgpu.sim.scenario import load_scenario, scenario_from_dict
 from kgpu.sim.simulation import Simulation
 
@@ -107,3 +111,18 @@ def test_cpu_node_is_left_to_the_dra_plugin(tmp_path: Path) -> None:
     assert sim.pods["default/four-gpus"].last_message == (
         "0/2 nodes are available: 2 cannot allocate all claims."
     )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "extended-resource-gb200.yaml",
+        "device-taints.yaml",
+        "binding-conditions.yaml",
+        "prioritized-list.yaml",
+    ],
+)
+def test_dra_examples_validate(name: str) -> None:
+    result = CliRunner().invoke(app, ["validate", str(EXAMPLE.parent / name)])
+    assert result.exit_code == 0, result.output
+    assert "kgpu sim scenario" in result.output
