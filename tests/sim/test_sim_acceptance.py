@@ -43,7 +43,10 @@ def test_row1_no_device_plugin_pod_stays_pending(tmp_path: Path, acceptance: Pat
         tmp_path,
         {
             "nodes": [{"name": "cpu-node"}, {"name": "gpu-node", "machine": "rtx-2080ti"}],
+            # the guide's cluster had neither the device plugin nor a DRA driver (with one,
+            # its DeviceClass would serve nvidia.com/gpu: see test_sim_dra_extended.py)
             "devicePlugin": False,
+            "draDriver": False,
             "apply": [str(acceptance / "seed-guides/gpu-operator-test-pod.yaml")],
         },
     )

@@ -469,7 +469,12 @@ class Agent:
         the MIG manager is reconfiguring."""
         assert self._base is not None
         served = (
-            self._base.with_health(self._health.unhealthy) if self._health.problems else self._base
+            self._base.with_health(
+                self._health.unhealthy,
+                {u: p.reason for u, p in self._health.problems.items()},
+            )
+            if self._health.problems
+            else self._base
         )
         manager = self.mig_manager
         if manager is not None and manager.withheld():

@@ -159,7 +159,9 @@ class DraComponent:
         if self.gpu is None:  # not started: start publishes from this view's machine
             self._first_machine = view.machine
             return
-        if self.gpu.update_machine(view.machine):
+        changed = self.gpu.update_machine(view.machine)
+        # unhealthy devices are published tainted (NVIDIA's NVMLDeviceHealthCheck)
+        if self.gpu.set_health(dict(view.unhealthy)) or changed:
             self._publish(self.gpu)
         self._sync_logged()
 

@@ -9,6 +9,7 @@ means every one of those consumers sees the same answer for the same inputs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from kgpu.hardware.model import Machine
@@ -111,6 +112,8 @@ class NodeView:
     cdi_annotation_prefix: str = "cdi.k8s.io/"
     # what every Allocate response sets (NVIDIA_GDS=enabled with gdsEnabled...)
     allocate_envs: tuple[tuple[str, str], ...] = ()
+    # (GPU or MIG UUID, why) of every Unhealthy device: the DRA driver taints them
+    unhealthy: tuple[tuple[str, str], ...] = ()
 
     def resource(self, name: str) -> ResourceView:
         for res in self.resources:
@@ -128,8 +131,11 @@ class NodeView:
                     return dev
         raise KeyError(f"unknown device id {device_id}")
 
-    def with_health(self, unhealthy_uuids: frozenset[str]) -> NodeView:
-        """The same view with every device whose GPU or MIG UUID is listed marked Unhealthy."""
+    def with_health(
+        self, unhealthy_uuids: frozenset[str], reasons: Mapping[str, str] | None = None
+    ) -> NodeView:
+        """The same view with every device whose GPU or MIG UUID is listed marked Unhealthy
+        (``reasons``: why, per UUID, kept in ``unhealthy`` for the DRA driver's taints)."""
         resources = tuple(
             replace(
                 res,
@@ -146,7 +152,9 @@ class NodeView:
             )
             for res in self.resources
         )
-        return replace(self, resources=resources)
+        why = reasons or {}
+        unhealthy = tuple(sorted((u, why.get(u, "unhealthy")) for u in unhealthy_uuids))
+        return replace(self, resources=resources, unhealthy=unhealthy)
 
 
 __all__ = [

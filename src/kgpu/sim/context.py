@@ -8,6 +8,7 @@ function reads and writes visible at its signature.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -29,8 +30,17 @@ class ReleaseListener(Protocol):
 
     def pod_released(self, pod: Obj) -> None: ...
 
+
 #: Fixed date of the simulated clock: a run is a pure function of its scenario.
 EPOCH_DATE = "2025-01-01"
+
+
+def clock_timestamp(now: float) -> str:
+    """The simulated clock's time ``now`` (seconds) as an API timestamp."""
+    seconds = int(now)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{EPOCH_DATE}T{h % 24:02d}:{m:02d}:{s:02d}Z"
 
 
 class SimContext:
@@ -73,15 +83,22 @@ class SimContext:
         self.to_admit: dict[str, PodRecord] = {}  # bound, waiting for their kubelet
         self.gangs: dict[str, dict[str, PodRecord]] = {}
         self.timers: list[tuple[float, int, str]] = []  # heap of (end time, seq, pod key)
+        #: heap of clock times at which something is due (a controller's delay, a timeout):
+        #: advancing the clock settles the cluster at each, in order
+        self.wakeups: list[float] = []
+        #: pods reserved on a node whose PreBind waits (DRA binding conditions), by key
+        self.prebinding: dict[str, tuple[PodRecord, SimNode]] = {}
         self.seq = itertools.count()  # pod creation order
         self.ip_seq = itertools.count()  # node join order, for addresses
         self.epoch = 0
 
     def timestamp(self) -> str:
-        seconds = int(self.now)
-        h, rem = divmod(seconds, 3600)
-        m, s = divmod(rem, 60)
-        return f"{EPOCH_DATE}T{h % 24:02d}:{m:02d}:{s:02d}Z"
+        return clock_timestamp(self.now)
 
     def emit(self, type_: str, reason: str, obj: str, message: str) -> None:
         self.events.append(Event(type_, reason, obj, message))
+
+    def wake_at(self, when: float) -> None:
+        """Ask for the cluster to settle at clock time ``when`` (once per time)."""
+        if when > self.now and when not in self.wakeups:
+            heapq.heappush(self.wakeups, when)

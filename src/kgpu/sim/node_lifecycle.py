@@ -100,6 +100,11 @@ def refresh_node(ctx: SimContext, node: SimNode, *, register: bool = False) -> N
                 plugin.register_node(node.name, node.machine, ctx.store)
             except KgpuError as exc:
                 ctx.emit("Warning", "PluginError", f"Node/{node.name}", str(exc))
+    unhealthy = {p.uuid: p.reason for p in node.health.problems.values()}
+    for plugin in ctx.kubelet_plugins:  # a DRA driver taints unhealthy devices in its slices
+        health = getattr(plugin, "node_health", None)
+        if health is not None:
+            health(node.name, unhealthy, ctx.store)
 
 
 def refresh_all(ctx: SimContext) -> None:

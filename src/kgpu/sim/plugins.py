@@ -73,6 +73,18 @@ class SchedulerPlugin(Protocol):
     def release(self, pod: Obj, store: ObjectStore) -> None: ...
 
 
+@dataclass(frozen=True)
+class PreBindResult:
+    """What a scheduler plugin's optional ``prebind(pod, node_name, store)`` answers (run after
+    Reserve, before the pod is bound): go on (the default), keep waiting (``waiting``; the cycle
+    asks again each round, and at ``wake_at`` on the simulated clock), or fail with ``error``
+    (the pod is unreserved and goes back to the queue)."""
+
+    waiting: bool = False
+    error: str = ""
+    wake_at: float | None = None
+
+
 class KubeletPlugin(Protocol):
     """Node-side work for a bound pod beyond the device plugin (a DRA driver's
     NodePrepareResources / NodeUnprepareResources). Returns, per container name, what the

@@ -27,9 +27,7 @@ from kgpu.store import NotFound
 MAX_ROUNDS = 64
 
 
-def settle(
-    ctx: SimContext, manager: ControllerManager, controllers: Sequence[Controller]
-) -> None:
+def settle(ctx: SimContext, manager: ControllerManager, controllers: Sequence[Controller]) -> None:
     """Run controllers, the scheduler and the kubelets until nothing changes (bounded)."""
     for _ in range(MAX_ROUNDS):
         progress = manager.reconcile()
@@ -53,9 +51,21 @@ def advance(
     controllers: Sequence[Controller],
 ) -> None:
     """Move the clock; pods whose runtime ends on the way succeed, in time order, and the
-    cluster settles after each moment at which some did."""
+    cluster settles after each moment at which some did, or at which something asked to be
+    woken (:meth:`SimContext.wake_at`: a controller's delay, a timeout)."""
     target = ctx.now + seconds
-    while ctx.timers and ctx.timers[0][0] <= target:
+    while True:
+        timer = ctx.timers[0][0] if ctx.timers else None
+        wake = ctx.wakeups[0] if ctx.wakeups else None
+        if wake is not None and wake <= target and (timer is None or wake < timer):
+            ctx.now = max(ctx.now, heapq.heappop(ctx.wakeups))
+            while ctx.wakeups and ctx.wakeups[0] <= ctx.now:
+                heapq.heappop(ctx.wakeups)
+            ctx.epoch += 1  # time-dependent verdicts (a binding timeout) may have changed
+            settle(ctx, manager, controllers)
+            continue
+        if timer is None or timer > target:
+            break
         when, _, key = heapq.heappop(ctx.timers)
         ctx.now = max(ctx.now, when)
         if not _finish_running(ctx, key):

@@ -32,6 +32,8 @@ from kgpu.config.loader import ConfigSet
 from kgpu.sim import node_lifecycle, nodeside, objects, pod_lifecycle
 from kgpu.sim.context import SimContext
 from kgpu.sim.controllers import ControllerManager, ResourceClaimController
+from kgpu.sim.dra_binding import FakeAttachController
+from kgpu.sim.dra_taints import DeviceTaintEvictionController
 from kgpu.sim.manifests import Manifest
 from kgpu.sim.plugin_loader import install_device_classes, load_plugins
 from kgpu.sim.plugins import Controller, KubeletPlugin, SchedulerPlugin
@@ -94,8 +96,17 @@ class Simulation:
         self.warnings = ctx.warnings
         self.suffixes = ctx.suffixes
         # the resourceclaim controller runs last, so the claims of new pods exist when the
-        # scheduler meets them
-        claims: list[Controller] = [ResourceClaimController(ctx)] if ctx.dra else []
+        # scheduler meets them; before it, the device taint eviction controller and the
+        # stand-in for drivers that attach devices (binding conditions)
+        claims: list[Controller] = (
+            [
+                DeviceTaintEvictionController(ctx),
+                FakeAttachController(ctx),
+                ResourceClaimController(ctx),
+            ]
+            if ctx.dra
+            else []
+        )
         self.controllers: list[Controller] = [*ctrls, *extra_controllers, *claims]
         self.controller_manager = ControllerManager(ctx)
         #: called with the step just taken (None after the start) once the cluster settled:
