@@ -20,7 +20,7 @@ orchestrator, binpacking estimator, expanders, scale-down planner and actuator):
   target shrinks back and the group backs off (5 min, doubling to 30 min).
 * **Scale down.** A node of an autoscaled group is unneeded when its utilization (requested /
   allocatable: GPUs alone on GPU nodes, else the larger of CPU and memory) is below the threshold
-  and every pod it runs can move — drain rules in :mod:`kgpu.sim.autoscaling.drain`, and each
+  and every pod it runs can move — drain rules in :mod:`kgpu.autoscaling.drain`, and each
   movable pod must fit another node (the caller's ``fit``). After ``scale-down-unneeded-time``
   (``scale-down-unready-time`` for NotReady nodes) it is removed, unless the group would go below
   its minimum or scale-down is cooling down (``scale-down-delay-after-add`` /
@@ -44,9 +44,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kgpu.sim.autoscaling.ca_settings import CASettings, go_duration
-from kgpu.sim.autoscaling.drain import is_daemonset_pod, is_terminal, pods_to_move
-from kgpu.sim.plugins import Event
+from kgpu.autoscaling.ca_settings import CASettings, go_duration
+from kgpu.autoscaling.drain import is_daemonset_pod, is_terminal, pods_to_move
+from kgpu.autoscaling.events import Event
 
 STATUS_CONFIGMAP = "ConfigMap/kube-system/cluster-autoscaler-status"
 SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kgpu.sim.promql.ast import Matcher
+from kgpu.promql.ast import Matcher
 
 #: Sorted ``(name, value)`` pairs; ``__name__`` is one of them. Hashable, so usable as a key.
 Labels = tuple[tuple[str, str], ...]
