@@ -4,8 +4,12 @@ the DRA driver's ComputeDomain, Kubeflow's MPIJob and KEDA's ScaledObject.
 A ComputeDomain is checked by the parser its controller runs
 (:func:`kgpu.computedomain.api.parse_compute_domain`): a domain that validates is one that
 reconciles. An MPIJob is checked with the other pod-making kinds
-(:func:`kgpu.manifests.workloads.mpi_job`); a ScaledObject against KEDA's CRD (fields, types,
-trigger metadata as strings).
+(:func:`kgpu.manifests.workloads.mpi_job`). A ScaledObject is checked against KEDA's CRD
+(fields, types, trigger metadata as strings), then by the parser the simulated KEDA runs
+(:func:`kgpu.autoscaling.keda.parse_scaled_object`: KEDA's webhook rules, each trigger's
+parameters, the PromQL query parsed, a part kgpu does not evaluate named), so a ScaledObject
+that validates is one the simulator can run. An ``autoscaling/v2`` HorizontalPodAutoscaler
+gets the API server's rules from :func:`kgpu.autoscaling.hpa_spec.parse_hpa` (:func:`hpa`).
 """
 
 from __future__ import annotations
@@ -13,9 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kgpu.autoscaling.hpa_spec import parse_hpa
+from kgpu.autoscaling.keda import parse_scaled_object
 from kgpu.computedomain.api import API_VERSION as CD_API
 from kgpu.computedomain.api import KIND as CD_KIND
 from kgpu.computedomain.api import parse_compute_domain
+from kgpu.config.fields import dns_subdomain_problem, is_dns_subdomain
 from kgpu.errors import FieldError, FieldProblem, join_path
 from kgpu.manifests.podspec import Problems
 from kgpu.manifests.workloads import Checker, mpi_job
@@ -47,11 +54,23 @@ def _integer(value: Any, path: str, out: Problems) -> None:
         out.append(FieldProblem(f"{value!r}: must be an integer", path))
 
 
+def _parser_problems(parse: Any, obj: Mapping[str, Any], out: Problems) -> None:
+    """What ``parse`` (the controller's own parser) refuses, at fields not already reported."""
+    try:
+        parse(obj)
+    except FieldError as exc:
+        spoken = {p.path for p in out}
+        out.extend(FieldProblem(p.message, p.path) for p in exc.problems if p.path not in spoken)
+
+
 def scaled_object(obj: Mapping[str, Any]) -> Problems:
     out: Problems = []
+    name = (obj.get("metadata") or {}).get("name")
+    if isinstance(name, str) and name and not is_dns_subdomain(name):
+        out.append(FieldProblem(dns_subdomain_problem(name), "metadata.name"))
     spec = obj.get("spec")
     if not isinstance(spec, Mapping):
-        return [FieldProblem("is required (a map)", "spec")]
+        return [*out, FieldProblem("is required (a map)", "spec")]
     for key in spec:
         if key not in SCALED_OBJECT_KEYS:
             allowed = ", ".join(sorted(SCALED_OBJECT_KEYS))
@@ -86,6 +105,15 @@ def scaled_object(obj: Mapping[str, Any]) -> Problems:
                             "must be a string (quote it)", join_path(path, "metadata", str(k))
                         )
                     )
+    _parser_problems(parse_scaled_object, obj, out)
+    return out
+
+
+def hpa(obj: Mapping[str, Any]) -> Problems:
+    """An ``autoscaling/v2`` HPA's rules beyond the schema (the API server's validation:
+    replica bounds, metric sources and targets, behavior limits)."""
+    out: Problems = []
+    _parser_problems(parse_hpa, obj, out)
     return out
 
 
@@ -96,4 +124,4 @@ CUSTOM_KINDS: dict[tuple[str, str], Checker] = {
     ("keda.sh/v1alpha1", "ScaledObject"): scaled_object,
 }
 
-__all__ = ["CUSTOM_KINDS", "compute_domain", "scaled_object"]
+__all__ = ["CUSTOM_KINDS", "compute_domain", "hpa", "scaled_object"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any, Protocol
 
 from kgpu.config.loader import ConfigSet
@@ -31,6 +32,13 @@ class ReleaseListener(Protocol):
 
 #: Fixed date of the simulated clock: a run is a pure function of its scenario.
 EPOCH_DATE = "2025-01-01"
+
+
+def time_string(seconds: float) -> str:
+    """A moment of the simulated clock as the API writes times (RFC 3339, whole seconds)."""
+    h, rem = divmod(int(seconds), 3600)
+    m, s = divmod(rem, 60)
+    return f"{EPOCH_DATE}T{h % 24:02d}:{m:02d}:{s:02d}Z"
 
 
 class SimContext:
@@ -63,6 +71,7 @@ class SimContext:
         self.last_applied: dict[tuple[str, str, str, str], Obj] = {}
         self.device_plugin = scenario.device_plugin  # nodes added later follow this
         self.events: list[Event] = []
+        self._last_event: dict[str, int] = {}  # object -> index of its newest event
         self.unsupported: list[str] = []
         self.warnings: list[str] = [*warnings, *configs.warnings]
         self.nodes: list[SimNode] = []
@@ -78,10 +87,31 @@ class SimContext:
         self.epoch = 0
 
     def timestamp(self) -> str:
-        seconds = int(self.now)
-        h, rem = divmod(seconds, 3600)
-        m, s = divmod(rem, 60)
-        return f"{EPOCH_DATE}T{h % 24:02d}:{m:02d}:{s:02d}Z"
+        return time_string(self.now)
 
     def emit(self, type_: str, reason: str, obj: str, message: str) -> None:
-        self.events.append(Event(type_, reason, obj, message))
+        self.record(Event(type_, reason, obj, message, 1, self.now, self.now))
+
+    def record(self, event: Event) -> None:
+        """Record an event as kubelets' and controllers' event recorders do: the same event
+        (type, reason, message) again on an object whose newest event it is raises that
+        event's count and last time instead of adding one (``x5 over 4m`` in ``kubectl
+        describe``). Anything else recorded on the object in between starts a new entry, so
+        a later different outcome (Ready after NotReady, then NotReady again) stays visible in
+        order."""
+        events = self.events
+        last = self._last_event.get(event.object)
+        if last is not None and last < len(events):
+            prev = events[last]
+            if (
+                prev.object == event.object
+                and prev.reason == event.reason
+                and prev.message == event.message
+                and prev.type == event.type
+            ):
+                events[last] = replace(prev, count=prev.count + event.count, last_seen=self.now)
+                return
+        if event.first_seen is None:
+            event = replace(event, first_seen=self.now, last_seen=self.now)
+        self._last_event[event.object] = len(events)
+        events.append(event)

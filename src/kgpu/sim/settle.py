@@ -35,7 +35,8 @@ def settle(
         progress = manager.reconcile()
         for ctrl in controllers:
             try:
-                ctx.events.extend(ctrl.reconcile(ctx.store, ctx.now))
+                for event in ctrl.reconcile(ctx.store, ctx.now):
+                    ctx.record(event)
             except KgpuError as exc:
                 ctx.emit("Warning", "ReconcileError", f"Controller/{ctrl.name}", str(exc))
         progress |= sync_external(ctx)
