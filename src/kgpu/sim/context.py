@@ -15,9 +15,11 @@ from typing import Any, Protocol
 
 from kgpu.config.loader import ConfigSet
 from kgpu.sim.journal import SimStore
+from kgpu.sim.loops import Loops
 from kgpu.sim.names import Suffixes
 from kgpu.sim.plugins import Event, KubeletPlugin, SchedulerPlugin
 from kgpu.sim.scenario import Scenario
+from kgpu.sim.scenario_parts import NodeSpec
 from kgpu.sim.scheduler import Scheduler
 from kgpu.sim.state import PodRecord, SimNode
 
@@ -85,6 +87,13 @@ class SimContext:
         self.seq = itertools.count()  # pod creation order
         self.ip_seq = itertools.count()  # node join order, for addresses
         self.epoch = 0
+        #: ``traffic`` steps: (kind, namespace, name) -> percent of one GPU (kgpu.sim.traffic)
+        self.traffic: dict[tuple[str, str, str], float] = {}
+        #: autoscaled node groups by name, and the index their next node gets
+        self.node_groups: dict[str, NodeSpec] = {}
+        self.group_next_index: dict[str, int] = {}
+        #: work the clock runs on a period (scrapes, KEDA polls, HPA syncs, cluster-autoscaler)
+        self.loops = Loops()
 
     def timestamp(self) -> str:
         return time_string(self.now)

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from kgpu.autoscaling.ca_settings import CASettings, parse_settings
 from kgpu.config.plugin import MIG_STRATEGIES
 from kgpu.errors import FieldError, FieldProblem, join_path
 from kgpu.sim.manifests import Manifest
@@ -44,6 +45,7 @@ TOP_KEYS = (
     "steps",
     "runtimes",
     "seed",
+    "clusterAutoscaler",
 )
 #: The actions a step may take (:data:`kgpu.sim.steps.STEP_TYPES`).
 STEP_ACTIONS = tuple(STEP_TYPES)
@@ -65,6 +67,8 @@ class Scenario:
     steps: tuple[Step, ...] = ()
     runtimes: dict[str, float] = field(default_factory=dict)
     seed: int = 0
+    #: cluster-autoscaler's flags (``clusterAutoscaler``); it runs when a group autoscales
+    cluster_autoscaler: CASettings = field(default_factory=CASettings)
 
 
 def parse_step(
@@ -168,6 +172,12 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
     if isinstance(seed, bool) or not isinstance(seed, int):
         err.add("must be an integer", "seed")
         seed = 0
+    settings = CASettings()
+    try:
+        settings = parse_settings(data.get("clusterAutoscaler"))
+    except FieldError as exc:
+        for found in exc.problems:
+            err.add(found.message, found.path)
     if err.problems:
         raise FieldError(err.problems)
     return Scenario(
@@ -185,6 +195,7 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         steps=tuple(steps),
         runtimes=runtimes,
         seed=seed,
+        cluster_autoscaler=settings,
     )
 
 

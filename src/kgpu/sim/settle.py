@@ -10,6 +10,7 @@ start bound ones. Rounds repeat until nothing changes (bounded by :data:`MAX_ROU
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,16 +54,26 @@ def advance(
     manager: ControllerManager,
     controllers: Sequence[Controller],
 ) -> None:
-    """Move the clock; pods whose runtime ends on the way succeed, in time order, and the
-    cluster settles after each moment at which some did."""
+    """Move the clock. On the way, in time order: pods whose runtime ends succeed, and the
+    periodic work of :mod:`kgpu.sim.loops` runs (scrapes, KEDA polls, HPA syncs,
+    cluster-autoscaler scans; pods finishing at the same instant go first). The cluster
+    settles after each moment that changed something."""
     target = ctx.now + seconds
-    while ctx.timers and ctx.timers[0][0] <= target:
-        when, _, key = heapq.heappop(ctx.timers)
+    loops = ctx.loops
+    while True:
+        pod_time = ctx.timers[0][0] if ctx.timers else math.inf
+        loop_time = loops.next_time()
+        when = min(pod_time, loop_time)
+        if when > target:
+            break
         ctx.now = max(ctx.now, when)
-        if not _finish_running(ctx, key):
+        if pod_time <= loop_time:
+            if not _finish_running(ctx, heapq.heappop(ctx.timers)[2]):
+                continue
+            while ctx.timers and ctx.timers[0][0] <= ctx.now:
+                _finish_running(ctx, heapq.heappop(ctx.timers)[2])
+        elif not loops.pop().action(ctx.now) and not ctx.store.pending():
             continue
-        while ctx.timers and ctx.timers[0][0] <= ctx.now:
-            _finish_running(ctx, heapq.heappop(ctx.timers)[2])
         settle(ctx, manager, controllers)
     ctx.now = target
 

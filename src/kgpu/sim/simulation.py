@@ -29,12 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from kgpu.config.loader import ConfigSet
-from kgpu.sim import node_lifecycle, nodeside, objects, pod_lifecycle
+from kgpu.sim import node_lifecycle, nodeside, objects, pod_lifecycle, traffic
 from kgpu.sim.context import SimContext
 from kgpu.sim.controllers import ControllerManager, ResourceClaimController
+from kgpu.sim.controllers.cluster_autoscaler import ClusterAutoscaler
+from kgpu.sim.controllers.hpa import HPAController
+from kgpu.sim.controllers.keda import KedaController
 from kgpu.sim.manifests import Manifest
 from kgpu.sim.plugin_loader import install_device_classes, load_plugins
 from kgpu.sim.plugins import Controller, KubeletPlugin, SchedulerPlugin
+from kgpu.sim.prometheus import SimPrometheus
 from kgpu.sim.report import build_report, step_snapshot
 from kgpu.sim.scenario import Scenario, parse_step
 from kgpu.sim.scenario_parts import NodeSpec, ObjectRef
@@ -42,6 +46,7 @@ from kgpu.sim.settle import advance as advance_clock
 from kgpu.sim.settle import settle as settle_cluster
 from kgpu.sim.state import PodRecord, SimNode
 from kgpu.sim.steps import Step
+from kgpu.sim.steps.objects import ApplyStep
 
 Obj = dict[str, Any]
 
@@ -93,10 +98,22 @@ class Simulation:
         self.unsupported = ctx.unsupported
         self.warnings = ctx.warnings
         self.suffixes = ctx.suffixes
+        # the autoscalers: the cluster's Prometheus, KEDA, the HPA controller and
+        # cluster-autoscaler; idle (and free) in a cluster without their objects
+        self.prometheus = SimPrometheus(ctx)
+        self.keda = KedaController(ctx, self.prometheus)
+        self.hpa = HPAController(ctx, self.keda.external_metric)
+        self.cluster_autoscaler = ClusterAutoscaler(ctx)
+        autoscalers: list[Controller] = [self.keda, self.hpa, self.cluster_autoscaler]
         # the resourceclaim controller runs last, so the claims of new pods exist when the
         # scheduler meets them
         claims: list[Controller] = [ResourceClaimController(ctx)] if ctx.dra else []
-        self.controllers: list[Controller] = [*ctrls, *extra_controllers, *claims]
+        self.controllers: list[Controller] = [
+            *ctrls,
+            *extra_controllers,
+            *autoscalers,
+            *claims,
+        ]
         self.controller_manager = ControllerManager(ctx)
         self._started = False
         self._steps_done = 0
@@ -131,6 +148,17 @@ class Simulation:
         self._started = True
         if self.scenario.dra_driver and self._ctx.dra:
             install_device_classes(self.store, self.warnings)
+        self.keda.expect(
+            [
+                *(m.obj for m in self.scenario.apply),
+                *(
+                    m.obj
+                    for step in self.scenario.steps
+                    if isinstance(step, ApplyStep)
+                    for m in step.manifests
+                ),
+            ]
+        )
         for spec in self.scenario.nodes:
             self.add_nodes(spec)
         for manifest in self.scenario.apply:
@@ -219,6 +247,16 @@ class Simulation:
 
     def scale(self, ref: ObjectRef, replicas: int) -> None:
         objects.scale(self._ctx, ref, replicas)
+
+    def set_traffic(self, ref: ObjectRef, gpu_utilization: float) -> None:
+        """Put ``gpu_utilization`` percent of one GPU of load on a workload
+        (:mod:`kgpu.sim.traffic`)."""
+        traffic.set_traffic(self._ctx, ref, gpu_utilization)
+
+    def gpu_loads(self) -> dict[str, float]:
+        """The load ``traffic`` puts on each Running pod's devices now ("ns/pod" -> percent of
+        one device), as the simulated GPUs report it."""
+        return traffic.gpu_loads(self._ctx)
 
     def create_pod(
         self,
