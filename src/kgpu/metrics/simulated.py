@@ -10,8 +10,9 @@ number:
   ``1 + amplitude * sin(2*pi*now/period)`` (exactly the demand at ``now == 0``);
 * a load set from outside (``loads`` of :func:`workloads_from_allocations`: the simulator's
   ``traffic`` step, percent of one device per device a pod holds) replaces the pod's demand and
-  holds steady: SM utilisation is the load, memory-copy utilisation
-  :data:`MEM_COPY_PER_SM` of it (the ratio of the default demands), no breathing;
+  holds steady (no breathing): its SM share is the load, capped as any demand, and its
+  memory-copy utilisation :data:`MEM_COPY_PER_SM` of the SM share it gets (the ratio of the
+  default demands: a GPU busy 100 % copies at 50 % however much more is asked);
 * an MPS limit is enforced: SM share capped at the active-thread percentage, memory at the
   pinned-memory limit (the only limits real GPUs enforce between sharers);
 * sharers of one device (time-slicing, MPS replicas) split it: when demands add up to more than
@@ -287,8 +288,14 @@ class SimulatedTelemetry:
                 for w, f in zip(group, scale, strict=True)
             ]
             sm = _split([min(d, 100.0) for d in sm_demand])
+            # a steady load copies memory in proportion to the work its GPU really does
             copy = _split(
-                [min(w.mem_copy_percent * f, 100.0) for w, f in zip(group, scale, strict=True)]
+                [
+                    min(share * w.mem_copy_percent / w.sm_percent, 100.0)
+                    if w.steady and w.sm_percent > 0
+                    else min(w.mem_copy_percent * f, 100.0)
+                    for w, f, share in zip(group, scale, sm, strict=True)
+                ]
             )
             mem_demand = [
                 min(w.memory_mib, w.memory_limit_mib)

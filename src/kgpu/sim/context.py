@@ -36,6 +36,10 @@ class ReleaseListener(Protocol):
 EPOCH_DATE = "2025-01-01"
 
 
+#: How many events of one object :meth:`SimContext.record` looks back for a repeat.
+FOLD_LOOKBACK = 8
+
+
 def time_string(seconds: float) -> str:
     """A moment of the simulated clock as the API writes times (RFC 3339, whole seconds)."""
     h, rem = divmod(int(seconds), 3600)
@@ -74,6 +78,7 @@ class SimContext:
         self.device_plugin = scenario.device_plugin  # nodes added later follow this
         self.events: list[Event] = []
         self._last_event: dict[str, int] = {}  # object -> index of its newest event
+        self._previous: list[int] = []  # per event: the index of the object's one before
         self.unsupported: list[str] = []
         self.warnings: list[str] = [*warnings, *configs.warnings]
         self.nodes: list[SimNode] = []
@@ -102,25 +107,50 @@ class SimContext:
         self.record(Event(type_, reason, obj, message, 1, self.now, self.now))
 
     def record(self, event: Event) -> None:
-        """Record an event as kubelets' and controllers' event recorders do: the same event
-        (type, reason, message) again on an object whose newest event it is raises that
-        event's count and last time instead of adding one (``x5 over 4m`` in ``kubectl
-        describe``). Anything else recorded on the object in between starts a new entry, so
-        a later different outcome (Ready after NotReady, then NotReady again) stays visible in
-        order."""
+        """Record an event as an event recorder does: the same event (type, reason, message)
+        again on an object raises the count and last time of the one recorded instead of
+        adding one (``x5 over 4m`` in ``kubectl describe``), also when a controller records
+        several events per sync (``FailedGetResourceMetric`` then
+        ``FailedComputeMetricsReplicas``, every 15 s). What never folds: a repeat after a
+        different outcome on the object, recorded later than the first (NotReady, Ready,
+        NotReady again: three entries, in order), and a repeat at the same instant after
+        something else."""
         events = self.events
-        last = self._last_event.get(event.object)
-        if last is not None and last < len(events):
-            prev = events[last]
+        if len(self._previous) < len(events):  # someone appended directly: not foldable
+            self._previous.extend([-1] * (len(events) - len(self._previous)))
+        newest = self._last_event.get(event.object, -1)
+        index, between = newest, 0
+        while 0 <= index < len(events) and between < FOLD_LOOKBACK:
+            prev = events[index]
+            if prev.object != event.object:
+                break
             if (
-                prev.object == event.object
-                and prev.reason == event.reason
+                prev.reason == event.reason
                 and prev.message == event.message
                 and prev.type == event.type
             ):
-                events[last] = replace(prev, count=prev.count + event.count, last_seen=self.now)
-                return
+                if index == newest or self._same_sync(index, newest, prev):
+                    events[index] = replace(
+                        prev, count=prev.count + event.count, last_seen=self.now
+                    )
+                    return
+                break
+            between += 1
+            index = self._previous[index]
         if event.first_seen is None:
             event = replace(event, first_seen=self.now, last_seen=self.now)
+        self._previous.append(newest)
         self._last_event[event.object] = len(events)
         events.append(event)
+
+    def _same_sync(self, index: int, newest: int, prev: Event) -> bool:
+        """Whether the events recorded on the object after ``index`` began together with it
+        (one sync's several events, repeating), and the repeat comes later than the last."""
+        if prev.last_seen is None or self.now <= prev.last_seen:
+            return False
+        later = newest
+        while later != index:
+            if self.events[later].first_seen != prev.first_seen:
+                return False
+            later = self._previous[later]
+        return True

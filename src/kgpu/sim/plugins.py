@@ -26,8 +26,8 @@ class Event:
     """A Kubernetes Event as ``kgpu sim`` reports it (``type`` Normal|Warning).
 
     ``count``, ``first_seen`` and ``last_seen`` (seconds on the simulated clock) are what the
-    event recorder keeps: the same event again on the same object, with nothing else recorded
-    on that object in between, raises the count of the one already recorded
+    event recorder keeps: the same event again on the same object raises the count of the one
+    already recorded, unless a different outcome came in between
     (:meth:`kgpu.sim.context.SimContext.record`). Plugins create events with the first four
     fields; the simulator fills the rest when it records them.
     """
