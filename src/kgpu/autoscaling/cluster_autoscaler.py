@@ -339,6 +339,10 @@ class _Scan:
         self.skip_scale_down = False
         # pods this scan's removal simulation has moved, by destination node
         self.moved_to: dict[str, list[CAPod]] = {}
+        # where moved pods may go: Ready, schedulable nodes, by name
+        self.destinations = sorted(
+            (n for n in self.nodes if n.ready and not n.unschedulable), key=lambda n: n.name
+        )
 
     # -- scale up --------------------------------------------------------------------------
     def upcoming(self) -> dict[str, int]:
@@ -494,16 +498,16 @@ class _Scan:
         if blocking is not None:
             return "BlockedByPod", blocking.message, []
         movable = [p for p in node.pods if any(p.obj is m for m in move)]
-        destinations = [
-            n
-            for n in sorted(self.nodes, key=lambda n: n.name)
-            if n.name != node.name and n.name not in excluded and n.ready and not n.unschedulable
-        ]
-        placed = {n.name: list(self.moved_to.get(n.name, [])) for n in destinations}
+        placed: dict[str, list[CAPod]] = {}  # destination -> pods moved there, this node's too
         for pod in movable:
-            for dest in destinations:
-                if not self.fit(pod, NodeRef(dest.name, dest.group or ""), placed[dest.name]):
-                    placed[dest.name].append(pod)
+            for dest in self.destinations:
+                if dest.name == node.name or dest.name in excluded:
+                    continue
+                on_dest = placed.get(dest.name)
+                if on_dest is None:
+                    on_dest = placed[dest.name] = list(self.moved_to.get(dest.name, []))
+                if not self.fit(pod, NodeRef(dest.name, dest.group or ""), on_dest):
+                    on_dest.append(pod)
                     break
             else:
                 return "NoPlaceToMovePods", f"no place to move pod {pod.key}", []

@@ -22,6 +22,8 @@ from kgpu.hardware.model import Machine
 from kgpu.kubelet.podresources import ContainerResources, PodResources
 from kgpu.metrics.attribution import Attribution
 from kgpu.metrics.collector import Exporter, NodeTarget
+from kgpu.metrics.counters import DEFAULT as DEFAULT_COUNTERS
+from kgpu.metrics.counters import CounterSet
 from kgpu.metrics.server import MetricsServer
 from kgpu.metrics.simulated import SimulatedTelemetry, workloads_from_allocations
 
@@ -80,12 +82,15 @@ def _loads(sim: Any) -> Mapping[str, float]:
 class SimMetrics:
     """Exporter targets for every GPU node of a running simulation."""
 
-    def __init__(self, sim: Any, hostname_label: str = "Hostname") -> None:
+    def __init__(
+        self, sim: Any, hostname_label: str = "Hostname", counters: CounterSet = DEFAULT_COUNTERS
+    ) -> None:
         self.sim = sim
         self.hostname_label = hostname_label
+        self.counters = counters
         self._sources: dict[str, SimulatedTelemetry] = {}
         self._lock = threading.Lock()
-        self.exporter = Exporter(self._targets, hostname_label=hostname_label)
+        self.exporter = Exporter(self._targets, hostname_label=hostname_label, counters=counters)
         #: per node: its own exporter (own error counts, as one exporter pod per node has) and
         #: the target it serves, refreshed before each scrape
         self._per_node: dict[str, tuple[Exporter, list[NodeTarget]]] = {}
@@ -123,6 +128,13 @@ class SimMetrics:
     def scrape(self) -> str:
         return self.exporter.scrape()
 
+    def serve_only(self, counters: CounterSet) -> None:
+        """Serve these families from the per-node exporters of :meth:`scrape_each` (what a
+        dcgm-exporter counters CSV does): a scraper that keeps a few metrics asks for few."""
+        with self._lock:
+            self.counters = counters
+            self._per_node.clear()
+
     def scrape_each(self) -> list[tuple[Any, str]]:
         """``(node, its exposition)`` for every GPU node: what scraping each node's exporter
         pod would return. Nodes gone since are forgotten."""
@@ -141,7 +153,9 @@ class SimMetrics:
                 entry = self._per_node.get(node.name)
                 if entry is None:
                     serves: list[NodeTarget] = []
-                    exporter = Exporter(_const(serves), hostname_label=self.hostname_label)
+                    exporter = Exporter(
+                        _const(serves), hostname_label=self.hostname_label, counters=self.counters
+                    )
                     entry = self._per_node[node.name] = (exporter, serves)
                 entry[1][:] = [target]
                 out.append((node, entry[0].scrape()))

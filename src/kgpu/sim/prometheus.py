@@ -19,8 +19,9 @@ history begins at 0 — and costs nothing when no query exists.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import replace
 
+from kgpu.metrics.counters import DEFAULT as DEFAULT_COUNTERS
 from kgpu.promql import LOOKBACK_MS, Expr, History, Value, evaluate, max_range_ms, metric_names
 from kgpu.promql.history import parse_exposition
 from kgpu.sim.context import SimContext
@@ -66,6 +67,7 @@ class SimPrometheus:
 
     def watch(self, exprs: Iterable[Expr]) -> None:
         """Keep what these queries read from now on (and start scraping)."""
+        before = None if self.names is None else set(self.names)
         for expr in exprs:
             names = metric_names(expr)
             if not names:
@@ -77,6 +79,17 @@ class SimPrometheus:
             if not self._scraping:
                 self._scraping = True
                 self.ctx.loops.at(self.ctx.now, SCRAPE, self.scrape)
+        if self.names != before:
+            # the exporters serve only the DCGM families the queries read (all: every one)
+            wanted = self.names
+            self.metrics.serve_only(
+                DEFAULT_COUNTERS
+                if wanted is None
+                else replace(
+                    DEFAULT_COUNTERS,
+                    metrics=tuple(m for m in DEFAULT_COUNTERS.metrics if m.name in wanted),
+                )
+            )
 
     def scrape(self, now: float) -> bool:
         """One scrape of every node's exporter; never changes the cluster."""
@@ -88,10 +101,7 @@ class SimPrometheus:
                 target = {"job": JOB, "instance": f"{node.ip}:{PORT}"}
                 self._targets[node.name] = target
             seen.add(node.name)
-            samples: list[tuple[dict[str, str], float]] = [
-                s for s in parse_exposition(text) if names is None or s[0]["__name__"] in names
-            ]
-            self.history.scrape(now, samples, target)
+            self.history.scrape(now, parse_exposition(text, names), target)
         for gone in [n for n in self._targets if n not in seen]:
             self.history.scrape(now, [], self._targets.pop(gone), up=False)  # all stale
         self.history.trim(now)
@@ -101,9 +111,6 @@ class SimPrometheus:
     def query(self, expr: Expr, text: str = "") -> Value:
         """The query's value now (:class:`~kgpu.promql.PromQLError` on a run-time error)."""
         return evaluate(expr, self.history, self.ctx.now, text)
-
-    def report(self) -> dict[str, Any]:
-        return {"series": len(self.history), "retentionSeconds": self.history.retention_ms / 1000}
 
 
 __all__ = ["JOB", "SCRAPE_INTERVAL", "SimPrometheus"]
