@@ -150,7 +150,7 @@ class SimContext:
             return False
         later = newest
         while later != index:
-            if self.events[later].first_seen != prev.first_seen:
+            if later < 0 or self.events[later].first_seen != prev.first_seen:
                 return False
             later = self._previous[later]
         return True
