@@ -334,3 +334,33 @@ def test_an_event_repeated_is_counted_but_a_different_outcome_in_between_stays()
         ("Ready", 1, 20, 20),
         ("NotReady", 2, 30, 40),
     ]
+
+
+# -- the cluster's Prometheus -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("query", "names", "keep"),
+    [
+        # a 10-minute range: 10 min + the 5-minute lookback of samples, one metric
+        ("avg(avg_over_time(DCGM_FI_DEV_GPU_UTIL[10m]))", {"DCGM_FI_DEV_GPU_UTIL"}, 900),
+        # no metric name in the selector: every family the exporters serve is kept
+        ('count({__name__=~"DCGM_FI_DEV_.*_UTIL"})', None, 300),
+    ],
+)
+def test_prometheus_keeps_what_the_queries_read_for_as_long_as_they_read_it(
+    query: str, names: set[str] | None, keep: int
+) -> None:
+    sim = run(
+        {
+            "nodes": [{"name": "n", "machine": "t4"}],
+            "apply": [deployment("app", 1), scaled_object("app", query, "100")],
+            "steps": [{"advance": "1h"}],
+        }
+    )
+    history = sim.prometheus.history
+    kept = {dict(s.labels)["__name__"] for s in history.series()}
+    if names is None:
+        assert {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE"} <= kept
+    else:
+        assert kept == {*names, "up"}
+    assert history.retention_ms == keep * 1000
+    assert max(len(s.times) for s in history.series()) == keep // 15 + 1
