@@ -61,7 +61,7 @@ from kgpu.dra.features import DEFAULT, Features
 from kgpu.dra.results import prioritized_list_score
 from kgpu.dra.taints import apply_taint_rules
 from kgpu.node.selectors import node_selector_matches
-from kgpu.sim.context import clock_timestamp
+from kgpu.sim.context import time_string
 from kgpu.sim.controllers.resourceclaim import recorded_claim
 from kgpu.sim.dra_binding import (
     BINDING_TIMEOUT_S,
@@ -540,7 +540,7 @@ class DraSchedulerPlugin:
         results are shared between pods."""
         if not self.features.binding:
             return allocation
-        return {**allocation, "allocationTimestamp": clock_timestamp(self.now)}
+        return {**allocation, "allocationTimestamp": time_string(self.now)}
 
     def _note_allocation(self, claim: Obj, allocated_here: bool) -> None:
         if allocated_here and self.features.binding:

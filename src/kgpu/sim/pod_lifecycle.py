@@ -49,6 +49,7 @@ def track_pod(
         owner_kind=owner_kind,
         gang=gang,
         gang_size=gang_size,
+        created_at=ctx.now,
     )
     rec.run_seconds = ctx.scenario.runtimes.get(root or meta["name"])
     ctx.pods[key] = rec

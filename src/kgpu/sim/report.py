@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from kgpu.dra.api import RESOURCE_API
 from kgpu.node.ids import replica_id, split_replica
 from kgpu.sim import nodeside
-from kgpu.sim.context import SimContext
+from kgpu.sim.context import SimContext, time_string
 from kgpu.sim.plugins import Event
 from kgpu.sim.quantity import format_units
 from kgpu.sim.state import PodRecord, SimNode
@@ -106,6 +106,21 @@ def pod_json(rec: PodRecord) -> dict[str, Any]:
     return out
 
 
+def event_json(e: Event) -> dict[str, Any]:
+    """An event as the API shows it: repeats counted (``count``), first and last time."""
+    out: dict[str, Any] = {
+        "type": e.type,
+        "reason": e.reason,
+        "object": e.object,
+        "message": e.message,
+        "count": e.count,
+    }
+    if e.first_seen is not None:
+        out["firstTimestamp"] = time_string(e.first_seen)
+        out["lastTimestamp"] = time_string(e.last_seen if e.last_seen is not None else e.first_seen)
+    return out
+
+
 def build_report(sim: SimContext) -> dict[str, Any]:
     pods = sorted(sim.pods.values(), key=lambda r: r.seq)
     out: dict[str, Any] = {
@@ -113,10 +128,7 @@ def build_report(sim: SimContext) -> dict[str, Any]:
         "time": sim.now,
         "nodes": [node_json(n) for n in sim.nodes],
         "pods": [pod_json(p) for p in pods],
-        "events": [
-            {"type": e.type, "reason": e.reason, "object": e.object, "message": e.message}
-            for e in sim.events
-        ],
+        "events": [event_json(e) for e in sim.events],
     }
     for key, api, kind in (
         ("resourceClaims", RESOURCE_API, "ResourceClaim"),
@@ -201,7 +213,7 @@ def step_snapshot(sim: SimContext, title: str, earlier: list[dict[str, Any]]) ->
     snapshots of the steps before, whose events it does not repeat)."""
     phases = Counter(r.phase for r in sim.pods.values())
     seen = sum(len(s["newEvents"]) for s in earlier) + sum(s["quietEvents"] for s in earlier)
-    fresh = sim.events[seen:]
+    fresh = sim.event_log[seen:]  # occurrences: a repeat the recorder counted shows here
     shown = [e for e in fresh if e.reason not in QUIET_REASONS]
     return {
         "newEvents": [

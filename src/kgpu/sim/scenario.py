@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from kgpu.autoscaling.ca_settings import CASettings, parse_settings
 from kgpu.config.plugin import MIG_STRATEGIES
 from kgpu.errors import FieldError, FieldProblem, join_path
 from kgpu.sim.expect.schema import Expectations, load_expectations, read_expectations
@@ -46,6 +47,7 @@ TOP_KEYS = (
     "runtimes",
     "seed",
     "expect",
+    "clusterAutoscaler",
 )
 #: The actions a step may take (:data:`kgpu.sim.steps.STEP_TYPES`).
 STEP_ACTIONS = tuple(STEP_TYPES)
@@ -68,6 +70,8 @@ class Scenario:
     runtimes: dict[str, float] = field(default_factory=dict)
     seed: int = 0
     expect: Expectations = field(default_factory=Expectations)  # the ``expect`` key
+    #: cluster-autoscaler's flags (``clusterAutoscaler``); it runs when a group autoscales
+    cluster_autoscaler: CASettings = field(default_factory=CASettings)
 
 
 def parse_step(
@@ -172,6 +176,12 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         err.add("must be an integer", "seed")
         seed = 0
     expect = _parse_expect(data.get("expect"), base, err, steps)
+    settings = CASettings()
+    try:
+        settings = parse_settings(data.get("clusterAutoscaler"))
+    except FieldError as exc:
+        for found in exc.problems:
+            err.add(found.message, found.path)
     if err.problems:
         raise FieldError(err.problems)
     return Scenario(
@@ -190,6 +200,7 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         runtimes=runtimes,
         seed=seed,
         expect=expect,
+        cluster_autoscaler=settings,
     )
 
 

@@ -10,6 +10,7 @@ start bound ones. Rounds repeat until nothing changes (bounded by :data:`MAX_ROU
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,7 +34,8 @@ def settle(ctx: SimContext, manager: ControllerManager, controllers: Sequence[Co
         progress = manager.reconcile()
         for ctrl in controllers:
             try:
-                ctx.events.extend(ctrl.reconcile(ctx.store, ctx.now))
+                for event in ctrl.reconcile(ctx.store, ctx.now):
+                    ctx.record(event)
             except KgpuError as exc:
                 ctx.emit("Warning", "ReconcileError", f"Controller/{ctrl.name}", str(exc))
         progress |= sync_external(ctx)
@@ -50,28 +52,32 @@ def advance(
     manager: ControllerManager,
     controllers: Sequence[Controller],
 ) -> None:
-    """Move the clock; pods whose runtime ends on the way succeed, in time order, and the
-    cluster settles after each moment at which some did, or at which something asked to be
-    woken (:meth:`SimContext.wake_at`: a controller's delay, a timeout)."""
+    """Move the clock. On the way, in time order: pods whose runtime ends succeed, moments
+    something asked to be woken at (:meth:`SimContext.wake_at`: a controller's delay, a binding
+    timeout) arrive, and the periodic work of :mod:`kgpu.sim.loops` runs (scrapes, KEDA polls,
+    HPA syncs, cluster-autoscaler scans). At one instant pods finish first, then wakeups, then
+    loops. The cluster settles after each moment that changed something."""
     target = ctx.now + seconds
+    loops = ctx.loops
     while True:
-        timer = ctx.timers[0][0] if ctx.timers else None
-        wake = ctx.wakeups[0] if ctx.wakeups else None
-        if wake is not None and wake <= target and (timer is None or wake < timer):
-            ctx.now = max(ctx.now, heapq.heappop(ctx.wakeups))
+        pod_time = ctx.timers[0][0] if ctx.timers else math.inf
+        wake_time = ctx.wakeups[0] if ctx.wakeups else math.inf
+        loop_time = loops.next_time()
+        when = min(pod_time, wake_time, loop_time)
+        if when > target:
+            break
+        ctx.now = max(ctx.now, when)
+        if pod_time <= when:
+            if not _finish_running(ctx, heapq.heappop(ctx.timers)[2]):
+                continue
+            while ctx.timers and ctx.timers[0][0] <= ctx.now:
+                _finish_running(ctx, heapq.heappop(ctx.timers)[2])
+        elif wake_time <= when:
             while ctx.wakeups and ctx.wakeups[0] <= ctx.now:
                 heapq.heappop(ctx.wakeups)
             ctx.epoch += 1  # time-dependent verdicts (a binding timeout) may have changed
-            settle(ctx, manager, controllers)
+        elif not loops.pop().action(ctx.now) and not ctx.store.pending():
             continue
-        if timer is None or timer > target:
-            break
-        when, _, key = heapq.heappop(ctx.timers)
-        ctx.now = max(ctx.now, when)
-        if not _finish_running(ctx, key):
-            continue
-        while ctx.timers and ctx.timers[0][0] <= ctx.now:
-            _finish_running(ctx, heapq.heappop(ctx.timers)[2])
         settle(ctx, manager, controllers)
     ctx.now = target
 

@@ -41,6 +41,7 @@ class PodRecord:
     failed_epoch: int = -1  # epoch of its last failed scheduling attempt
     failed_at: float | None = None  # clock time the kubelet rejected it (admission error)
     last_message: str = ""
+    created_at: float = 0.0  # clock time it was created (cluster-autoscaler's pod age)
 
     @property
     def namespace(self) -> str:

@@ -102,6 +102,8 @@ class Cluster(Protocol):
     def node_by_name(self) -> Mapping[str, SimNode]: ...
     @property
     def events(self) -> Sequence[Event]: ...
+    @property
+    def event_log(self) -> Sequence[Event]: ...
 
 
 class Observed:
@@ -573,8 +575,8 @@ class EventCheck(Check):
             if not found:
                 return []
             return [Miss("absent", "no such event", f"{len(found)}, first: {_event(found[0])}")]
-        if self.count is not None:
-            return _count_miss("count", self.count, len(found))
+        if self.count is not None:  # an entry the recorder counted n times is n events
+            return _count_miss("count", self.count, sum(e.count for e in found))
         if found:
             return []
         near = [e for e in seen.events if self.reason is not None and e.reason == self.reason]

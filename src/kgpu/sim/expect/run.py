@@ -94,8 +94,8 @@ class ExpectRun:
             index = step.index
         else:
             return  # a step run by hand, not one of the scenario's
-        events = ctx.events[self._mark :]
-        self._mark = len(ctx.events)
+        events = ctx.event_log[self._mark :]  # every occurrence, repeats counted on one entry too
+        self._mark = len(ctx.event_log)
         due = [b for b in self._pending if b.step == index]
         for block in due:
             self._check(block, Observed(ctx, events))

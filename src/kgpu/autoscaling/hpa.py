@@ -5,7 +5,7 @@ Reproduces ``pkg/controller/podautoscaler/horizontal.go`` (Kubernetes 1.33+):
 * Each sync (``--horizontal-pod-autoscaler-sync-period``, 15 s) reads the target's scale; a
   target at 0 replicas with ``minReplicas`` > 0 is left alone ("scaling is disabled"), one
   outside ``[minReplicas, maxReplicas]`` is brought back inside, otherwise every metric proposes a
-  count (:mod:`kgpu.sim.autoscaling.replicas`) and the largest wins. If a metric fails, the others
+  count (:mod:`kgpu.autoscaling.replicas`) and the largest wins. If a metric fails, the others
   still scale up, but nothing scales down.
 * Without ``behavior``: the highest recommendation of the last 300 s
   (``--horizontal-pod-autoscaler-downscale-stabilization``) limits scale-downs, and a scale up
@@ -33,14 +33,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kgpu.sim.autoscaling.hpa_spec import (
+from kgpu.autoscaling.events import Event
+from kgpu.autoscaling.hpa_spec import (
     HPASpec,
     MetricSpec,
     ScalingRules,
     format_milli,
     label_selector_string,
 )
-from kgpu.sim.autoscaling.replicas import (
+from kgpu.autoscaling.replicas import (
     CalculatorConfig,
     MetricError,
     PodMetric,
@@ -54,7 +55,6 @@ from kgpu.sim.autoscaling.replicas import (
     plain_metric,
     resource_utilization,
 )
-from kgpu.sim.plugins import Event
 
 SCALE_UP_LIMIT_FACTOR = 2.0
 SCALE_UP_LIMIT_MINIMUM = 4.0

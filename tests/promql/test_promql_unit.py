@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kgpu.sim.promql import (
+from kgpu.promql import (
     History,
     PromQLError,
     Scalar,
@@ -208,4 +208,4 @@ def test_the_package_imports_nothing_else_from_the_simulator() -> None:
                 modules = [node.module]
             for module in modules:
                 if module.startswith("kgpu"):
-                    assert module.startswith("kgpu.sim.promql"), f"{path.name} imports {module}"
+                    assert module.startswith("kgpu.promql"), f"{path.name} imports {module}"

@@ -39,10 +39,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kgpu.autoscaling.events import Event
+from kgpu.autoscaling.hpa_spec import HPASpec, format_milli, parse_behavior, parse_hpa
 from kgpu.errors import FieldError, FieldProblem, join_path
-from kgpu.sim.autoscaling.hpa_spec import HPASpec, format_milli, parse_behavior, parse_hpa
-from kgpu.sim.plugins import Event
-from kgpu.sim.promql import Expr, PromQLError, Scalar, Value, parse
+from kgpu.promql import Expr, PromQLError, Scalar, Value, parse
 
 API_VERSION = "keda.sh/v1alpha1"
 OWNER_LABEL = "scaledobject.keda.sh/name"

@@ -1,4 +1,4 @@
-"""Evaluate a parsed query at one instant over a :class:`~kgpu.sim.promql.history.History`.
+"""Evaluate a parsed query at one instant over a :class:`~kgpu.promql.history.History`.
 
 This is Prometheus 2.42's instant-query semantics (``promql/engine.go``), which KEDA's
 ``/api/v1/query?time=now`` call gets:
@@ -32,7 +32,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kgpu.sim.promql.ast import (
+from kgpu.promql.ast import (
     COMPARISON,
     Aggregate,
     Binary,
@@ -46,10 +46,10 @@ from kgpu.sim.promql.ast import (
     VectorMatching,
     VectorSelector,
 )
-from kgpu.sim.promql.errors import PromQLError
-from kgpu.sim.promql.functions import ELEMENTWISE, KEEPS_NAME, range_function
-from kgpu.sim.promql.history import LOOKBACK_MS, History, Labels, render_labels, to_ms
-from kgpu.sim.promql.parser import parse
+from kgpu.promql.errors import PromQLError
+from kgpu.promql.functions import ELEMENTWISE, KEEPS_NAME, range_function
+from kgpu.promql.history import LOOKBACK_MS, History, Labels, render_labels, to_ms
+from kgpu.promql.parser import parse
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kgpu.errors import FieldError
-from kgpu.quantity import parse_quantity
-from kgpu.sim.autoscaling.hpa import (
+from kgpu.autoscaling.hpa import (
     ControllerConfig,
     HPAState,
     Reading,
@@ -33,7 +31,7 @@ from kgpu.sim.autoscaling.hpa import (
     scale_up_limit,
     store_scale_event,
 )
-from kgpu.sim.autoscaling.hpa_spec import (
+from kgpu.autoscaling.hpa_spec import (
     DEFAULT_SCALE_DOWN,
     DEFAULT_SCALE_UP,
     Behavior,
@@ -44,7 +42,7 @@ from kgpu.sim.autoscaling.hpa_spec import (
     label_selector_string,
     parse_hpa,
 )
-from kgpu.sim.autoscaling.replicas import (
+from kgpu.autoscaling.replicas import (
     CalculatorConfig,
     MetricError,
     PodMetric,
@@ -58,6 +56,8 @@ from kgpu.sim.autoscaling.replicas import (
     plain_metric,
     resource_utilization,
 )
+from kgpu.errors import FieldError
+from kgpu.quantity import parse_quantity
 
 DATA = Path(__file__).parent / "data"
 NORMALIZATION = yaml.safe_load((DATA / "hpa_normalization.yaml").read_text())

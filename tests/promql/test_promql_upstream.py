@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kgpu.sim.promql import History, PromQLError, Scalar, UnsupportedError, query
-from kgpu.sim.promql.lexer import tokenize
-from kgpu.sim.promql.parser import parse_duration_ms
+from kgpu.promql import History, PromQLError, Scalar, UnsupportedError, query
+from kgpu.promql.lexer import tokenize
+from kgpu.promql.parser import parse_duration_ms
 
 DATA = Path(__file__).parent / "data" / "prometheus-2.42"
 

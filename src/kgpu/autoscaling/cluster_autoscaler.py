@@ -20,7 +20,7 @@ orchestrator, binpacking estimator, expanders, scale-down planner and actuator):
   target shrinks back and the group backs off (5 min, doubling to 30 min).
 * **Scale down.** A node of an autoscaled group is unneeded when its utilization (requested /
   allocatable: GPUs alone on GPU nodes, else the larger of CPU and memory) is below the threshold
-  and every pod it runs can move — drain rules in :mod:`kgpu.sim.autoscaling.drain`, and each
+  and every pod it runs can move — drain rules in :mod:`kgpu.autoscaling.drain`, and each
   movable pod must fit another node (the caller's ``fit``). After ``scale-down-unneeded-time``
   (``scale-down-unready-time`` for NotReady nodes) it is removed, unless the group would go below
   its minimum or scale-down is cooling down (``scale-down-delay-after-add`` /
@@ -44,9 +44,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kgpu.sim.autoscaling.ca_settings import CASettings, go_duration
-from kgpu.sim.autoscaling.drain import is_daemonset_pod, is_terminal, pods_to_move
-from kgpu.sim.plugins import Event
+from kgpu.autoscaling.ca_settings import CASettings, go_duration
+from kgpu.autoscaling.drain import is_daemonset_pod, is_terminal, pods_to_move
+from kgpu.autoscaling.events import Event
 
 STATUS_CONFIGMAP = "ConfigMap/kube-system/cluster-autoscaler-status"
 SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
@@ -339,6 +339,10 @@ class _Scan:
         self.skip_scale_down = False
         # pods this scan's removal simulation has moved, by destination node
         self.moved_to: dict[str, list[CAPod]] = {}
+        # where moved pods may go: Ready, schedulable nodes, by name
+        self.destinations = sorted(
+            (n for n in self.nodes if n.ready and not n.unschedulable), key=lambda n: n.name
+        )
 
     # -- scale up --------------------------------------------------------------------------
     def upcoming(self) -> dict[str, int]:
@@ -494,16 +498,16 @@ class _Scan:
         if blocking is not None:
             return "BlockedByPod", blocking.message, []
         movable = [p for p in node.pods if any(p.obj is m for m in move)]
-        destinations = [
-            n
-            for n in sorted(self.nodes, key=lambda n: n.name)
-            if n.name != node.name and n.name not in excluded and n.ready and not n.unschedulable
-        ]
-        placed = {n.name: list(self.moved_to.get(n.name, [])) for n in destinations}
+        placed: dict[str, list[CAPod]] = {}  # destination -> pods moved there, this node's too
         for pod in movable:
-            for dest in destinations:
-                if not self.fit(pod, NodeRef(dest.name, dest.group or ""), placed[dest.name]):
-                    placed[dest.name].append(pod)
+            for dest in self.destinations:
+                if dest.name == node.name or dest.name in excluded:
+                    continue
+                on_dest = placed.get(dest.name)
+                if on_dest is None:
+                    on_dest = placed[dest.name] = list(self.moved_to.get(dest.name, []))
+                if not self.fit(pod, NodeRef(dest.name, dest.group or ""), on_dest):
+                    on_dest.append(pod)
                     break
             else:
                 return "NoPlaceToMovePods", f"no place to move pod {pod.key}", []

@@ -1,4 +1,4 @@
-"""PromQL text to an :mod:`~kgpu.sim.promql.ast` tree, with Prometheus' grammar and type checks.
+"""PromQL text to an :mod:`~kgpu.promql.ast` tree, with Prometheus' grammar and type checks.
 
 Precedence, lowest first, as in Prometheus: ``or``; ``and`` ``unless``; comparisons; ``+ -``;
 ``* / % atan2``; ``^`` (right-associative). A unary sign binds tighter than ``*`` but looser than
@@ -12,7 +12,7 @@ operators only between instant vectors, at least one selector matcher that does 
 empty string, a metric name given once.
 
 Valid PromQL that kgpu does not evaluate (``group_left``, subqueries, ``@``, ``topk``,
-``histogram_quantile`` ...) raises :class:`~kgpu.sim.promql.errors.UnsupportedError` naming the
+``histogram_quantile`` ...) raises :class:`~kgpu.promql.errors.UnsupportedError` naming the
 part, at its position.
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 
-from kgpu.sim.promql.ast import (
+from kgpu.promql.ast import (
     ARITHMETIC,
     COMPARISON,
     SET_OPERATORS,
@@ -38,9 +38,9 @@ from kgpu.sim.promql.ast import (
     VectorMatching,
     VectorSelector,
 )
-from kgpu.sim.promql.errors import PromQLError, UnsupportedError
-from kgpu.sim.promql.functions import FUNCTIONS, UNSUPPORTED_FUNCTIONS
-from kgpu.sim.promql.lexer import AGGREGATORS, Token, tokenize
+from kgpu.promql.errors import PromQLError, UnsupportedError
+from kgpu.promql.functions import FUNCTIONS, UNSUPPORTED_FUNCTIONS
+from kgpu.promql.lexer import AGGREGATORS, Token, tokenize
 
 #: The aggregations kgpu evaluates.
 SUPPORTED_AGGREGATIONS = ("sum", "avg", "min", "max", "count", "group", "stddev", "stdvar")

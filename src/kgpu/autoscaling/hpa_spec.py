@@ -5,7 +5,7 @@ Defaults are the API server's (``pkg/apis/autoscaling/v2/defaults.go``): ``minRe
 from the defaults (scale up: no stabilization, ``Max`` of 4 pods or 100% per 15 s; scale down:
 ``Max`` of 100% per 15 s and a stabilization window left empty, which the controller fills with
 its ``--horizontal-pod-autoscaler-downscale-stabilization``, 300 s). An absent ``behavior`` stays
-absent: the controller then uses its older rules (see :mod:`kgpu.sim.autoscaling.hpa`).
+absent: the controller then uses its older rules (see :mod:`kgpu.autoscaling.hpa`).
 
 Validation follows ``pkg/apis/autoscaling/validation`` (limits: stabilization window 0..3600 s,
 policy period 1..1800 s, values > 0, select policy ``Max|Min|Disabled``, ``maxReplicas >=

@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kgpu.errors import FieldError
-from kgpu.sim.autoscaling.hpa import HPAState, Reading, Target, reconcile
-from kgpu.sim.autoscaling.keda import (
+from kgpu.autoscaling.hpa import HPAState, Reading, Target, reconcile
+from kgpu.autoscaling.keda import (
     KedaState,
     TriggerValue,
     hpa_object,
@@ -26,8 +25,9 @@ from kgpu.sim.autoscaling.keda import (
     threshold_milli,
     trigger_value,
 )
-from kgpu.sim.autoscaling.replicas import PodState
-from kgpu.sim.promql import History, Sample, Scalar, query
+from kgpu.autoscaling.replicas import PodState
+from kgpu.errors import FieldError
+from kgpu.promql import History, Sample, Scalar, query
 
 GUIDE_QUERY = "sum(DCGM_FI_DEV_GPU_UTIL) / count(DCGM_FI_DEV_GPU_UTIL) / 100"
 DATA = yaml.safe_load((Path(__file__).parent / "data" / "keda_prometheus.yaml").read_text())

@@ -10,14 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
-from kgpu.errors import FieldError
-from kgpu.sim.autoscaling.ca_settings import (
+from kgpu.autoscaling.ca_settings import (
     CASettings,
     go_duration,
     parse_go_duration,
     parse_settings,
 )
-from kgpu.sim.autoscaling.cluster_autoscaler import (
+from kgpu.autoscaling.cluster_autoscaler import (
     CANode,
     CAPod,
     CAState,
@@ -29,7 +28,8 @@ from kgpu.sim.autoscaling.cluster_autoscaler import (
     provision,
     run_once,
 )
-from kgpu.sim.autoscaling.drain import is_long_terminating, pods_to_move
+from kgpu.autoscaling.drain import is_long_terminating, pods_to_move
+from kgpu.errors import FieldError
 
 DATA = yaml.safe_load((Path(__file__).parent / "data" / "ca_drain.yaml").read_text())
 GPU = "nvidia.com/gpu"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kgpu.sim.promql.errors import PromQLError
+from kgpu.promql.errors import PromQLError
 
 #: Aggregation operators Prometheus knows (kgpu evaluates some of them, see the evaluator).
 AGGREGATORS = frozenset(

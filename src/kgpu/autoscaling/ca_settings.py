@@ -5,7 +5,7 @@ cluster-autoscaler (``scale-down-unneeded-time: 10m``), so a platform team can p
 Durations use Go's syntax (``1m30s``, ``500ms``). Defaults are cluster-autoscaler's (v1.3x
 ``main.go``/``flags.go``). Two keys are kgpu's own, not flags: ``provisioning-delay``, how long
 the simulated cloud takes from a scale-up to a Ready node (real GPU VMs take minutes: boot,
-driver, device plugin; the default 0 makes nodes appear at the next scan), and
+driver, device plugin; the default 0 makes them join right after the scan that asked), and
 ``expander-priorities``, the content of the ``cluster-autoscaler-priority-expander``
 ConfigMap the ``priority`` expander reads (priority -> list of node-group name regexes).
 """
@@ -155,7 +155,10 @@ def parse_settings(raw: object, path: str = "clusterAutoscaler") -> CASettings:
 
 def _value(key: str, value: object) -> Any:
     if key in _DURATIONS:
-        return parse_go_duration(value)
+        seconds = parse_go_duration(value)
+        if key == "scan-interval" and seconds <= 0:
+            raise ValueError("must be longer than 0 (cluster-autoscaler scans every interval)")
+        return seconds
     if key in _BOOLS:
         if not isinstance(value, bool):
             raise ValueError(f"must be true or false, got {value!r}")

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from promql_backfill import PrometheusAPI, build_history, start_prometheus
 
-from kgpu.sim.promql import History
+from kgpu.promql import History
 
 
 @pytest.fixture(scope="session")

@@ -13,17 +13,17 @@ delta idelta changes resets`` and ``avg/sum/min/max/count/last/stddev/stdvar_ove
 time``. Anything else valid in PromQL (``topk``, ``histogram_quantile``, ``label_replace``,
 ``absent``, ``group_left``, subqueries, ``@`` ...) raises :class:`UnsupportedError` naming it.
 
-Tested two ways (``tests/sim/promql``): Prometheus v2.42.0's own ``promql/testdata`` files,
+Tested two ways (``tests/promql``): Prometheus v2.42.0's own ``promql/testdata`` files,
 ported as data (every eval passes or is unsupported); and a differential test that runs 112
 queries on the same samples in a real Prometheus and compares the answers. This package imports
 nothing else from the simulator, so tests and docs can use it alone.
 """
 
-from kgpu.sim.promql.ast import Expr, max_range_ms, metric_names
-from kgpu.sim.promql.errors import PromQLError, UnsupportedError
-from kgpu.sim.promql.evaluator import Sample, Scalar, Value, Vector, evaluate, query
-from kgpu.sim.promql.history import LOOKBACK_MS, History, Labels, Series, parse_exposition
-from kgpu.sim.promql.parser import parse
+from kgpu.promql.ast import Expr, max_range_ms, metric_names
+from kgpu.promql.errors import PromQLError, UnsupportedError
+from kgpu.promql.evaluator import Sample, Scalar, Value, Vector, evaluate, query
+from kgpu.promql.history import LOOKBACK_MS, History, Labels, Series, parse_exposition
+from kgpu.promql.parser import parse
 
 __all__ = [
     "LOOKBACK_MS",

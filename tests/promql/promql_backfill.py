@@ -32,7 +32,7 @@ import pytest
 # helper that skips locally and fails under CI=true when Prometheus is missing.
 from metrics.conftest import require_binary
 
-from kgpu.sim.promql import History, parse_exposition
+from kgpu.promql import History, parse_exposition
 
 BASE = 1_700_000_000  # a fixed epoch second: every run sees the same data
 STEP = 15

@@ -16,10 +16,10 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kgpu.sim.promql.ast import Matcher
+from kgpu.promql.ast import Matcher
 
 #: Sorted ``(name, value)`` pairs; ``__name__`` is one of them. Hashable, so usable as a key.
 Labels = tuple[tuple[str, str], ...]
@@ -181,20 +181,34 @@ _SAMPLE = re.compile(
     r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?[ \t]+(\S+)(?:[ \t]+(-?[0-9]+))?[ \t]*$"
 )
 _LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"[ \t]*(,|$)')
+_NAME = re.compile(r"[^{ \t]*")
 _VALUES = {"+inf": math.inf, "-inf": -math.inf, "inf": math.inf, "nan": math.nan}
 
 
 def _unescape(value: str) -> str:
+    if "\\" not in value:
+        return value
     return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), value)
 
 
-def parse_exposition(text: str) -> list[tuple[dict[str, str], float]]:
+def _metric_name(line: str) -> str:
+    match = _NAME.match(line)
+    return match.group(0) if match else ""
+
+
+def parse_exposition(
+    text: str, names: Collection[str] | None = None
+) -> list[tuple[dict[str, str], float]]:
     """The samples of a Prometheus text exposition (format 0.0.4), as ``(labels with
     __name__, value)``, sample names exactly as written (``prometheus_client``'s parser renames
-    counters to ``*_total``, which Prometheus does not). Raises ValueError on a bad line."""
+    counters to ``*_total``, which Prometheus does not). With ``names``, only those metrics
+    (other lines are skipped unread, as a scrape that drops them with ``metric_relabel_configs``
+    keeps nothing of them). Raises ValueError on a bad line."""
     out: list[tuple[dict[str, str], float]] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if names is not None and _metric_name(line.lstrip()) not in names:
             continue
         match = _SAMPLE.match(line.strip())
         if match is None:

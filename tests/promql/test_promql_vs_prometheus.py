@@ -15,7 +15,7 @@ import pytest
 import yaml
 from promql_backfill import EVAL_TIMES, PrometheusAPI
 
-from kgpu.sim.promql import History, PromQLError, Scalar, UnsupportedError, query
+from kgpu.promql import History, PromQLError, Scalar, UnsupportedError, query
 
 pytestmark = pytest.mark.slow
 
