@@ -19,6 +19,7 @@ import yaml
 from kgpu.config.plugin import MIG_STRATEGIES
 from kgpu.errors import FieldError, FieldProblem, join_path
 from kgpu.sim.manifests import Manifest
+from kgpu.sim.mig_settings import MigManagerSettings, parse_mig_manager
 from kgpu.sim.scenario_parts import (
     Errors,
     NodeSpec,
@@ -44,6 +45,7 @@ TOP_KEYS = (
     "steps",
     "runtimes",
     "seed",
+    "migManager",
 )
 #: The actions a step may take (:data:`kgpu.sim.steps.STEP_TYPES`).
 STEP_ACTIONS = tuple(STEP_TYPES)
@@ -65,6 +67,8 @@ class Scenario:
     steps: tuple[Step, ...] = ()
     runtimes: dict[str, float] = field(default_factory=dict)
     seed: int = 0
+    # every node's MIG manager settings, unless its group says otherwise
+    mig_manager: MigManagerSettings = field(default_factory=MigManagerSettings)
 
 
 def parse_step(
@@ -168,6 +172,7 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
     if isinstance(seed, bool) or not isinstance(seed, int):
         err.add("must be an integer", "seed")
         seed = 0
+    mig_manager = parse_mig_manager(data.get("migManager"), "migManager", err, parse_duration)
     if err.problems:
         raise FieldError(err.problems)
     return Scenario(
@@ -185,6 +190,7 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         steps=tuple(steps),
         runtimes=runtimes,
         seed=seed,
+        mig_manager=mig_manager,
     )
 
 

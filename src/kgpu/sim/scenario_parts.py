@@ -20,6 +20,7 @@ from kgpu.errors import FieldError, FieldProblem, join_path
 from kgpu.node.label_syntax import label_key_problem, label_value_problem
 from kgpu.node.selectors import TAINT_EFFECTS
 from kgpu.sim.manifests import Manifest, check, load_manifest_file
+from kgpu.sim.mig_settings import MigManagerSettings, parse_mig_manager
 from kgpu.sim.quantity import QuantityError, to_units
 
 NODE_KEYS = (
@@ -33,6 +34,7 @@ NODE_KEYS = (
     "memory",
     "pods",
     "unschedulable",
+    "migManager",
 )
 SCALABLE = ("Deployment", "ReplicaSet", "StatefulSet", "Job", "MPIJob")
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -51,6 +53,8 @@ class NodeSpec:
     memory: int | None = None  # bytes
     pods: int | None = None
     unschedulable: bool = False
+    # given fields override the scenario's migManager
+    mig_manager: MigManagerSettings = field(default_factory=MigManagerSettings)
 
     def names(self) -> list[str]:
         return [self.name] if self.count == 1 else [f"{self.name}-{i}" for i in range(self.count)]
@@ -198,6 +202,9 @@ def parse_node_spec(raw: object, path: str, err: Errors) -> NodeSpec | None:
         memory=amounts["memory"],
         pods=amounts["pods"],
         unschedulable=unschedulable,
+        mig_manager=parse_mig_manager(
+            raw.get("migManager"), join_path(path, "migManager"), err, parse_duration
+        ),
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from kgpu.errors import KgpuError
 from kgpu.manifests import validate_manifest
 from kgpu.node.selectors import parse_taints
+from kgpu.sim import node_mig
 from kgpu.sim.binding import schedule_pending
 from kgpu.sim.context import SimContext
 from kgpu.sim.controllers.manager import ControllerManager
@@ -32,7 +33,8 @@ def settle(
 ) -> None:
     """Run controllers, the scheduler and the kubelets until nothing changes (bounded)."""
     for _ in range(MAX_ROUNDS):
-        progress = manager.reconcile()
+        progress = node_mig.reconcile_due(ctx, refresh_node)  # node agents act on changes first
+        progress |= manager.reconcile()
         for ctrl in controllers:
             try:
                 ctx.events.extend(ctrl.reconcile(ctx.store, ctx.now))
@@ -53,9 +55,19 @@ def advance(
     controllers: Sequence[Controller],
 ) -> None:
     """Move the clock; pods whose runtime ends on the way succeed, in time order, and the
-    cluster settles after each moment at which some did."""
+    cluster settles after each moment at which some did. MIG managers are called at the times
+    they asked for (a drain's poll and timeout, a retry), in the same order."""
     target = ctx.now + seconds
-    while ctx.timers and ctx.timers[0][0] <= target:
+    while True:
+        mig_at = node_mig.next_wake(ctx)  # a MIG manager polling a drain or backing off
+        pod_at = ctx.timers[0][0] if ctx.timers else None
+        if mig_at is not None and mig_at <= target and (pod_at is None or mig_at < pod_at):
+            ctx.now = max(ctx.now, mig_at)
+            if node_mig.reconcile_due(ctx, refresh_node):
+                settle(ctx, manager, controllers)
+            continue
+        if pod_at is None or pod_at > target:
+            break
         when, _, key = heapq.heappop(ctx.timers)
         ctx.now = max(ctx.now, when)
         if not _finish_running(ctx, key):
