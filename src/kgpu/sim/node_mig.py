@@ -104,12 +104,14 @@ def _changed(node: SimNode) -> None:
 
 
 def _label_writer(ctx: SimContext, node: SimNode) -> Callable[[Mapping[str, str]], None]:
-    """The agent's writer (a merge patch of the Node), and the simulator's record of the Node
-    follows at once, so republishing the node keeps the label."""
+    """The agent's writer (a merge patch of the Node). The simulator's record of the Node
+    follows at once (so republishing the node keeps the label), so the write needs no
+    journaling for the simulator to take it in."""
     patch = store_label_writer(ctx.store, node.name)
 
     def write(labels: Mapping[str, str]) -> None:
-        patch(labels)
+        with ctx.store.muted():
+            patch(labels)
         node.scenario_labels.update(labels)
         node.labels.update(labels)
 
