@@ -262,3 +262,23 @@ def test_mig_manager_settings_are_checked_with_their_field_paths() -> None:
     assert "nodes[0].migManager.drainTimeout: 'soon' is not a duration" in message
     assert "migManager.evictPods: must be true or false" in message
     assert "migManager.reboot: unknown field 'reboot'" in message
+
+
+def test_a_node_that_fails_or_leaves_while_its_manager_drains_stops_it_waking() -> None:
+    sim = p4de()
+    sim.apply(pod("small", "nvidia.com/mig-1g.10gb"))
+    sim.settle()
+    sim.step({"label": {"node": "p4de", "labels": {LAYOUT: "all-disabled"}}})
+    assert sim.node("p4de").labels[STATE] == "pending"
+    sim.step({"failNode": "p4de"})  # its pods are evicted; a NotReady node's manager is idle
+    sim.step({"advance": "10m"})
+    assert sim.node("p4de").labels[STATE] == "pending"
+    sim.step({"recoverNode": "p4de"})  # back: the manager finds its GPUs free
+    assert sim.node("p4de").labels[STATE] == "success"
+    sim.step({"label": {"node": "p4de", "labels": {LAYOUT: "p4de-half-balanced"}}})
+    sim.apply(pod("again", "nvidia.com/mig-1g.10gb"))
+    sim.settle()
+    sim.step({"label": {"node": "p4de", "labels": {LAYOUT: "all-disabled"}}})
+    sim.step({"deleteNode": "p4de"})
+    sim.step({"advance": "10m"})  # returns: nobody is left to wake
+    assert sim.now == 1200 and sim.nodes == []

@@ -73,6 +73,7 @@ class SimContext:
         self.to_admit: dict[str, PodRecord] = {}  # bound, waiting for their kubelet
         self.gangs: dict[str, dict[str, PodRecord]] = {}
         self.timers: list[tuple[float, int, str]] = []  # heap of (end time, seq, pod key)
+        self.mig_wakes: dict[str, float] = {}  # node -> when its MIG manager wants a call
         self.seq = itertools.count()  # pod creation order
         self.ip_seq = itertools.count()  # node join order, for addresses
         self.epoch = 0

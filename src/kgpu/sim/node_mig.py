@@ -178,6 +178,10 @@ def reconcile_due(ctx: SimContext, refresh: Refresh) -> bool:
         mig.draining = attempt.stage == "draining"
         waits = mig.draining or attempt.retry or attempt.state == REBOOTING
         mig.wake_at = ctx.now + max(attempt.again_s, 1e-3) if waits else None
+        if mig.wake_at is None:
+            ctx.mig_wakes.pop(node.name, None)
+        else:
+            ctx.mig_wakes[node.name] = mig.wake_at
         if mig.changed:
             refresh(ctx, node)
             progress = True
@@ -186,12 +190,15 @@ def reconcile_due(ctx: SimContext, refresh: Refresh) -> bool:
 
 
 def next_wake(ctx: SimContext) -> float | None:
-    """The earliest clock time a node's manager asked to be called at (None: no one waits)."""
-    times = [
-        n.mig.wake_at
-        for n in ctx.nodes
-        if n.mig is not None and n.mig.wake_at is not None and n.device_plugin and n.ready
-    ]
+    """The earliest clock time a node's manager asked to be called at (None: no one waits).
+    Only the few waiting managers are looked at: ``advance`` asks before every pod it ends."""
+    times = []
+    for name, when in list(ctx.mig_wakes.items()):
+        node = ctx.node_by_name.get(name)
+        if node is None or node.mig is None or node.mig.wake_at != when:  # deleted, replaced
+            del ctx.mig_wakes[name]
+        elif node.device_plugin and node.ready:
+            times.append(when)
     return min(times, default=None)
 
 
