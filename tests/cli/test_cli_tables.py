@@ -98,14 +98,17 @@ def test_no_table_is_cut(name: str, columns: int) -> None:
 
 def shown_ids(name: str, data: object) -> set[str]:
     """The GPU and MIG UUIDs a command's tables show: the devices of the pods listed (sim),
-    every advertised device (plan), every GPU (machines)."""
+    every advertised device (plan: after the MIG manager when it would change the GPUs), every
+    GPU (machines)."""
     if name.startswith("sim"):
         assert isinstance(data, dict)
         pods = data["pods"][:40]
         return {i for p in pods for ids in p["devices"].values() for i in ids if UUID.fullmatch(i)}
     if name.startswith("plan"):
         assert isinstance(data, dict)
-        return {d["migUUID"] or d["gpuUUID"] for d in data["devices"]}
+        # with a MIG layout the GPUs lack, the device table is the node's after the manager
+        shown = (data.get("migManager") or {}).get("after") or data
+        return {d["migUUID"] or d["gpuUUID"] for d in shown["devices"]}
     return set(UUID.findall(json.dumps(data)))
 
 

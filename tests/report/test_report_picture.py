@@ -222,9 +222,11 @@ def test_dra_claims_mark_whole_gpus_and_mig_devices_made_on_demand() -> None:
 
 def test_plan_picture_is_one_free_node_and_says_when_mig_is_handed_out_whole() -> None:
     from kgpu.config.loader import ConfigSet
+    from kgpu.drivers.migpreview import machine_after_mig
     from kgpu.node.view import build_node_view
 
-    machine = load_machine("p4de.24xlarge")
+    # the GPUs as the MIG manager leaves them under all-1g.10gb (the view never applies it)
+    machine = machine_after_mig(load_machine("p4de.24xlarge"), ConfigSet(), {}, "all-1g.10gb")
     view = build_node_view(machine, ConfigSet(), {}, mig_config_name="all-1g.10gb")
     picture = plan_picture(view, "n1")
     (frame,) = picture["frames"]

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from kgpu.hardware.model import Machine
 
 
-def _plan_rows(plan: MigPlan) -> list[dict[str, Any]]:
+def plan_rows(plan: MigPlan) -> list[dict[str, Any]]:
+    """One row per changed GPU: from, to, and its steps (``kgpu plan`` shows the same)."""
     from kgpu.hardware.migplan import describe_counts
 
     return [
@@ -79,7 +80,7 @@ def report(
         "machine": machine_spec,
         "config": config,
         "dryRun": attempt is None,
-        "plan": _plan_rows(plan),
+        "plan": plan_rows(plan),
         "unchanged": list(plan.unchanged),
         "warnings": warnings,
     }

@@ -93,7 +93,7 @@ class Refusal:
 class NodeView:
     """Everything a node advertises, computed from snapshots only."""
 
-    machine: Machine  # the snapshot after the MIG layout was applied
+    machine: Machine  # the hardware snapshot, MIG devices as they exist
     resources: tuple[ResourceView, ...]
     labels: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
@@ -102,8 +102,8 @@ class NodeView:
     mig_config_name: str | None = None  # the mig-parted config in force
     mig_strategy: str = "none"
     refused: tuple[Refusal, ...] = ()  # what the device plugin refuses to serve, and why
-    # real GPUs only: why the desired MIG layout (mig_config_name) is not the hardware's; the
-    # view never applies it there
+    # why the desired MIG layout (mig_config_name) is not the hardware's ('' when it is); the
+    # view never applies it: the MIG manager does
     mig_pending: str = ""
     device_list_strategy: tuple[str, ...] = ("envvar",)
     device_id_strategy: str = "uuid"

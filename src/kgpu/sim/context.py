@@ -99,6 +99,7 @@ class SimContext:
         self.wakeups: list[float] = []
         #: pods reserved on a node whose PreBind waits (DRA binding conditions), by key
         self.prebinding: dict[str, tuple[PodRecord, SimNode]] = {}
+        self.mig_wakes: dict[str, float] = {}  # node -> when its MIG manager wants a call
         self.seq = itertools.count()  # pod creation order
         self.ip_seq = itertools.count()  # node join order, for addresses
         self.epoch = 0

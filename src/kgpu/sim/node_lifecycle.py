@@ -1,10 +1,11 @@
 """Nodes joining, changing and leaving the simulated cluster.
 
-What the node advertises comes from kgpu's real node code (:mod:`kgpu.sim.nodeside`); this
-module decides when it is recomputed and what follows: the Node is republished, the scheduler
-sees the new node, kubelet plugins learn of new hardware, and pods the node can no longer run
-are evicted (the taint manager for NoExecute taints, the node lifecycle controller for a node
-that stops answering).
+What the node advertises comes from kgpu's real node code (:mod:`kgpu.sim.nodeside`) over the
+node's simulated GPUs, whose MIG layout only the node's MIG manager changes
+(:mod:`kgpu.sim.node_mig`); this module decides when it is recomputed and what follows: the
+Node is republished, the scheduler sees the new node, kubelet plugins learn of new hardware,
+and pods the node can no longer run are evicted (the taint manager for NoExecute taints, the
+node lifecycle controller for a node that stops answering).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import contextlib
 from collections.abc import Iterable, Mapping
 
 from kgpu.errors import FieldError, KgpuError
+from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.node.selectors import Taint, parse_taints, tolerates
-from kgpu.sim import nodeside
+from kgpu.sim import node_mig, nodeside
 from kgpu.sim.context import SimContext
 from kgpu.sim.node_status import (
     advertised,
@@ -74,6 +76,8 @@ def _new_node(ctx: SimContext, spec: NodeSpec, name: str, ip: str, group: str = 
         unschedulable=spec.unschedulable,
         device_plugin=ctx.device_plugin,
         base_machine=machine,
+        # the node's GPUs as its MIG manager changes them (a template node's are never changed)
+        hardware=SimulatedBackend(machine) if machine is not None else None,
         ip=ip,
         capacity=host_capacity(spec, machine),
         group=group or spec.name,
@@ -82,6 +86,7 @@ def _new_node(ctx: SimContext, spec: NodeSpec, name: str, ip: str, group: str = 
 
 def _join(ctx: SimContext, spec: NodeSpec, name: str, group: str = "") -> None:
     node = _new_node(ctx, spec, name, node_address(next(ctx.ip_seq)), group)
+    node_mig.attach(ctx, node, spec.mig_manager)
     ctx.nodes.append(node)
     ctx.node_by_name[name] = node
     refresh_node(ctx, node, register=True)
@@ -124,22 +129,24 @@ def _advertise(ctx: SimContext, node: SimNode, *, template: bool = False) -> Non
     capacity and allocatable, MPS daemons; a real node's device-plugin servicers follow, and a
     bad label or config is a warning event on it (a ``template`` node has neither)."""
     base = node.base_machine
-    if base is not None and node.device_plugin:
+    hardware = node.hardware.snapshot() if node.hardware is not None else None
+    if hardware is not None and node.device_plugin:
         try:
-            node.view = nodeside.view_for(
-                base,
+            view = nodeside.view_for(
+                hardware,
                 ctx.configs,
                 node.scenario_labels,
                 default_config=ctx.scenario.default_config,
                 mig_strategy=ctx.scenario.mig_strategy,
                 unhealthy=node.health.unhealthy,
             )
+            node.view = node_mig.served(node, view)
         except FieldError as exc:  # a bad label or config: the last good view keeps serving
             if not template:
                 ctx.emit("Warning", "InvalidConfig", f"Node/{node.name}", str(exc))
     else:
         node.view = None
-    node.machine = node.view.machine if node.view is not None else base
+    node.machine = hardware
     node.labels = node_labels(node.name, base, node.view, node.scenario_labels)
     cap, alloc = advertised(node.capacity, node.view)
     if template or node.view is None:  # a template node serves nothing

@@ -237,6 +237,7 @@ def step_snapshot(sim: SimContext, title: str, earlier: list[dict[str, Any]]) ->
                         "nvidia.com/gpu.product",
                         "nvidia.com/device-plugin.config",
                         "nvidia.com/mig.config",
+                        "nvidia.com/mig.config.state",
                         "nvidia.com/gpu.sharing-strategy",
                     )
                 },
@@ -460,7 +461,8 @@ def render(sim: SimContext, console: Console, *, max_pods: int = 40, max_events:
         if n.view is not None:
             config = n.view.config_name or "-"
             if n.view.mig_config_name:
-                config += f"\nmig: {n.view.mig_config_name}"
+                state = n.labels.get("nvidia.com/mig.config.state")
+                config += f"\nmig: {n.view.mig_config_name}" + (f" ({state})" if state else "")
         mps = "".join(
             f"\n[cyan]MPS daemon[/cyan] {escape(_gpu_name(n, d.gpus))}: "
             f"{len(nodeside.mps_clients(n, d))}/{d.replicas} clients, "

@@ -21,6 +21,7 @@ from kgpu.config.plugin import MIG_STRATEGIES
 from kgpu.errors import FieldError, FieldProblem, join_path
 from kgpu.sim.expect.schema import Expectations, load_expectations, read_expectations
 from kgpu.sim.manifests import Manifest
+from kgpu.sim.mig_settings import MigManagerSettings, parse_mig_manager
 from kgpu.sim.scenario_parts import (
     Errors,
     NodeSpec,
@@ -48,6 +49,7 @@ TOP_KEYS = (
     "seed",
     "expect",
     "clusterAutoscaler",
+    "migManager",
 )
 #: The actions a step may take (:data:`kgpu.sim.steps.STEP_TYPES`).
 STEP_ACTIONS = tuple(STEP_TYPES)
@@ -72,6 +74,8 @@ class Scenario:
     expect: Expectations = field(default_factory=Expectations)  # the ``expect`` key
     #: cluster-autoscaler's flags (``clusterAutoscaler``); it runs when a group autoscales
     cluster_autoscaler: CASettings = field(default_factory=CASettings)
+    # every node's MIG manager settings, unless its group says otherwise
+    mig_manager: MigManagerSettings = field(default_factory=MigManagerSettings)
 
 
 def parse_step(
@@ -182,6 +186,7 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
     except FieldError as exc:
         for found in exc.problems:
             err.add(found.message, found.path)
+    mig_manager = parse_mig_manager(data.get("migManager"), "migManager", err, parse_duration)
     if err.problems:
         raise FieldError(err.problems)
     return Scenario(
@@ -201,6 +206,7 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         seed=seed,
         expect=expect,
         cluster_autoscaler=settings,
+        mig_manager=mig_manager,
     )
 
 

@@ -20,6 +20,7 @@ from kgpu.errors import FieldError, FieldProblem, join_path
 from kgpu.node.label_syntax import label_key_problem, label_value_problem
 from kgpu.node.selectors import TAINT_EFFECTS
 from kgpu.sim.manifests import Manifest, check, load_manifest_file
+from kgpu.sim.mig_settings import MigManagerSettings, parse_mig_manager
 from kgpu.sim.quantity import QuantityError, to_units
 
 NODE_KEYS = (
@@ -34,6 +35,7 @@ NODE_KEYS = (
     "pods",
     "unschedulable",
     "autoscale",
+    "migManager",
 )
 #: The largest ``autoscale.max`` a group may have (the size a scenario's node group may have).
 MAX_AUTOSCALE = 20_000
@@ -57,6 +59,8 @@ class NodeSpec:
     pods: int | None = None
     unschedulable: bool = False
     autoscale: tuple[int, int] | None = None  # (min, max): cluster-autoscaler resizes the group
+    # given fields override the scenario's migManager
+    mig_manager: MigManagerSettings = field(default_factory=MigManagerSettings)
 
     def names(self) -> list[str]:
         """The group's starting nodes: ``name`` alone, or ``name-0``, ``name-1``... when there
@@ -222,6 +226,9 @@ def parse_node_spec(raw: object, path: str, err: Errors) -> NodeSpec | None:
         pods=amounts["pods"],
         unschedulable=unschedulable,
         autoscale=autoscale,
+        mig_manager=parse_mig_manager(
+            raw.get("migManager"), join_path(path, "migManager"), err, parse_duration
+        ),
     )
 
 

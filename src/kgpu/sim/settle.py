@@ -17,6 +17,7 @@ from typing import Any
 from kgpu.errors import KgpuError
 from kgpu.manifests import validate_manifest
 from kgpu.node.selectors import parse_taints
+from kgpu.sim import node_mig
 from kgpu.sim.binding import schedule_pending
 from kgpu.sim.context import SimContext
 from kgpu.sim.controllers.manager import ControllerManager
@@ -31,7 +32,8 @@ MAX_ROUNDS = 64
 def settle(ctx: SimContext, manager: ControllerManager, controllers: Sequence[Controller]) -> None:
     """Run controllers, the scheduler and the kubelets until nothing changes (bounded)."""
     for _ in range(MAX_ROUNDS):
-        progress = manager.reconcile()
+        progress = node_mig.reconcile_due(ctx, refresh_node)  # node agents act on changes first
+        progress |= manager.reconcile()
         for ctrl in controllers:
             try:
                 for event in ctrl.reconcile(ctx.store, ctx.now):
@@ -52,18 +54,21 @@ def advance(
     manager: ControllerManager,
     controllers: Sequence[Controller],
 ) -> None:
-    """Move the clock. On the way, in time order: pods whose runtime ends succeed, moments
-    something asked to be woken at (:meth:`SimContext.wake_at`: a controller's delay, a binding
-    timeout) arrive, and the periodic work of :mod:`kgpu.sim.loops` runs (scrapes, KEDA polls,
-    HPA syncs, cluster-autoscaler scans). At one instant pods finish first, then wakeups, then
-    loops. The cluster settles after each moment that changed something."""
+    """Move the clock. On the way, in time order: pods whose runtime ends succeed, MIG
+    managers are called at the times they asked for (a drain's poll and timeout, a retry),
+    moments something asked to be woken at (:meth:`SimContext.wake_at`: a controller's delay, a
+    binding timeout) arrive, and the periodic work of :mod:`kgpu.sim.loops` runs (scrapes, KEDA
+    polls, HPA syncs, cluster-autoscaler scans). At one instant they come in that order. The
+    cluster settles after each moment that changed something."""
     target = ctx.now + seconds
     loops = ctx.loops
     while True:
         pod_time = ctx.timers[0][0] if ctx.timers else math.inf
+        mig_wake = node_mig.next_wake(ctx)  # a MIG manager polling a drain or backing off
+        mig_time = math.inf if mig_wake is None else mig_wake
         wake_time = ctx.wakeups[0] if ctx.wakeups else math.inf
         loop_time = loops.next_time()
-        when = min(pod_time, wake_time, loop_time)
+        when = min(pod_time, mig_time, wake_time, loop_time)
         if when > target:
             break
         ctx.now = max(ctx.now, when)
@@ -72,6 +77,9 @@ def advance(
                 continue
             while ctx.timers and ctx.timers[0][0] <= ctx.now:
                 _finish_running(ctx, heapq.heappop(ctx.timers)[2])
+        elif mig_time <= when:
+            if not node_mig.reconcile_due(ctx, refresh_node):
+                continue
         elif wake_time <= when:
             while ctx.wakeups and ctx.wakeups[0] <= ctx.now:
                 heapq.heappop(ctx.wakeups)
