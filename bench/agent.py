@@ -1,6 +1,7 @@
-"""Benchmark the node agent: Allocate latency against a no-op gRPC floor, and resident memory.
+"""Benchmark the node agent: Allocate latency against a no-op gRPC floor, resident memory,
+health latency with a hung kubelet, re-registration after kubelet restarts, RSS under chaos.
 
-    python bench/agent.py [--calls 3000] [--json]
+    python bench/agent.py [--calls 3000] [--json] [--chaos-seconds 0] [--only NAME ...]
 
 1. Allocate round trip: a device-plugin server for ``nvidia.com/gpu`` of a p4de.24xlarge under
    the seed guides' configs (MIG half-balanced + 8 time-slicing replicas) on a unix socket, called
@@ -11,7 +12,25 @@
    serving all four resources to the fake kubelet (with and without the DRA component), VmRSS
    read from /proc after registration and a round of allocations.
 
-Targets (issue 3): Allocate p99 within 2x the no-op p99; RSS under 80 MiB.
+3. Health with a hung kubelet (issue 11): the in-process agent of
+   :class:`kgpu.testing.agent_rig.AgentRig` (dgx-h100, four resources); the fake kubelet's
+   ``Register`` hangs and one resource's socket is deleted, so its re-registration hangs; then
+   XID 79 on GPUs of the other resources, one at a time, timed until the kubelet's
+   ListAndWatch stream shows the GPU's replicas Unhealthy (the GPU recovers between samples).
+4. Kubelet restart: the same rig, ``FakeKubelet.restart()`` (sockets wiped, a new
+   ``kubelet.sock``), timed from the new kubelet serving until all four resources registered
+   again; against one ``Register`` round trip measured on the same kubelet.
+5. RSS under chaos (``--chaos-seconds N``): :mod:`kgpu.testing.chaos` without the crash action
+   (one agent process lives through the run), VmRSS sampled every 30 s.
+6. The whole agent on a cluster (``--only cluster``): an in-process agent with every component
+   the chart runs (device plugin, NFD labels, DRA on a GB200 tray, the MIG manager) against the
+   API-server stand-in (Kubernetes 1.35); requests by phase (start, a config-label switch on
+   the Node, ``--idle-seconds`` of idle) counted by the stand-in, and ``/healthz`` latency
+   (``--calls`` GETs while the agent serves).
+
+Targets: Allocate p99 within 2x the no-op p99; RSS under 80 MiB (issue 3). Health with a hung
+kubelet <= 100 ms; re-registration of 4 resources <= 2x one Register round trip + 0.3 s; no
+RSS growth over a long chaos run (issue 11).
 """
 
 from __future__ import annotations
@@ -33,6 +52,8 @@ SEED = REPO.parent / "shared" / "acceptance" / "seed-guides"
 CONFIGS = [SEED / "gpu-operator-values.yaml", SEED / "time-slicing-config-t4-a100.yaml"]
 LABELS = {"nvidia.com/mig.config": "p4de-half-balanced"}
 NOOP_METHOD = "/bench.Noop/Call"
+# the in-process agent rig is a test helper (the testing package may not import the agent)
+sys.path.insert(0, str(REPO / "tests" / "agent"))
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
@@ -198,21 +219,226 @@ def bench_health_latency() -> dict[str, object]:
     return {"samples_ms": ms, "max_ms": ms[-1]}
 
 
+def _ms(samples: list[float]) -> dict[str, object]:
+    ms = sorted(round(x * 1000, 1) for x in samples)
+    return {"samples": len(ms), "p50_ms": ms[len(ms) // 2], "max_ms": ms[-1]}
+
+
+def bench_health_hung_kubelet(samples: int = 20) -> dict[str, object]:
+    """XID -> Unhealthy in ListAndWatch while a Register call hangs."""
+    from agent_rig import AgentRig
+
+    from kgpu.kubelet.deviceplugin.server import socket_name
+    from kgpu.testing.split_node import GPU_RESOURCE, short_root
+
+    out: list[float] = []
+    with short_root("kgbh") as root:
+        rig = AgentRig(root, health_quiet_period_s=0.2, health_probe_interval_s=0.1)
+        with rig:
+            if not rig.serving():
+                raise RuntimeError("agent did not register its resources")
+            rig.kubelet.register_mode = "hang"
+            calls = len(rig.kubelet.register_calls)
+            hung = "nvidia.com/gpu.a"
+            (root / "device-plugins" / socket_name(hung)).unlink()
+            if not rig.kubelet.wait_for(lambda: len(rig.kubelet.register_calls) > calls, 5):
+                raise RuntimeError("the agent did not try to register again")
+            gpus = [g for g, r in GPU_RESOURCE.items() if r != hung]
+            for i in range(samples):
+                gpu = gpus[i % len(gpus)]
+                out.append(rig.unhealthy_after_xid(gpu))
+                rig.kubelet.wait_for(  # recovered before the next sample
+                    lambda g=gpu: set(rig.replicas(g).values()) == {"Healthy"},  # type: ignore[misc]
+                    5,
+                )
+            still_hung = rig.kubelet.register_calls[calls][2] == "hang"
+            rig.kubelet.register_mode = "ok"
+    return {**_ms(out), "register_hung": still_hung}
+
+
+def bench_reregistration(restarts: int = 10) -> dict[str, object]:
+    """Kubelet restart -> all four resources registered again, vs one Register round trip."""
+    from agent_rig import AgentRig
+
+    from kgpu.kubelet.deviceplugin.registration import register
+    from kgpu.kubelet.deviceplugin.server import PluginServer
+    from kgpu.testing.split_node import RESOURCES, short_root
+
+    took: list[float] = []
+    rtt: list[float] = []
+    with short_root("kgbr") as root:
+        rig = AgentRig(root, health_probe_interval_s=3600)
+        with rig:
+            if not rig.serving():
+                raise RuntimeError("agent did not register its resources")
+            # one Register round trip on this kubelet, for a resource of our own
+            assert rig.agent is not None
+            probe = PluginServer("example.com/probe", rig.agent.view, root)
+            probe.start()
+            for _ in range(20):
+                started = time.perf_counter()
+                register(rig.kubelet.socket, probe.endpoint, probe.resource)
+                rtt.append(time.perf_counter() - started)
+            probe.stop()
+            for _ in range(restarts):
+                before = len(rig.kubelet.registrations)
+                rig.kubelet.restart()
+                started = time.perf_counter()
+                done = rig.kubelet.wait_for(
+                    lambda b=before: (
+                        sorted(r for r, _ in rig.kubelet.registrations[b:])  # type: ignore[misc]
+                        == RESOURCES
+                    ),
+                    10,
+                )
+                took.append(time.perf_counter() - started if done else float("inf"))
+                rig.serving()
+    register_ms = sorted(rtt)[len(rtt) // 2] * 1000
+    result = _ms(took)
+    return {
+        **result,
+        "register_rtt_p50_ms": round(register_ms, 2),
+        "goal_ms": round(2 * register_ms + 300, 1),
+    }
+
+
+def bench_chaos_rss(seconds: float) -> dict[str, object]:
+    from kgpu.testing.chaos import ACTIONS, run_chaos
+    from kgpu.testing.split_node import short_root
+
+    with short_root("kgbc") as root:
+        report = run_chaos(
+            root,
+            seed=int(time.time()),
+            seconds=seconds,
+            rss_every_s=30.0,
+            pause_s=1.0,
+            health_bound_s=0.1,
+            actions=tuple(a for a in ACTIONS if a != "kill"),
+        )
+    summary = report.summary()
+    rss = [kib for _, kib in report.rss_kib]
+    summary["rss_mib_samples"] = [round(k / 1024, 1) for k in rss]
+    return summary
+
+
+def bench_cluster(idle_s: float, calls: int) -> dict[str, object]:
+    """The whole agent against the API-server stand-in: requests per phase; /healthz latency."""
+    import shutil
+    import urllib.request
+    from collections import Counter
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from cluster.conftest import TOKEN, write_kubeconfig  # type: ignore[import-not-found]
+
+    from kgpu.agent.daemon import Agent, AgentOptions
+    from kgpu.cluster.kube import KubeStore
+    from kgpu.hardware.profiles import load_machine
+    from kgpu.hardware.simulated import SimulatedBackend
+    from kgpu.testing.apiserver import FakeApiServer
+    from kgpu.testing.fake_kubelet import FakeKubelet
+
+    root = Path(tempfile.mkdtemp(prefix="kgc", dir="/tmp"))
+    clique = "c0ffee00-0000-4000-8000-000000000001.0"
+    server = FakeApiServer(token=TOKEN, release="1.35").start()
+    kubeconfig = write_kubeconfig(root / "kc", server.url)
+    admin = KubeStore.from_config(str(kubeconfig), qps=None, user_agent="bench-admin")
+    label = "nvidia.com/device-plugin.config"
+    admin.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "tray-0", "labels": {label: "a100-40gb"}},
+        }
+    )
+    opts = AgentOptions(
+        machine="gb200",
+        clique=clique,
+        config_files=tuple(CONFIGS),
+        node_name="tray-0",
+        kubelet_root=root,
+        cdi_root=root / "cdi",
+        nfd_features_dir=root / "features.d",
+        kubeconfig=kubeconfig,
+        mig_manager=True,
+        health_address="127.0.0.1:0",
+        status_file=root / "status.json",
+    )
+    backend = SimulatedBackend(load_machine("gb200", hostname="tray-0", clique=clique))
+    agent = Agent(opts, backend=backend)
+
+    def phase(mark: int) -> dict[str, int]:
+        counts: Counter[str] = Counter()
+        for r in server.requests[mark:]:
+            if r.user_agent.startswith("kgpu-agent/"):
+                counts[f"{r.verb} {r.resource}" if r.resource else f"GET {r.path}"] += 1
+        return dict(sorted(counts.items()))
+
+    out: dict[str, object] = {}
+    try:
+        with FakeKubelet(root) as kubelet:
+            agent.start()
+            kubelet.wait_for(lambda: bool(kubelet.resources()), 20)
+            time.sleep(2.0)  # the MIG manager's first pass, the slices published
+            out["start"] = phase(0)
+            mark = len(server.requests)
+            admin.patch("v1", "Node", "tray-0", {"metadata": {"labels": {label: "tesla-t4"}}})
+            deadline = time.monotonic() + 10
+            while agent.view().config_name != "tesla-t4" and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(1.0)
+            out["config_label_switch"] = phase(mark)
+            mark = len(server.requests)
+            time.sleep(idle_s)
+            out[f"idle_{idle_s:g}s"] = phase(mark)
+            assert agent.health_server is not None
+            url = f"http://127.0.0.1:{agent.health_server.port}/healthz"
+
+            def get() -> None:
+                with urllib.request.urlopen(url, timeout=5) as answer:
+                    answer.read()
+
+            out["healthz"] = percentiles(time_calls(get, calls, warmup=20))
+            out["open_watches"] = server.open_watches()
+    finally:
+        agent.stop()
+        admin.close()
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--chaos-seconds", type=float, default=0.0)
+    parser.add_argument("--idle-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        choices=["allocate", "rss", "health", "hung", "restart", "chaos", "cluster"],
+        help="run only these parts",
+    )
     args = parser.parse_args()
     import logging
 
     logging.basicConfig(level=logging.ERROR)
     root = Path(tempfile.mkdtemp(prefix="kgb", dir="/tmp"))
-    result = {
-        "allocate": bench_allocate(args.calls, root),
-        "rss": [bench_rss(dra=False), bench_rss(dra=True)],
-        "health": bench_health_latency(),
+    wanted = set(args.only or ["allocate", "rss", "health", "hung", "restart"])
+    if args.chaos_seconds:
+        wanted.add("chaos")
+    parts = {
+        "allocate": lambda: bench_allocate(args.calls, root),
+        "rss": lambda: [bench_rss(dra=False), bench_rss(dra=True)],
+        "health": bench_health_latency,
+        "hung": bench_health_hung_kubelet,
+        "restart": bench_reregistration,
+        "chaos": lambda: bench_chaos_rss(args.chaos_seconds or 60.0),
+        "cluster": lambda: bench_cluster(args.idle_seconds, min(args.calls, 1000)),
     }
-    if args.json:
+    result = {name: run() for name, run in parts.items() if name in wanted}
+    if args.json or not {"allocate", "rss", "health"} <= wanted:
         print(json.dumps(result, indent=2))
         return
     a = result["allocate"]
@@ -224,6 +450,9 @@ def main() -> None:
         print(f"agent RSS     {rss} MiB (dra={dra}, {res})  (target < 80 MiB)")
     h = result["health"]
     print(f"XID -> Unhealthy in ListAndWatch: {h['samples_ms']} ms (target < 100 ms)")
+    for name in ("hung", "restart", "chaos", "cluster"):
+        if name in result:
+            print(f"{name}: {json.dumps(result[name])}")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Writes the Helm chart's files that are data from kgpu's own code, so each has one source:
 
-* ``deploy/helm/kgpu/crds/computedomain.yaml``: the ComputeDomain CRD
-  (:func:`kgpu.computedomain.crd.crd`);
+* ``deploy/helm/kgpu/crds/computedomain.yaml`` and ``computedomainclique.yaml``: the
+  ComputeDomain and ComputeDomainClique CRDs (:func:`kgpu.computedomain.crd.crds`);
 * ``deploy/helm/kgpu/files/deviceclasses.yaml``: DeviceClass names and CEL selectors per Helm
   value group (``resources.gpus`` / ``resources.computeDomains``, as NVIDIA's DRA driver chart
-  names them) from :func:`kgpu.dra.classes.device_classes`; the chart's template adds the
-  ``resource.k8s.io`` version the cluster serves;
+  names them) from :func:`kgpu.dra.classes.device_classes`, and under ``extendedResourceNames``
+  each class's ``extendedResourceName``; the chart's template adds the ``resource.k8s.io``
+  version the cluster serves and, as NVIDIA's chart, the extended resource name on ``v1`` only;
 * ``deploy/deviceclasses.yaml``: the same classes as plain ``resource.k8s.io/v1`` manifests for
   ``kubectl apply`` on Kubernetes 1.34+.
 
@@ -21,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from kgpu.computedomain.crd import crd
+from kgpu.computedomain.crd import clique_crd, crd
 from kgpu.dra.classes import device_classes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,9 +36,14 @@ def _selectors(classes: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def files() -> dict[Path, str]:
-    groups = {
+    groups: dict[str, dict[str, str]] = {
         "gpus": _selectors(device_classes(gpus=True, compute_domains=False)),
         "computeDomains": _selectors(device_classes(gpus=False, compute_domains=True)),
+    }
+    groups["extendedResourceNames"] = {
+        c["metadata"]["name"]: c["spec"]["extendedResourceName"]
+        for c in device_classes()
+        if "extendedResourceName" in c["spec"]
     }
     manifests = (
         "# DeviceClasses of the kgpu DRA driver (same names and selectors as NVIDIA's "
@@ -49,6 +55,7 @@ def files() -> dict[Path, str]:
     )
     return {
         CHART / "crds" / "computedomain.yaml": yaml.safe_dump(crd(), sort_keys=False),
+        CHART / "crds" / "computedomainclique.yaml": yaml.safe_dump(clique_crd(), sort_keys=False),
         CHART / "files" / "deviceclasses.yaml": _GENERATED.format(source="kgpu.dra.classes")
         + yaml.safe_dump(groups, sort_keys=False, width=1000),
         REPO / "deploy" / "deviceclasses.yaml": manifests,

@@ -85,3 +85,6 @@ def join_path(*parts: str | int) -> str:
         else:
             out = part
     return out
+
+
+__all__ = ["FieldError", "FieldProblem", "KgpuError", "join_path"]

@@ -70,7 +70,9 @@ def parse_quantity(value: object) -> Decimal:
         return Decimal(str(value))
     match = _QUANTITY.match(value.strip())
     if match is None:
-        raise QuantityError(f"{value!r}: {K8S_FORMAT} (for example 1, 500m, 64Mi, 1Gi, 1e3)")
+        raise QuantityError(
+            f"{value!r} is not a quantity: {K8S_FORMAT} (for example 1, 500m, 64Mi, 1Gi, 1e3)"
+        )
     number_text, suffix, exponent = match.groups()
     try:
         number = Decimal(number_text)
@@ -86,4 +88,24 @@ def parse_quantity(value: object) -> Decimal:
         raise QuantityError(f"{value!r}: quantity too large") from exc
 
 
-__all__ = ["BINARY_SUFFIXES", "DECIMAL_SUFFIXES", "QuantityError", "parse_quantity"]
+def format_binary(value: int) -> str:
+    """An integer as the API server writes a ``BinarySI`` quantity (what Go's
+    ``resource.NewQuantity(n, resource.BinarySI).String()`` gives): the largest binary suffix
+    that divides it exactly (``85899345920`` -> ``80Gi``, ``3072`` -> ``3Ki``; ``1536`` stays
+    ``1536``), and plain digits below 1024. Drivers publish capacities this way, so kgpu's
+    slices read like upstream's."""
+    if -1024 < value < 1024:
+        return str(value)
+    for suffix, size in reversed(BINARY_SUFFIXES.items()):
+        if value % size == 0:
+            return f"{value // size}{suffix}"
+    return str(value)
+
+
+__all__ = [
+    "BINARY_SUFFIXES",
+    "DECIMAL_SUFFIXES",
+    "QuantityError",
+    "format_binary",
+    "parse_quantity",
+]

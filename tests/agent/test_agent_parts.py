@@ -11,7 +11,7 @@ import pytest
 
 from kgpu.agent import components
 from kgpu.agent.daemon import Agent, AgentOptions, merge_machines
-from kgpu.agent.inputs import parse_label_args, read_labels_file
+from kgpu.agent.inputs import read_labels_file
 from kgpu.agent.nfd import FEATURES_FILE, write_features
 from kgpu.config import load_config_strings
 from kgpu.drivers import mps
@@ -20,6 +20,7 @@ from kgpu.drivers.mps import MpsManager, plans
 from kgpu.errors import FieldError
 from kgpu.hardware.profiles import load_machine
 from kgpu.hardware.simulated import SimulatedBackend
+from kgpu.node.label_syntax import parse_label_args
 from kgpu.node.model import NodeView
 from kgpu.node.view import build_node_view
 from kgpu.testing.fake_kubelet import FakeKubelet
@@ -289,3 +290,42 @@ def test_a_daemon_that_refuses_its_limits_is_quit_not_left_running(
     assert [c for _, c, _ in fake.calls].count("quit") == 2
     manager.stop_all()
     assert [c for _, c, _ in fake.calls].count("quit") == 2  # not asked twice
+
+
+def test_registration_backoff_doubles_to_its_cap_with_jitter_below() -> None:
+    import random
+
+    from kgpu.kubelet.deviceplugin.registration import Backoff
+
+    backoff = Backoff(initial_s=0.1, maximum_s=1.0, jitter=0.5)
+    rng = random.Random(3)
+    delays = [backoff.next_delay(rng) for _ in range(8)]
+    for n, delay in enumerate(delays):
+        base = min(1.0, 0.1 * 2**n)
+        assert base / 2 <= delay <= base
+    assert len({round(d, 6) for d in delays[4:]}) > 1  # capped ones still differ: jitter
+    backoff.reset()
+    assert backoff.next_delay(rng) <= 0.1
+
+
+def test_options_are_checked_where_they_live_not_in_the_cli(tmp_path: Path) -> None:
+    from kgpu.agent.options import AgentOptions
+    from kgpu.errors import FieldError
+
+    opts = AgentOptions(
+        machine="nvml",
+        fault_dir=tmp_path,
+        health_probe_interval_s=0,
+        hostname_label="HOST",
+        kubeconfig=tmp_path / "missing",
+    )
+    assert sorted(p.path for p in opts.problems()) == [
+        "--fault-dir",
+        "--health-probe-interval",
+        "--hostname-label",
+        "--kubeconfig",
+    ]
+    with pytest.raises(FieldError) as err:
+        AgentOptions.parse(labels=["nokey"], ignore_xids="48,x", machine="dgx-h100")
+    assert [p.path for p in err.value.problems] == ["--label[0]", "--ignore-xids"]
+    assert AgentOptions.parse(labels=["a=b"], ignore_xids="48").ignore_xids == frozenset({48})

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from kgpu.cluster.kube import KubeStore
-
-from .apiserver import FakeApiServer
+from kgpu.testing.apiserver import FakeApiServer
 
 TOKEN = "kgpu-test-token"
 

@@ -18,11 +18,11 @@ import pytest
 from kgpu.agent.daemon import Agent, AgentOptions
 from kgpu.cluster.kube import KubeStore
 from kgpu.kubelet.dra.handler import ClaimRef
+from kgpu.testing.apiserver import RELEASES, FakeApiServer
 from kgpu.testing.fake_kubelet import FakeKubelet
 from kgpu.testing.fake_kubelet_dra import FakeDraKubelet
 
-from .apiserver import FakeApiServer
-from .conftest import write_kubeconfig
+from .conftest import TOKEN, write_kubeconfig
 
 NODE = "tray-0"
 
@@ -50,9 +50,20 @@ def _slices(kubeconfig: Path) -> dict[str, list[str]]:
     return out
 
 
+@pytest.fixture(params=["1.32", "1.34"])
+def apiserver(request: pytest.FixtureRequest) -> Iterator[FakeApiServer]:
+    """The oldest supported release (resource.k8s.io/v1beta1 only) and the first with v1."""
+    server = FakeApiServer(token=TOKEN, release=request.param).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def test_agent_publishes_slices_and_prepares_claims_through_the_api_server(
     apiserver: FakeApiServer, root: Path
 ) -> None:
+    wire = RELEASES[apiserver.release][0]
     kubeconfig = write_kubeconfig(root / "kubeconfig", apiserver.url)
     opts = AgentOptions(
         machine="gb200",
@@ -75,8 +86,15 @@ def test_agent_publishes_slices_and_prepares_claims_through_the_api_server(
                 slices = _slices(kubeconfig)
             assert sorted(slices["gpu.nvidia.com"]) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
             assert "compute-domain.nvidia.com" in slices
-            posted = [c.path for c in apiserver.calls("POST")]
-            assert "/apis/resource.k8s.io/v1/resourceslices" in posted
+            applied = [
+                (c.path, c.headers["content-type"])
+                for c in apiserver.requests
+                if c.verb == "patch" and c.resource == "resourceslices"
+            ]
+            assert (
+                f"/apis/resource.k8s.io/{wire}/resourceslices/{NODE}-gpu.nvidia.com-0",
+                "application/apply-patch+yaml",
+            ) in applied
 
             # the scheduler's allocation, as the API server holds it: the plugin reads it there
             store = KubeStore.from_config(str(kubeconfig))

@@ -11,8 +11,8 @@ import pytest
 from kgpu.cluster.kube import KubeApiError, KubeStore
 from kgpu.errors import FieldError
 from kgpu.store import AlreadyExists, Conflict, NotFound
+from kgpu.testing.apiserver import FakeApiServer
 
-from .apiserver import FakeApiServer
 from .conftest import TOKEN, write_kubeconfig
 
 SLICE: dict[str, Any] = {
@@ -38,14 +38,18 @@ def test_publishing_a_resource_slice_posts_it_with_the_agents_credentials(
     made = kube.create(SLICE)
     (post,) = apiserver.calls("POST")
     assert (post.method, post.path) == ("POST", "/apis/resource.k8s.io/v1/resourceslices")
-    assert post.query == {"fieldManager": "kgpu"}
+    assert post.query == {"fieldManager": "kgpu", "fieldValidation": "Strict"}
     assert post.headers["authorization"] == f"Bearer {TOKEN}"
     assert post.headers["content-type"] == "application/json"
     assert post.body == SLICE
     assert made["metadata"]["resourceVersion"] and made["metadata"]["uid"]
     assert made["spec"] == SLICE["spec"]
-    # The table knows ResourceSlices: no discovery request was needed.
-    assert [r.path for r in apiserver.requests] == ["/apis/resource.k8s.io/v1/resourceslices"]
+    assert post.user_agent == "kgpu/0.1.0"
+    # The table knows ResourceSlices; the one discovery request finds the group's versions.
+    assert [r.path for r in apiserver.requests] == [
+        "/apis/resource.k8s.io",
+        "/apis/resource.k8s.io/v1/resourceslices",
+    ]
 
 
 def test_listing_nodes_sends_a_label_selector_and_returns_whole_objects(
@@ -63,7 +67,8 @@ def test_listing_nodes_sends_a_label_selector_and_returns_whole_objects(
     (call,) = apiserver.requests
     assert call.path == "/api/v1/nodes"
     assert call.query == {
-        "labelSelector": "nvidia.com/gpu.present=true,topology.kubernetes.io/zone=z1"
+        "labelSelector": "nvidia.com/gpu.present=true,topology.kubernetes.io/zone=z1",
+        "limit": "500",
     }
     assert [(n["apiVersion"], n["kind"], n["metadata"]["name"]) for n in nodes] == [
         ("v1", "Node", "a"),
@@ -117,6 +122,7 @@ def test_claim_status_goes_through_the_status_subresource(
     made = kube.create(claim)
     assert made["status"] == claim["status"]
     assert [(r.method, r.path) for r in apiserver.requests] == [
+        ("GET", "/apis/resource.k8s.io"),
         ("POST", "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims"),
         ("PUT", "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/c/status"),
     ]
@@ -128,37 +134,28 @@ def test_claim_status_goes_through_the_status_subresource(
     ]
 
 
-def test_compute_domain_apply_puts_with_the_current_version(
-    kube: KubeStore, apiserver: FakeApiServer
-) -> None:
-    """Custom resources refuse unconditional updates (422); apply reads the version first."""
+def test_apply_is_one_server_side_apply_request(kube: KubeStore, apiserver: FakeApiServer) -> None:
+    """Custom resources refuse unconditional PUTs (422): apply needs no read first, it is a
+    PATCH the server merges under field manager kgpu."""
     domain = {
         "apiVersion": "resource.nvidia.com/v1beta1",
         "kind": "ComputeDomain",
-        "metadata": {"name": "d", "namespace": "ml"},
+        "metadata": {"name": "d", "namespace": "ml", "resourceVersion": "999"},
         "spec": {"numNodes": 2},
     }
-    made = kube.apply(domain)
-    kube.apply({**domain, "spec": {"numNodes": 3}})
-    assert _writes(apiserver) == [
-        (
-            "POST",
-            "/apis/resource.nvidia.com/v1beta1/namespaces/ml/computedomains",
-            {"fieldManager": "kgpu"},
-        ),
-        (
-            "PUT",
-            "/apis/resource.nvidia.com/v1beta1/namespaces/ml/computedomains/d",
-            {"fieldManager": "kgpu"},
-        ),
-    ]
-    put = apiserver.calls("PUT")[0]
-    assert put.body is not None
-    assert put.body["metadata"]["resourceVersion"] == made["metadata"]["resourceVersion"]
+    kube.apply(domain)
+    made = kube.apply({**domain, "spec": {"numNodes": 3}})
+    assert made["spec"] == {"numNodes": 3}
+    path = "/apis/resource.nvidia.com/v1beta1/namespaces/ml/computedomains/d"
+    query = {"fieldManager": "kgpu", "fieldValidation": "Strict", "force": "true"}
+    assert _writes(apiserver) == [("PATCH", path, query), ("PATCH", path, query)]
+    first = apiserver.calls("PATCH")[0]
+    assert first.headers["content-type"] == "application/apply-patch+yaml"
+    assert first.body is not None and "resourceVersion" not in first.body["metadata"]
     # The server itself does refuse a PUT without one.
     code, answer = apiserver.handle(
         "PUT",
-        "/apis/resource.nvidia.com/v1beta1/namespaces/ml/computedomains/d",
+        path,
         b'{"metadata": {"name": "d"}, "spec": {}}',
         {"authorization": f"Bearer {TOKEN}"},
     )
@@ -232,35 +229,41 @@ def test_in_cluster_config_uses_the_service_account(
     store.close()
 
 
-def test_apply_retries_when_another_writer_wins_the_race(
+def test_apply_keeps_what_other_managers_set_and_drops_what_kgpu_no_longer_sets(
     kube: KubeStore, apiserver: FakeApiServer
 ) -> None:
-    """Between apply's read and its PUT another controller updates the slice; apply re-reads
-    and its content still lands."""
-    kube.create(SLICE)
-    real_handle = apiserver.handle
-    raced = []
-
-    def racing_handle(
-        method: str, target: str, raw: bytes, headers: dict[str, str]
-    ) -> tuple[int, dict[str, Any]]:
-        if method == "PUT" and not raced:
-            raced.append(True)
-            other = kube.get("resource.k8s.io/v1", "ResourceSlice", SLICE["metadata"]["name"])
-            other["metadata"]["labels"] = {"other": "writer"}
-            kube.update(other)
-        return real_handle(method, target, raw, headers)
-
-    apiserver.handle = racing_handle  # type: ignore[method-assign]
-    wanted = {**SLICE, "spec": {**SLICE["spec"], "devices": []}}
-    applied = kube.apply(wanted)
-    assert applied["spec"]["devices"] == []
-    assert applied["metadata"]["labels"] == SLICE["metadata"]["labels"]
-    puts = apiserver.calls("PUT")
-    assert len(puts) == 3  # the other writer's, apply's stale one (409), apply's retry
-    assert (
-        kube.get("resource.k8s.io/v1", "ResourceSlice", SLICE["metadata"]["name"])["spec"][
-            "devices"
-        ]
-        == []
+    labelled = {
+        **SLICE,
+        "metadata": {**SLICE["metadata"], "labels": {"kgpu.io/node": "node-a", "old": "x"}},
+    }
+    kube.apply(labelled)
+    # another controller labels the slice with a merge patch of its own
+    code, _ = apiserver.handle(
+        "PATCH",
+        f"/apis/resource.k8s.io/v1/resourceslices/{SLICE['metadata']['name']}?fieldManager=other",
+        b'{"metadata": {"labels": {"team": "ml"}}}',
+        {"authorization": f"Bearer {TOKEN}", "content-type": "application/merge-patch+json"},
     )
+    assert code == 200
+    applied = kube.apply({**SLICE, "spec": {**SLICE["spec"], "devices": []}})
+    assert applied["spec"]["devices"] == []
+    assert applied["metadata"]["labels"] == {"kgpu.io/node": "node-a", "team": "ml"}
+
+
+def test_merge_patch_sends_only_the_changed_labels(
+    kube: KubeStore, apiserver: FakeApiServer
+) -> None:
+    kube.create(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {"a": "1"}}}
+    )
+    patched = kube.patch("v1", "Node", "n", {"metadata": {"labels": {"b": "2", "a": None}}})
+    assert patched["metadata"]["labels"] == {"b": "2"}
+    call = apiserver.calls("PATCH")[-1]
+    assert call.headers["content-type"] == "application/merge-patch+json"
+    assert call.body == {"metadata": {"labels": {"b": "2", "a": None}}}
+    assert call.rule == ("", "nodes", "patch")
+    kube.patch("v1", "Node", "n", {"status": {"capacity": {"pods": "110"}}}, subresource="status")
+    assert apiserver.calls("PATCH")[-1].rule == ("", "nodes/status", "patch")
+    assert kube.get("v1", "Node", "n")["status"] == {"capacity": {"pods": "110"}}
+    with pytest.raises(Conflict):
+        kube.patch("v1", "Node", "n", {"metadata": {"resourceVersion": "1", "labels": {}}})

@@ -12,8 +12,8 @@ import pytest
 
 from kgpu.cluster.kube import KubeStore
 from kgpu.store import AlreadyExists, Conflict, MemoryStore, NotFound, ObjectStore
+from kgpu.testing.apiserver import FakeApiServer
 
-from .apiserver import FakeApiServer
 from .conftest import TOKEN, write_kubeconfig
 
 
@@ -128,7 +128,12 @@ def test_list_filters_by_namespace_and_labels_and_versions_share_a_group(
     ]
     assert store.list("v1", "ConfigMap", labels={"x": "1", "y": "2"}) == []
     store.create(
-        {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "c"}}
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "c"},
+            "spec": {"selectors": []},
+        }
     )
     assert store.list("resource.k8s.io/v1beta1", "DeviceClass")[0]["metadata"]["name"] == "c"
 
@@ -181,3 +186,44 @@ def test_releasing_the_last_finalizer_with_a_status_change_removes_the_claim(
     marked["status"] = {}
     store.update(marked)
     assert store.list("resource.k8s.io/v1", "ResourceClaim", namespace="jobs") == []
+
+
+def _events(store: ObjectStore, watch: Any, count: int) -> list[tuple[str, str]]:
+    out = []
+    for _ in range(count):
+        event = watch.next(5)
+        assert event is not None
+        if event.type != "BOOKMARK":
+            out.append((event.type, event.object["metadata"]["name"]))
+    watch.stop()
+    return out
+
+
+def test_watch_from_a_list_sees_every_later_change_in_order(store: ObjectStore) -> None:
+    store.create(_cm("before"))
+    listed = store.list("v1", "ConfigMap")
+    watch = store.watch("v1", "ConfigMap", resource_version=listed.resource_version)
+    made = store.create(_cm("x"))
+    store.update({**made, "data": {"k": "b"}})
+    store.delete("v1", "ConfigMap", "x")
+    assert _events(store, watch, 3) == [("ADDED", "x"), ("MODIFIED", "x"), ("DELETED", "x")]
+
+
+def test_watch_reports_objects_entering_and_leaving_its_selector(store: ObjectStore) -> None:
+    store.create(_cm("a", labels={"team": "ml"}))
+    rv = store.list("v1", "ConfigMap").resource_version
+    watch = store.watch("v1", "ConfigMap", labels={"team": "ml"}, resource_version=rv)
+    store.patch("v1", "ConfigMap", "a", {"metadata": {"labels": {"team": None}}})
+    store.patch("v1", "ConfigMap", "a", {"metadata": {"labels": {"team": "ml"}}})
+    assert _events(store, watch, 2) == [("DELETED", "a"), ("ADDED", "a")]
+
+
+def test_merge_patch_changes_only_what_it_names(store: ObjectStore) -> None:
+    made = store.create(_cm("x", labels={"keep": "1", "drop": "1"}))
+    out = store.patch("v1", "ConfigMap", "x", {"metadata": {"labels": {"drop": None, "new": "1"}}})
+    assert out["metadata"]["labels"] == {"keep": "1", "new": "1"} and out["data"] == {"k": "a"}
+    stale = {"metadata": {"resourceVersion": made["metadata"]["resourceVersion"]}}
+    with pytest.raises(Conflict):
+        store.patch("v1", "ConfigMap", "x", {**stale, "data": {"k": "z"}})
+    with pytest.raises(NotFound):
+        store.patch("v1", "ConfigMap", "nope", {"data": {}})

@@ -99,21 +99,6 @@ def test_bad_devices_name_what_is_allowed(devices: str, needle: str) -> None:
     assert needle in message
 
 
-def test_mps_with_mig_strategy_mixed_is_rejected() -> None:
-    message = _error(
-        "flags: {migStrategy: mixed}\n"
-        "sharing: {mps: {resources: [{name: nvidia.com/gpu, replicas: 4}]}}"
-    )
-    assert "flags.migStrategy" in message
-    assert "not supported with MPS" in message
-
-
-def test_mps_on_a_mig_resource_is_rejected() -> None:
-    message = _error("sharing: {mps: {resources: [{name: nvidia.com/mig-1g.10gb, replicas: 2}]}}")
-    assert "sharing.mps.resources[0].name" in message
-    assert "not supported for MIG devices" in message
-
-
 def test_unknown_fields_are_warnings_naming_the_field() -> None:
     parsed = _parse(
         "version: v1\n"
@@ -151,15 +136,6 @@ def test_rename_by_default_gives_shared_suffix() -> None:
     ts = parsed.config.sharing.time_slicing
     assert ts is not None
     assert ts.advertised_name(ts.resources[0]) == "nvidia.com/gpu.shared"  # type: ignore[index]
-
-
-def test_mps_forces_fail_requests_greater_than_one_unless_turned_off() -> None:
-    on = _parse("sharing: {mps: {resources: [{name: gpu, replicas: 2}]}}").config
-    off = _parse(
-        "sharing: {mps: {failRequestsGreaterThanOne: false, resources: [{name: gpu, replicas: 2}]}}"
-    ).config
-    assert on.mps_fail_requests_greater_than_one() is True
-    assert off.mps_fail_requests_greater_than_one() is False
 
 
 def test_a_resource_name_with_a_trailing_newline_is_refused() -> None:

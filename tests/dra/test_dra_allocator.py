@@ -149,7 +149,9 @@ class Case:
     node: dict = dataclasses.field(default_factory=lambda: NODE)
 
 
-def counter_slice() -> dict:
+def counter_slices() -> list[dict]:
+    """A MIG-capable GPU as 1.35 publishes it: the counter set in a slice of its own, the
+    partitions consuming it in another slice of the same pool."""
     cset = [
         {
             "name": "gpu-0-counter-set",
@@ -175,7 +177,10 @@ def counter_slice() -> dict:
         part("3g-0", 0, 4, "mig"),
         part("3g-4", 4, 4, "mig"),
     ]
-    return slice_(devices, counters=cset)
+    return [
+        slice_([], counters=cset, count=2, name="node-a-counters"),
+        slice_(devices, count=2, name="node-a-devices"),
+    ]
 
 
 CASES = [
@@ -454,13 +459,13 @@ CASES = [
     ),
     Case(
         "shared counters keep partitions apart",
-        [counter_slice()],
+        counter_slices(),
         [claim("c1", req("m", cls="mig.nvidia.com")), claim("c2", req("m", cls="mig.nvidia.com"))],
         [[("m", "4g-0")], [("m", "3g-4")]],
     ),
     Case(
         "a partition in use blocks the whole GPU",
-        [counter_slice()],
+        counter_slices(),
         [claim("c", req("g"))],
         None,
         allocated=[held("3g-4")],
@@ -471,8 +476,7 @@ CASES = [
         [claim("c", req("g", sel="device.attributes['gpu.nvidia.com'].uuid == 'x'"))],
         (
             "error",
-            "claim default/c: selector #0 on device gpu.nvidia.com/node-a/gpu-0: CEL runtime "
-            "error: no such key: uuid",
+            "claim default/c: selector #0: CEL runtime error: no such key: uuid",
         ),
     ),
     Case(
@@ -481,8 +485,7 @@ CASES = [
         [claim("c", req("g", cls="needs-uuid"))],
         (
             "error",
-            "class needs-uuid: selector #0 on device gpu.nvidia.com/node-a/gpu-0: CEL "
-            "runtime error: no such key: uuid",
+            "class needs-uuid: selector #0: CEL runtime error: no such key: uuid",
         ),
     ),
     Case(
@@ -615,7 +618,11 @@ def test_class_and_claim_config_are_passed_on() -> None:
     got = allocate(NODE, [c], classes=classes, slices=[FOUR])
     assert got is not None
     assert got[0]["devices"]["config"] == [
-        {"source": "FromClass", "opaque": {"driver": DRV, "parameters": {"kind": "GpuConfig"}}},
+        {
+            "source": "FromClass",
+            "requests": ["a", "b"],  # the requests using the class, as kube-scheduler lists them
+            "opaque": {"driver": DRV, "parameters": {"kind": "GpuConfig"}},
+        },
         {
             "source": "FromClaim",
             "requests": ["b"],
@@ -670,25 +677,25 @@ def test_one_pod_two_claims_on_one_pcie_root_each() -> None:
 
 
 def test_mig_on_demand_from_partitionable_slices() -> None:
-    machine = load_machine("a100-80gb", hostname="node-a")
+    machine = load_machine("h200", hostname="node-a")  # Hopper: MIG mode changes without a reset
     slices = resource_slices(machine, "node-a", partitionable=True)
     by_profile = "device.attributes['gpu.nvidia.com'].profile == '{}'"
     claims = [
-        claim("big", req("m", cls="mig.nvidia.com", sel=by_profile.format("4g.40gb"))),
-        claim("mid", req("m", cls="mig.nvidia.com", sel=by_profile.format("2g.20gb"))),
-        claim("small", req("m", cls="mig.nvidia.com", sel=by_profile.format("1g.10gb"))),
+        claim("big", req("m", cls="mig.nvidia.com", sel=by_profile.format("4g.71gb"))),
+        claim("mid", req("m", cls="mig.nvidia.com", sel=by_profile.format("2g.35gb"))),
+        claim("small", req("m", cls="mig.nvidia.com", sel=by_profile.format("1g.18gb"))),
     ]
     got = allocate(NODE, claims, classes=CLASSES, slices=slices)
     assert got is not None
     names = [[r["device"] for r in res["devices"]["results"]] for res in got]
     # placements never overlap: 4g takes slices 0-3, 2g 4-5, 1g slice 6
     assert names == [
-        ["gpu-0-mig-4g40gb-5-0"],
-        ["gpu-0-mig-2g20gb-14-4"],
-        ["gpu-0-mig-1g10gb-19-6"],
+        ["gpu-0-mig-4g71gb-5-0"],
+        ["gpu-0-mig-2g35gb-14-4"],
+        ["gpu-0-mig-1g18gb-19-6"],
     ]
     # no 1g placement starts at slice 7, so a fourth instance does not fit
-    fourth = claim("more", req("m", cls="mig.nvidia.com", sel=by_profile.format("1g.10gb")))
+    fourth = claim("more", req("m", cls="mig.nvidia.com", sel=by_profile.format("1g.18gb")))
     assert allocate(NODE, [*claims, fourth], classes=CLASSES, slices=slices) is None
     # the whole GPU is no longer available once a partition is taken
     held_mig = {
@@ -735,7 +742,8 @@ def test_identical_devices_share_one_cel_evaluation(monkeypatch: pytest.MonkeyPa
         return original(self, device)
 
     monkeypatch.setattr(cel.Selector, "evaluate", counting)
-    monkeypatch.setattr("kgpu.dra.allocator._SIG_CACHE", {})
+    monkeypatch.setattr(cel, "_RESULTS", {})
+    monkeypatch.setattr(cel, "_RAW_RESULTS", {})
     nodes = [f"n{i}" for i in range(50)]
     slices = [s for n in nodes for s in resource_slices(load_machine("gb200", hostname=n), n)]
     alloc = Allocator({c["metadata"]["name"]: c for c in CLASSES}, SliceIndex(slices))

@@ -74,17 +74,32 @@ def test_device_ids_resolve_through_view_and_fallbacks() -> None:
 
 
 def test_dra_devices_resolve_by_name_cdi_or_explicit_map() -> None:
+    from kgpu.dra.devices import gi_profile_id
+    from kgpu.dra.slices import resource_slices
+
     a100 = mig_a100()
     gpu = a100.gpus[0]
     whole = load_machine("dgx-h100")
-    assert resolve_dra_device(ClaimDevice("gpu.nvidia.com", "n", "gpu-3"), whole, {}) == (
-        whole.gpus[3].uuid
+    # gpu.nvidia.com names GPUs by minor number, not NVML index
+    renumbered = replace(whole, gpus=tuple(replace(g, minor=7 - g.index) for g in whole.gpus))
+    assert resolve_dra_device(ClaimDevice("gpu.nvidia.com", "n", "gpu-3"), renumbered, {}) == (
+        whole.gpus[4].uuid
     )
+    # every MIG device by the name the driver publishes for it ...
+    (published,) = resource_slices(a100, "n")
+    for device in published["spec"]["devices"]:
+        uuid = device["attributes"]["uuid"]["string"]
+        claimed = ClaimDevice("gpu.nvidia.com", "n", device["name"])
+        assert resolve_dra_device(claimed, a100, {}) == uuid
+    # ... and by the name NVIDIA's 25.8 driver gave it: gpu-<minor>-mig-<GI id>-<start>-<size>
     for mig in gpu.mig_devices:
-        name = (
-            f"gpu-0-mig-{mig.profile.replace('.', '')}-{mig.placement_start}-{mig.placement_size}"
-        )
+        pid = gi_profile_id(mig.profile, mig.placement_size, None)
+        name = f"gpu-0-mig-{pid}-{mig.placement_start}-{mig.placement_size}"
         assert resolve_dra_device(ClaimDevice("gpu.nvidia.com", "n", name), a100, {}) == mig.uuid
+    assert (
+        resolve_dra_device(ClaimDevice("gpu.nvidia.com", "n", "gpu-0-mig-1g5gb-19-7"), a100, {})
+        is None
+    )
     cdi = ClaimDevice("other", "n", "x", (f"vendor.com/gpu={gpu.mig_devices[0].uuid}",))
     assert resolve_dra_device(cdi, a100, {}) == gpu.mig_devices[0].uuid
     explicit = {("gpu.nvidia.com", "n", "weird-name"): gpu.uuid}

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .harness import ACCEPTANCE, REPO, Outcome, run_cli
-from .mutate import mutated_json, mutated_yaml
+from .mutate import ODD_STRINGS, mutated_json, mutated_yaml, textual
 
 EXAMPLES = REPO / "examples"
 SNAPSHOT = REPO / "tests" / "data" / "h100-nvml-snapshot.json"
@@ -174,16 +174,158 @@ def test_sim_survives_mutated_scenarios(data: st.DataObject, save_dir: Path) -> 
         _run(["sim", str(copied)], target, body, save_dir, base=copied.parent)
 
 
+def _allocate_seeds() -> list[dict[str, Any]]:
+    """The allocator example, the same with what main's allocator grew since (feature gates, a
+    DeviceTaintRule), and the same in ``resource.k8s.io/v1beta1`` (devices under ``basic``)."""
+    from kgpu.dra.versions import convert
+
+    base = _docs(EXAMPLES / "dra" / "allocate-gb200.yaml")[0]
+    rule = _docs(EXAMPLES / "dra" / "manifests" / "gpu-0-maintenance.yaml")[0]
+    rule["spec"]["deviceSelector"]["pool"] = base["slices"][0]["spec"]["pool"]["name"]
+    gated = {
+        **base,
+        "featureGates": {"DRADeviceTaints": True, "DRADeviceTaintRules": True},
+        "deviceTaintRules": [rule],
+    }
+    beta1 = {
+        key: [convert(obj, "v1beta1") for obj in value]
+        if key in ("classes", "slices", "claims")
+        else value
+        for key, value in base.items()
+    }
+    return [base, gated, beta1]
+
+
+ALLOCATE_SEEDS = _allocate_seeds()
+#: ``--feature-gates`` values: the gates the allocator knows, and shapes it must refuse.
+GATE_FLAGS = st.one_of(
+    st.none(),
+    st.sampled_from(
+        [
+            "DRAPrioritizedList=false",
+            "DRADeviceTaints=true,DRAPartitionableDevices=false",
+            "DRAPrioritizedList",
+            "NoSuchGate=true",
+            "=true",
+            ",",
+            "DRAPrioritizedList=maybe",
+            "a" * 5000,
+        ]
+    ),
+)
+
+
 @_settings(ci=80)
 @given(data=st.data())
 def test_allocate_survives_mutated_inputs(data: st.DataObject, save_dir: Path) -> None:
     seed = EXAMPLES / "dra" / "allocate-gb200.yaml"
+    doc = data.draw(st.sampled_from(ALLOCATE_SEEDS), label="seed")
     as_json = data.draw(st.booleans(), label="as JSON")
-    docs = _docs(seed)
-    body = data.draw(mutated_json(docs[0]) if as_json else mutated_yaml(docs), label="input")
+    body = data.draw(mutated_json(doc) if as_json else mutated_yaml([doc]), label="input")
+    gates = data.draw(GATE_FLAGS, label="--feature-gates")
     for copied in _workdir(seed):
         target = copied.with_suffix(".json") if as_json else copied
-        _run(["allocate", str(target)], target, body, save_dir, allowed_exits=(0, 1, 2))
+        args = ["allocate", str(target), *(["--feature-gates", gates] if gates else [])]
+        _run(args, target, body, save_dir, allowed_exits=(0, 1, 2, 3))
+
+
+def _counters_seed() -> str:
+    from kgpu.metrics.counters import DEFAULT
+
+    lines = ["# DCGM FIELD, Prometheus metric type, help message"]
+    lines += [f'{m.name}, {m.type}, "{m.help}"' for m in DEFAULT.metrics]
+    return "\n".join(lines) + "\nDCGM_FI_DRIVER_VERSION, label, Driver Version\n"
+
+
+COUNTERS_SEED = _counters_seed()
+
+
+@st.composite
+def mutated_csv(draw: Any, text: str) -> bytes:
+    """A counters CSV with a few fields replaced (odd strings, a quote, a comma), lines
+    repeated or dropped, then sometimes damaged as bytes."""
+    lines = text.split("\n")
+    for _ in range(draw(st.integers(1, 3))):
+        i = draw(st.integers(0, len(lines) - 1))
+        fields = lines[i].split(", ")
+        j = draw(st.integers(0, len(fields) - 1))
+        op = draw(st.sampled_from(["field", "field", "dup", "drop", "join"]))
+        if op == "field":
+            fields[j] = draw(st.one_of(st.sampled_from(ODD_STRINGS), st.text(max_size=20)))
+            lines[i] = ", ".join(fields)
+        elif op == "dup":
+            lines.insert(i, lines[i])
+        elif op == "drop":
+            del lines[i]
+        else:
+            lines[i] = lines[i] + ", " + draw(st.sampled_from(['"', "gauge", "x"]))
+    return draw(textual("\n".join(lines)))
+
+
+@_settings(ci=40)
+@given(data=st.data())
+def test_metrics_survives_mutated_counters(data: st.DataObject, save_dir: Path) -> None:
+    body = data.draw(mutated_csv(COUNTERS_SEED), label="counters CSV")
+    with tempfile.TemporaryDirectory(prefix="kgpu-fuzz-") as tmp:
+        target = Path(tmp) / "counters.csv"
+        _run(["metrics", "-m", "t4", "--once", "-f", str(target)], target, body, save_dir)
+
+
+def _configmap_keys() -> dict[str, list[Any]]:
+    """Device-plugin configs as the keys of a mounted ConfigMap hold them."""
+    out: dict[str, list[Any]] = {}
+    for docs in YAML_SEEDS.values():
+        for doc in docs:
+            if isinstance(doc, dict) and doc.get("kind") == "ConfigMap":
+                for key, text in (doc.get("data") or {}).items():
+                    if isinstance(text, str) and "version" in text:
+                        out[str(key)] = [d for d in yaml.safe_load_all(text) if d is not None]
+    return out
+
+
+CONFIGMAP_KEYS = _configmap_keys()
+
+
+@_settings(ci=30)
+@given(data=st.data())
+def test_plan_survives_mutated_configmap_volumes(data: st.DataObject, save_dir: Path) -> None:
+    """``kgpu plan -c DIR`` on a directory laid out as the kubelet mounts a ConfigMap (keys
+    through a ``..data`` link): one key damaged, sometimes a key that is not a regular file."""
+    name = data.draw(st.sampled_from(sorted(CONFIGMAP_KEYS)), label="key")
+    body = data.draw(mutated_yaml(CONFIGMAP_KEYS[name]), label="input")
+    odd = data.draw(st.sampled_from(["none", "none", "fifo", "dir", "dangling"]), label="other")
+    with tempfile.TemporaryDirectory(prefix="kgpu-fuzz-") as tmp:
+        volume = Path(tmp) / "config"
+        versioned = volume / "..2026_11_24_00_00_00.000000001"
+        versioned.mkdir(parents=True)
+        (volume / "..data").symlink_to(versioned.name)
+        target = versioned / name
+        (volume / name).symlink_to(Path("..data") / name)
+        if odd == "fifo":
+            os.mkfifo(versioned / "pipe")
+        elif odd == "dir":
+            (versioned / "folder").mkdir()
+        elif odd == "dangling":
+            (versioned / "gone").symlink_to("nowhere")
+        args = ["plan", "--machine", "rtx-2080ti", "-c", str(volume)]
+        _run(args, target, body, save_dir, base=volume)
+
+
+@_settings(ci=20)
+@given(data=st.data())
+def test_sim_survives_mutated_expect_files(data: st.DataObject, save_dir: Path) -> None:
+    """``kgpu sim SCENARIO --expect FILE`` with the expect file damaged (the scenario's own
+    ``expect`` key is mutated with the scenarios above)."""
+    scenario = EXAMPLES / "expect" / "time-slicing-gate.yaml"
+    expect = EXAMPLES / "expect" / "heal-four-node-domain.expect.yaml"
+    body = data.draw(mutated_yaml(_docs(expect)), label="expect file")
+    for copied in _workdir(expect):
+        _run(
+            ["sim", str(copied.parent / scenario.name), "--expect", str(copied)],
+            copied,
+            body,
+            save_dir,
+        )
 
 
 @_settings(ci=80)

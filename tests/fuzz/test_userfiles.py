@@ -12,8 +12,10 @@ import yaml
 from typer.testing import CliRunner
 
 from kgpu import userfiles
+from kgpu.agent.upstream import read_environment
 from kgpu.cli import app
-from kgpu.computedomain.imex import node_ip, render_nodes_config
+from kgpu.computedomain.api import DomainNode
+from kgpu.computedomain.imex import node_ip, render_hosts
 from kgpu.config.plugin import host_root
 from kgpu.errors import FieldError
 
@@ -145,7 +147,7 @@ def test_validate_parses_a_large_pod_once(tmp_path: Path, monkeypatch: pytest.Mo
         ("/run/nvidia/mps/", "/run/nvidia/mps"),
         ("//run//nvidia/./mps", "/run/nvidia/mps"),
         ("/", "/"),
-        ("run/mps", "must be an absolute path"),
+        ("run/mps", "is not an absolute path"),
         ("/run/../etc", "must not contain '..'"),
         ("/run/\x00", "must not contain a NUL byte"),
     ],
@@ -156,6 +158,15 @@ def test_host_roots_are_absolute_and_normalised(given: str, expected: str) -> No
     else:
         with pytest.raises(ValueError, match=expected):
             host_root(given)
+
+
+def test_environment_roots_get_the_same_check() -> None:
+    """MPS_ROOT, NVIDIA_DRIVER_ROOT... (the upstream device plugin's variables) set what the
+    config file's flags set, through the same check."""
+    settings, problems = read_environment({"MPS_ROOT": "/run/mps/", "NVIDIA_DEV_ROOT": "/a/.."}, {})
+    assert dict(settings.flags) == {"mpsRoot": "/run/mps"}
+    assert [p.path for p in problems] == ["NVIDIA_DEV_ROOT"]
+    assert "must not contain '..'" in problems[0].message
 
 
 def test_imex_node_ips_are_parsed_never_copied() -> None:
@@ -171,6 +182,10 @@ def test_imex_node_ips_are_parsed_never_copied() -> None:
     garbage = {"status": {"addresses": [{"type": "InternalIP", "address": "../../x"}]}}
     assert node_ip(garbage, "n") == node_ip(None, "n")  # as a node without an InternalIP
     assert node_ip({"status": {"addresses": "x"}}, "n") == node_ip(None, "n")
-    assert render_nodes_config(["10.0.0.2", "10.0.0.1\nX=1", "x", "10.0.0.10"]) == (
-        "10.0.0.2\n10.0.0.10\n"
+    daemons = [
+        DomainNode(f"n{i}", ip, "c", i)
+        for i, ip in enumerate(["10.0.0.2", "10.0.0.1\nX=1", "x", " 10.0.0.10 "])
+    ]
+    assert render_hosts(daemons, "c") == (
+        "10.0.0.2\tcompute-domain-daemon-0000\n10.0.0.10\tcompute-domain-daemon-0003\n"
     )

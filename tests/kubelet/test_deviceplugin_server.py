@@ -55,7 +55,7 @@ def test_in_process_calls_work_without_a_context() -> None:
             api_pb2.ContainerAllocateRequest(devices_ids=[f"{gpu_uuid(2)}::1", f"{gpu_uuid(2)}::0"])
         ]
     )
-    with pytest.raises(AllocationError, match="too large"):
+    with pytest.raises(AllocationError, match="maximum request size for shared resources is 1"):
         servicer.Allocate(bad, None)
     first = next(servicer.ListAndWatch(api_pb2.Empty(), None))
     assert len(first.devices) == 8 and first.devices[0].topology.nodes[0].ID == 0
@@ -127,18 +127,16 @@ def test_fake_kubelet_refuses_a_wrong_version(short_root: Path) -> None:
 def test_a_server_that_never_becomes_ready_leaves_no_socket_behind(
     short_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    class NeverReady:
-        def __init__(self, channel: grpc.Channel) -> None:
-            pass
+    from kgpu.kubelet.deviceplugin import server as server_module
 
-        def result(self, timeout: float | None = None) -> None:
-            raise grpc.FutureTimeoutError()
+    def never_ready(path: Path, timeout_s: float = 5.0) -> None:
+        raise TimeoutError(f"{path} does not accept connections")
 
-    monkeypatch.setattr(grpc, "channel_ready_future", NeverReady)
+    monkeypatch.setattr(server_module, "wait_listening", never_ready)
     server = PluginServer(
         "nvidia.com/gpu", Holder(make_view(MACHINE, [whole_gpus(MACHINE)])), short_root
     )
-    with pytest.raises(grpc.FutureTimeoutError):
+    with pytest.raises(TimeoutError):
         server.start()
     assert not server.socket_path.exists()
     assert server._server is None  # stopped, not left serving on a file nobody knows

@@ -140,8 +140,8 @@ def test_mps_requests_for_more_than_one_replica() -> None:
     for ids in (two_gpus, one_gpu):
         with pytest.raises(
             AllocationError,
-            match=r"^request for 'nvidia.com/gpu.mps: 2' too large: maximum request size for "
-            r"shared resources is 1$",
+            match=r'^invalid allocation request for "nvidia\.com/gpu\.mps": invalid request: '
+            r"maximum request size for shared resources is 1; found 2$",
         ):
             container_allocation(forced, "nvidia.com/gpu.mps", ids)
     # Turned off, replicas of one GPU share its daemon; replicas of two GPUs cannot (a client
@@ -149,7 +149,9 @@ def test_mps_requests_for_more_than_one_replica() -> None:
     relaxed = _mps_view(fail_requests_greater_than_one=False)
     alloc = container_allocation(relaxed, "nvidia.com/gpu.mps", one_gpu)
     assert alloc.envs["NVIDIA_VISIBLE_DEVICES"] == P4DE.gpus[2].uuid
-    with pytest.raises(AllocationError, match="maximum request size for shared resources is 1 "):
+    with pytest.raises(
+        AllocationError, match=r"shared resources is 1; found 2 \(MPS replicas of 2 GPUs"
+    ):
         container_allocation(relaxed, "nvidia.com/gpu.mps", two_gpus)
     # The preferred allocation keeps such a request on one GPU instead of spreading it.
     avail = [d.id for d in relaxed.resource("nvidia.com/gpu.mps").devices]

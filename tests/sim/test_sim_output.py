@@ -95,6 +95,7 @@ def test_a_quantity_that_is_not_one_is_reported_in_the_api_servers_words(
     code, out = _sim(str(path))
     assert code == 1
     assert (
-        "apply[0].spec.containers[0].resources.limits.nvidia.com/gpu: 'two': quantities must "
+        "apply[0].spec.containers[0].resources.limits.nvidia.com/gpu: 'two' is not a quantity: "
+        "quantities must "
         "match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
     ) in out

@@ -11,43 +11,9 @@ import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
+from kgpu.config.loader import configmap_volume_files
 from kgpu.errors import FieldError, FieldProblem
-from kgpu.node.labels import is_valid_label_key, is_valid_label_value
 from kgpu.userfiles import parse_json, parse_yaml, read_bytes, read_text
-
-
-def parse_label_args(items: Iterable[str]) -> dict[str, str]:
-    """``["k=v", ...]`` -> mapping; FieldError naming the bad item.
-
-    Keys and values must be what the API server would accept on a Node, since they select the
-    device-plugin and MIG configs exactly as the Node's labels would.
-    """
-    out: dict[str, str] = {}
-    for i, item in enumerate(items):
-        key, sep, value = item.partition("=")
-        key, value = key.strip(), value.strip()
-        path = f"--label[{i}]"
-        if not sep or not key:
-            raise FieldError(FieldProblem(f"{item!r} is not key=value", path=path))
-        if not is_valid_label_key(key):
-            raise FieldError(
-                FieldProblem(
-                    f"{key!r} is not a valid label key: an optional DNS-subdomain prefix and '/', "
-                    "then at most 63 letters, digits, '-', '_' or '.', starting and ending with "
-                    "a letter or digit",
-                    path=path,
-                )
-            )
-        if not is_valid_label_value(value):
-            raise FieldError(
-                FieldProblem(
-                    f"{value!r} is not a valid label value: at most 63 letters, digits, '-', '_' "
-                    "or '.', starting and ending with a letter or digit (or empty)",
-                    path=path,
-                )
-            )
-        out[key] = value
-    return out
 
 
 def read_labels_file(path: Path) -> dict[str, str]:
@@ -80,12 +46,24 @@ def read_labels_file(path: Path) -> dict[str, str]:
 
 
 def fingerprint(paths: Iterable[Path]) -> tuple[tuple[str, str], ...]:
-    """Content digests of the files (missing ones included), to notice any change."""
+    """Content digests of the files (missing ones included), to notice any change. A
+    directory (a mounted ConfigMap) is digested key by key, through its ``..data`` link, so the
+    kubelet's atomic swap of that link is a change like any edit."""
     out = []
     for path in paths:
+        if path.is_dir():
+            digest = hashlib.sha256()
+            for key in configmap_volume_files(path):
+                digest.update(key.name.encode() + b"\0")
+                try:
+                    digest.update(hashlib.sha256(read_bytes(key)).digest())
+                except FieldError:
+                    digest.update(b"-")
+            out.append((str(path), digest.hexdigest()))
+            continue
         try:
-            digest = hashlib.sha256(read_bytes(path)).hexdigest()
+            file_digest = hashlib.sha256(read_bytes(path)).hexdigest()
         except FieldError:  # missing, unreadable, not a regular file (a FIFO never blocks)
-            digest = "-"
-        out.append((str(path), digest))
+            file_digest = "-"
+        out.append((str(path), file_digest))
     return tuple(out)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+from kgpu.agent.options import AgentOptions
+
+DEFAULTS = AgentOptions()  # each flag's default is the option's
 
 
 def register(app: typer.Typer) -> None:
@@ -16,7 +20,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--machine", "-m", help="nvml (real GPUs), a machine profile, or a snapshot .json."
             ),
-        ] = "nvml",
+        ] = DEFAULTS.machine,
         config: Annotated[
             list[Path] | None,
             typer.Option(
@@ -56,7 +60,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         kubelet_root: Annotated[
             Path, typer.Option("--kubelet-root", help="The kubelet's root directory.")
-        ] = Path("/var/lib/kubelet"),
+        ] = DEFAULTS.kubelet_root,
         nfd_features_dir: Annotated[
             Path | None,
             typer.Option(
@@ -97,25 +101,85 @@ def register(app: typer.Typer) -> None:
                 help="Metric label naming the node: Hostname (dcgm-exporter releases) or "
                 "hostname (its main branch).",
             ),
-        ] = "Hostname",
+        ] = DEFAULTS.hostname_label,
         cdi_root: Annotated[
             Path, typer.Option("--cdi-root", help="Where CDI specs are written (DRA).")
-        ] = Path("/var/run/cdi"),
+        ] = DEFAULTS.cdi_root,
         dra: Annotated[
             bool | None,
             typer.Option("--dra/--no-dra", help="Serve the DRA kubelet plugin (default: on)."),
         ] = None,
+        device_plugin: Annotated[
+            bool,
+            typer.Option(
+                "--device-plugin/--no-device-plugin",
+                help="Serve the kubelet's device-plugin API (off: DRA only, no MPS daemons).",
+            ),
+        ] = DEFAULTS.device_plugin,
+        health_address: Annotated[
+            str | None,
+            typer.Option(
+                "--health-address",
+                help="Serve GET /healthz on HOST:PORT (200 once serving and ticking, else 503).",
+            ),
+        ] = None,
+        mig_strategy: Annotated[
+            str | None,
+            typer.Option(
+                "--mig-strategy",
+                help="none|single|mixed; beats $MIG_STRATEGY, Helm values and the config file.",
+            ),
+        ] = None,
+        mig_manager: Annotated[
+            bool,
+            typer.Option(
+                "--mig-manager",
+                help="Apply the node's mig-parted layout to its GPUs (nothing else changes MIG).",
+            ),
+        ] = DEFAULTS.mig_manager,
+        collectors: Annotated[
+            Path | None,
+            typer.Option(
+                "--collectors",
+                "-f",
+                help="Counters CSV in dcgm-exporter's format selecting the metrics "
+                "(default: $DCGM_EXPORTER_COLLECTORS, else dcgm-exporter's default set).",
+            ),
+        ] = None,
+        fail_on_init_error: Annotated[
+            bool | None,
+            typer.Option(
+                "--fail-on-init-error/--no-fail-on-init-error",
+                help="Exit when NVML cannot start (default: $FAIL_ON_INIT_ERROR, the config's "
+                "flags.failOnInitError, else yes); no: serve nothing and keep running.",
+            ),
+        ] = None,
+        namespace: Annotated[
+            str | None,
+            typer.Option(
+                "--namespace",
+                help="Namespace of the agent's NodeFeature (default: the pod's own).",
+            ),
+        ] = None,
+        kube_qps: Annotated[
+            float,
+            typer.Option("--kube-qps", help="Requests per second to the API server (average)."),
+        ] = DEFAULTS.kube_qps,
+        kube_burst: Annotated[
+            int,
+            typer.Option("--kube-burst", help="Requests to the API server in one burst."),
+        ] = DEFAULTS.kube_burst,
         health_quiet_period: Annotated[
             float,
             typer.Option(
                 "--health-quiet-period",
                 help="Seconds without a critical XID before an answering GPU is Healthy again.",
             ),
-        ] = 30.0,
+        ] = DEFAULTS.health_quiet_period_s,
         health_probe_interval: Annotated[
             float,
             typer.Option("--health-probe-interval", help="Seconds between NVML probes of a GPU."),
-        ] = 5.0,
+        ] = DEFAULTS.health_probe_interval_s,
         ignore_xids: Annotated[
             str,
             typer.Option(
@@ -142,7 +206,7 @@ def register(app: typer.Typer) -> None:
         ] = False,
         log_level: Annotated[
             str, typer.Option("--log-level", help="debug|info|warning|error.")
-        ] = "info",
+        ] = DEFAULTS.log_level,
     ) -> None:
         """Serve the node's GPUs to the kubelet until SIGTERM (SIGHUP reloads)."""
         import logging
@@ -150,15 +214,13 @@ def register(app: typer.Typer) -> None:
         import signal
         import socket
         import sys
-        import threading
 
-        from kgpu.agent.daemon import AgentOptions
         from kgpu.cli.output import print_json
         from kgpu.cli.plain import fail
-        from kgpu.errors import FieldError, FieldProblem, KgpuError
-        from kgpu.node.health import parse_xid_list
+        from kgpu.cli.signals import StopSignals
+        from kgpu.errors import FieldError, KgpuError
 
-        opts = AgentOptions(
+        given: dict[str, Any] = dict(
             machine=machine,
             config_files=tuple(config or ()),
             config_name=config_name,
@@ -174,88 +236,56 @@ def register(app: typer.Typer) -> None:
             in_cluster=in_cluster,
             cdi_root=cdi_root,
             dra=dra,
+            device_plugin=device_plugin,
+            health_address=health_address,
+            mig_strategy=mig_strategy,
+            mig_manager=mig_manager,
+            collectors=collectors,
+            fail_on_init_error=fail_on_init_error,
+            namespace=namespace,
+            kube_qps=kube_qps,
+            kube_burst=kube_burst,
             health_quiet_period_s=health_quiet_period,
             health_probe_interval_s=health_probe_interval,
             fault_dir=fault_dir,
             status_file=status_file,
+            log_level=log_level,
         )
         if status:
             import json
 
+            path = AgentOptions(**given).status_path
             try:
-                print_json(json.loads(opts.status_path.read_text()))
+                print_json(json.loads(path.read_text()))
             except (OSError, ValueError) as exc:
-                fail(f"no agent status at {opts.status_path}: {exc}")
+                fail(f"no agent status at {path}: {exc}")
             return
 
         from kgpu.agent.daemon import Agent
-        from kgpu.agent.inputs import parse_label_args
-        from kgpu.metrics.server import parse_address
 
         # mistakes in the command line fail here, all of them at once, before any socket
         # exists, rather than as a log line from a half-started daemon
-        problems: list[FieldProblem] = []
-        levels = ("debug", "info", "warning", "error")
-        if log_level.lower() not in levels:
-            problems.append(
-                FieldProblem(f"{log_level!r}: allowed {', '.join(levels)}", "--log-level")
-            )
-        if metrics_address is not None:
-            try:
-                parse_address(metrics_address, "--metrics-address")
-            except FieldError as exc:
-                problems.extend(exc.problems)
-            except KgpuError as exc:
-                problems.append(FieldProblem(str(exc), "--metrics-address"))
-        if labels_file is not None and labels_file.is_dir():
-            problems.append(
-                FieldProblem(f"{labels_file}: is a directory, not a file", "--labels-file")
-            )
-        if hostname_label not in ("Hostname", "hostname"):
-            problems.append(
-                FieldProblem(f"{hostname_label!r}: allowed Hostname, hostname", "--hostname-label")
-            )
         try:
-            opts.labels = parse_label_args(label or [])
+            opts = AgentOptions.parse(
+                labels=label or [], ignore_xids=ignore_xids, env=os.environ, **given
+            )
         except FieldError as exc:
-            problems.extend(exc.problems)
-        try:
-            opts.ignore_xids = parse_xid_list(ignore_xids)
-        except ValueError as exc:
-            problems.append(FieldProblem(str(exc), "--ignore-xids"))
-        if fault_dir is not None and machine == "nvml":
-            problems.append(FieldProblem("works only with a simulated --machine", "--fault-dir"))
-        if clique is not None:
-            from kgpu.hardware import open_backend
-
-            try:  # a built-in profile loads in microseconds; nvml and snapshots refuse at once
-                open_backend(machine, hostname=opts.node_name, clique=clique).close()
-            except FieldError as exc:
-                problems.extend(
-                    FieldProblem(p.message, "--clique" if "clique" in p.path else p.path, p.file)
-                    for p in exc.problems
-                )
-        if kubeconfig is not None and in_cluster:
-            problems.append(
-                FieldProblem("give --kubeconfig or --in-cluster, not both", "--in-cluster")
-            )
-        elif in_cluster and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-            problems.append(
-                FieldProblem(
-                    "not running in a pod (KUBERNETES_SERVICE_HOST is unset); use --kubeconfig",
-                    "--in-cluster",
-                )
-            )
-        elif kubeconfig is not None and not kubeconfig.is_file():
-            problems.append(FieldProblem(f"{kubeconfig}: no such file", "--kubeconfig"))
-        if problems:
-            fail(FieldError(problems))
+            fail(exc)
 
         logging.basicConfig(
-            level=getattr(logging, log_level.upper(), logging.INFO),
+            level=getattr(logging, opts.log_level.upper(), logging.INFO),
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )
+        for note in opts.environment_notes:
+            logging.getLogger("kgpu.agent").warning("%s", note)
+        for name, variable in sorted(opts.environment.items()):
+            logging.getLogger("kgpu.agent").info("%s from $%s", name, variable)
+        if opts.collectors is not None:
+            from kgpu.metrics.counters import load_counters
+
+            for warning in load_counters(opts.collectors).warnings:
+                logging.getLogger("kgpu.agent").warning("%s", warning)
         if labels_file is not None and not labels_file.exists():
             logging.getLogger("kgpu.agent").warning(
                 "--labels-file %s does not exist yet: serving with no node labels from it; "
@@ -264,17 +294,15 @@ def register(app: typer.Typer) -> None:
             )
 
         daemon = Agent(opts)
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        stop = StopSignals().install()  # SIGTERM and Ctrl-C (SIGINT)
         signal.signal(signal.SIGHUP, lambda *_: daemon.request_reload())
         try:
             daemon.start()
-        except KgpuError as exc:
+        except (KgpuError, OSError) as exc:  # OSError: the health address is taken
             try:
                 daemon.stop()
             finally:
-                fail(exc)
+                fail(exc if isinstance(exc, KgpuError) else (exc.strerror or str(exc)))
         logging.getLogger("kgpu.agent").info(
             "agent ready on %s: %s",
             opts.node_name,
@@ -282,5 +310,7 @@ def register(app: typer.Typer) -> None:
         )
         while not stop.wait(1.0):
             pass
-        logging.getLogger("kgpu.agent").info("SIGTERM: removing sockets and exiting")
+        logging.getLogger("kgpu.agent").info("%s: removing sockets and exiting", stop.name)
         daemon.stop()
+        if stop.exit_code:
+            raise typer.Exit(stop.exit_code)

@@ -1,9 +1,9 @@
 """``kgpu validate FILE...``: check configs and manifests before they reach a cluster.
 
-The structural checks live in :mod:`kgpu.config.manifests`, which sits below the ComputeDomain
-code; ComputeDomains that pass them are also run through the parser the controller and the
-simulator use (:func:`kgpu.computedomain.api.parse_compute_domain`), so a domain ``validate``
-accepts is one they accept.
+Manifests get :func:`kgpu.manifests.validate_manifest`, the check ``kgpu sim`` runs on what it
+applies (the API server's rules, the official schema, ComputeDomains by their controller's
+parser), so a file ``validate`` accepts is one the simulator runs; scenarios are loaded by the
+simulator's own loader.
 """
 
 from __future__ import annotations
@@ -14,64 +14,62 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
-    from kgpu.config.manifests import FileReport
+    from kgpu.manifests import FileReport
 
 
-def check_compute_domains(docs: list[Any], report: FileReport) -> None:
-    """Add the ComputeDomain parser's problems to ``report`` for documents that had none."""
-    from kgpu.computedomain.api import GROUP, KIND, parse_compute_domain
-    from kgpu.errors import FieldError, FieldProblem
-    from kgpu.store import group_of
-
-    flagged = {p.entry for p in report.problems}
-    for index, doc in enumerate(docs):
-        entry = f"document {index}"
-        if not isinstance(doc, dict) or doc.get("kind") != KIND or entry in flagged:
-            continue
-        api = doc.get("apiVersion")
-        if not isinstance(api, str) or group_of(api) != GROUP:
-            continue
-        try:
-            parse_compute_domain(doc)
-        except FieldError as exc:
-            report.problems.extend(
-                FieldProblem(p.message, p.path, report.file, entry) for p in exc.problems
-            )
-            report.ok = [line for line in report.ok if not line.startswith(f"{entry}: ")]
-
-
-def check_dra_objects(docs: list[Any], report: FileReport) -> None:
-    """Add what the API server and the GPU driver's webhook refuse in DRA objects (selectors
-    that do not compile, bad ``gpu.nvidia.com`` parameters): the schema accepts both."""
-    from kgpu.dra.checks import dra_object_problems
-    from kgpu.errors import FieldProblem
-
-    flagged = {p.entry for p in report.problems}
-    for index, doc in enumerate(docs):
-        entry = f"document {index}"
-        if entry in flagged:
-            continue
-        problems = dra_object_problems(doc)
-        if problems:
-            report.problems.extend(
-                FieldProblem(p.message, p.path, report.file, entry) for p in problems
-            )
-            report.ok = [line for line in report.ok if not line.startswith(f"{entry}: ")]
+def _one_mapping(docs: list[Any]) -> dict[Any, Any] | None:
+    """The file's only YAML document when it is a mapping without apiVersion/kind."""
+    if len(docs) != 1 or not isinstance(docs[0], dict) or {"apiVersion", "kind"} & set(docs[0]):
+        return None
+    return docs[0]
 
 
 def looks_like_scenario(docs: list[Any]) -> bool:
     """One document whose top level has a scenario's keys and no apiVersion/kind."""
-    if len(docs) != 1 or not isinstance(docs[0], dict):
+    doc = _one_mapping(docs)
+    return (
+        doc is not None
+        and not looks_like_expect(docs)
+        and bool(set(doc) & {"nodes", "apply", "steps"})
+    )
+
+
+def looks_like_expect(docs: list[Any]) -> bool:
+    """A ``kgpu sim --expect`` file: ``final`` and/or ``steps`` whose entries name a ``step``."""
+    doc = _one_mapping(docs)
+    if doc is None or not set(doc) <= {"final", "steps"}:
         return False
-    keys = set(docs[0])
-    return not keys & {"apiVersion", "kind"} and bool(keys & {"nodes", "apply", "steps"})
+    steps = doc.get("steps")
+    return "final" in doc or (
+        isinstance(steps, list) and any(isinstance(s, dict) and "step" in s for s in steps)
+    )
+
+
+def validate_expect(path: Path, doc: dict[str, Any]) -> FileReport:
+    """Check an expect file on its own: everything but whether its steps exist, which
+    ``kgpu sim SCENARIO --expect FILE`` checks against the scenario."""
+    from kgpu.errors import FieldError
+    from kgpu.manifests import FileReport
+    from kgpu.sim.expect.schema import parse_expectations
+
+    report = FileReport(str(path))
+    try:
+        expect = parse_expectations(doc, str(path), None)
+    except FieldError as exc:
+        report.problems.extend(exc.problems)
+        return report
+    report.ok.append(
+        f"kgpu sim expect file ({expect.assertions} assertion(s) at {len(expect.blocks)} "
+        "point(s); the steps it names are checked by kgpu sim SCENARIO --expect FILE)"
+    )
+    return report
 
 
 def validate_scenario(path: Path, doc: dict[str, Any]) -> FileReport:
     """Check a ``kgpu sim`` scenario with the parser ``kgpu sim`` runs (nodes, configs, every
     manifest it applies, every step)."""
-    from kgpu.config.manifests import FileReport
     from kgpu.errors import FieldError, FieldProblem, KgpuError
+    from kgpu.manifests import FileReport
     from kgpu.sim.scenario import parse_scenario
 
     report = FileReport(str(path))
@@ -92,9 +90,10 @@ def validate_scenario(path: Path, doc: dict[str, Any]) -> FileReport:
 
 
 def validate_path(path: Path) -> FileReport:
-    """One file, read and parsed once (:mod:`kgpu.userfiles`), checked as what it is."""
-    from kgpu.config.manifests import FileReport, validate_documents
+    """One file, read and parsed once (:mod:`kgpu.userfiles`), checked as what it is: an
+    expect file, a scenario, or configs and manifests."""
     from kgpu.errors import FieldError
+    from kgpu.manifests import FileReport, validate_documents
     from kgpu.userfiles import read_yaml
 
     try:
@@ -103,12 +102,11 @@ def validate_path(path: Path) -> FileReport:
         report = FileReport(str(path))
         report.problems.extend(exc.problems)
         return report
+    if looks_like_expect(docs):
+        return validate_expect(path, docs[0])
     if looks_like_scenario(docs):
         return validate_scenario(path, docs[0])
-    report = validate_documents(docs, file=str(path))
-    check_compute_domains(docs, report)
-    check_dra_objects(docs, report)
-    return report
+    return validate_documents(docs, file=str(path))
 
 
 def register(app: typer.Typer) -> None:
@@ -119,7 +117,7 @@ def register(app: typer.Typer) -> None:
             typer.Argument(
                 help="YAML files: device-plugin configs, ConfigMaps, mig-parted "
                 "configs, GPU Operator Helm values, Kubernetes manifests (multi-document is fine), "
-                "kgpu sim scenarios."
+                "kgpu sim scenarios and expect files."
             ),
         ],
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print errors only.")] = False,
@@ -129,7 +127,7 @@ def register(app: typer.Typer) -> None:
 
         from kgpu.cli.output import console, err_console
         from kgpu.cli.plain import warn
-        from kgpu.config.manifests import schema_validation_available
+        from kgpu.manifests import schema_validation_available
 
         failed = False
         for path in files:

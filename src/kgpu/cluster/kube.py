@@ -13,19 +13,32 @@ How the API server's rules map onto the store protocol:
 
 - kind -> URL: a table of the kinds kgpu uses (plural, namespaced, status subresource), and API
   discovery (``GET /api/v1``, ``GET /apis/<group>/<version>``) for any other kind, cached.
+- ``resource.k8s.io`` versions: kgpu's internal form is ``v1``; the first request of the group
+  discovers what the server serves (``GET /apis/resource.k8s.io``) and the store speaks the
+  newest of ``v1``, ``v1beta2``, ``v1beta1``, converting every object at this edge
+  (:mod:`kgpu.dra.versions`). Kubernetes 1.32 (``v1beta1``) to 1.35 work unchanged.
+- Lists are paginated (``limit``/``continue``); a continue token that expired mid-way (410)
+  restarts the list in one piece, as client-go's pager does. Watches ask for bookmarks and a
+  server-side timeout of 5-10 minutes (client-go's reflector), so an idle watch costs one
+  request per several minutes.
+- Writes: ``apply`` is server-side apply (``PATCH`` ``application/apply-patch+yaml``, field
+  manager ``kgpu``, ``force``): one request, and fields other managers own stay theirs; ``patch``
+  is a JSON merge patch (labels, annotations, status); ``create``/``update`` are POST/PUT. All
+  send ``fieldManager`` and ``fieldValidation=Strict`` (a field the server does not know is an
+  error, not silently dropped).
 - Errors: HTTP 404 -> :class:`NotFound`; 409 with Status reason ``AlreadyExists`` ->
-  :class:`AlreadyExists`, any other 409 -> :class:`Conflict`; everything else ->
-  :class:`KubeApiError` (a :class:`StoreError` carrying the Status reason, code and message).
+  :class:`AlreadyExists`, any other 409 -> :class:`Conflict`; 410 -> :class:`Gone`; 422 ->
+  :class:`Invalid`; everything else -> :class:`KubeApiError` (a :class:`StoreError` carrying the
+  Status reason, code and message).
 - ``status``: the API server ignores ``status`` on writes to the main resource of kinds with a
-  status subresource (ResourceClaims, ComputeDomains, Pods, Nodes...). So that ``create`` and
-  ``update`` carry ``status`` the way the in-memory store does, a write whose ``status`` did not
-  land is followed by ``PUT .../status`` with the new ``resourceVersion``.
+  status subresource (ResourceClaims, ComputeDomains, Pods, Nodes...). So that writes carry
+  ``status`` the way the in-memory store does, a write whose ``status`` did not land is followed
+  by a write of ``.../status``.
 - ``update`` without ``metadata.resourceVersion`` is unconditional, as in the in-memory store:
   the current version is read first, because the API server refuses unconditional updates of
   custom resources.
-- ``apply`` = get, then update with the current ``resourceVersion`` or create; a concurrent
-  writer that wins the race makes it retry (a few times) rather than fail.
-- Writes send ``fieldManager=kgpu`` so ``managedFields`` name kgpu as the writer.
+- A client-side rate limit (token bucket, client-go's 5 QPS / burst 10 by default) paces every
+  request, watches included.
 - ``list`` items get ``apiVersion``/``kind`` filled in (the API server leaves them out of list
   items of built-in kinds) so they are whole objects like everywhere else in kgpu.
 """
@@ -34,35 +47,57 @@ from __future__ import annotations
 
 import json
 import os
-import queue
+import random
 import threading
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kgpu import __version__
+from kgpu.cluster.ratelimit import DEFAULT_BURST, DEFAULT_QPS, TokenBucket
+from kgpu.cluster.watch import KubeWatch
+from kgpu.dra import versions as dra_versions
 from kgpu.errors import FieldError, FieldProblem, KgpuError
 from kgpu.store import (
     CLUSTER_SCOPED,
     AlreadyExists,
     Conflict,
     Gone,
+    Invalid,
     NotFound,
     Obj,
     ObjectList,
     StoreError,
-    WatchEvent,
     group_of,
 )
 
 Query = list[tuple[str, str]]
+APPLY_PATCH = "application/apply-patch+yaml"
 Items = list[Obj]
 
 #: The field manager kgpu's writes are recorded under in ``metadata.managedFields``.
 FIELD_MANAGER = "kgpu"
 
-#: How many times ``apply`` retries when another writer wins a race between its read and write.
-APPLY_ATTEMPTS = 5
+#: How many times an unconditional ``update`` retries when another writer wins a race between
+#: its read and its write.
+UPDATE_ATTEMPTS = 5
+#: Objects per page of a list (client-go's informers ask for 500).
+PAGE_SIZE = 500
+#: A watch asks the server to end it after this many seconds times (1 + a random fraction), as
+#: client-go's reflector does, so idle watches renew rarely and not all at once.
+MIN_WATCH_TIMEOUT_S = 300.0
+#: Metadata the server sets: never part of an apply configuration.
+_SERVER_METADATA = (
+    "resourceVersion",
+    "uid",
+    "creationTimestamp",
+    "generation",
+    "managedFields",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "selfLink",
+)
 
 
 class KubeApiError(StoreError):
@@ -99,6 +134,8 @@ KNOWN_RESOURCES: Mapping[tuple[str, str], Resource] = {
     ("resource.k8s.io", "ResourceClaimTemplate"): Resource("resourceclaimtemplates", True, False),
     ("resource.k8s.io", "DeviceClass"): Resource("deviceclasses", False, False),
     ("resource.nvidia.com", "ComputeDomain"): Resource("computedomains", True, True),
+    ("resource.nvidia.com", "ComputeDomainClique"): Resource("computedomaincliques", True, False),
+    ("coordination.k8s.io", "Lease"): Resource("leases", True, False),
 }
 
 
@@ -140,86 +177,14 @@ def _selectors(labels: Mapping[str, str] | None, fields: Mapping[str, str] | Non
     return query
 
 
-class KubeWatch:
-    """One watch stream (``?watch=1``) read by a background thread: the API server sends one
-    JSON event per line; an ``ERROR`` event with code 410 ends it with :class:`Gone`."""
-
-    def __init__(self, response: Any, api_version: str, kind: str) -> None:
-        self._response = response
-        self._api_version = api_version
-        self._kind = kind
-        self._events: queue.Queue[WatchEvent | BaseException | None] = queue.Queue()
-        self._closed = False
-        self._thread = threading.Thread(target=self._read, name=f"watch-{kind}", daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        buf = b""
-        try:
-            for chunk in self._response.stream(65536, decode_content=True):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if line.strip():
-                        self._events.put(self._event(json.loads(line)))
-        except BaseException as exc:  # a closed or broken stream ends the watch
-            if not self._closed:
-                self._events.put(exc if isinstance(exc, StoreError) else None)
-                return
-        self._events.put(None)
-
-    def _event(self, raw: Obj) -> WatchEvent | BaseException:
-        etype = str(raw.get("type", ""))
-        obj = raw.get("object") or {}
-        if etype == "ERROR":
-            code = int(obj.get("code") or 0)
-            message = str(obj.get("message") or "watch error")
-            return Gone(message) if code == 410 else KubeApiError(message, "InternalError", code)
-        obj.setdefault("apiVersion", self._api_version)
-        obj.setdefault("kind", self._kind)
-        return WatchEvent(etype, obj)  # type: ignore[arg-type]
-
-    def next(self, timeout: float | None = None) -> WatchEvent | None:
-        if self._closed and self._events.empty():
-            return None
-        try:
-            item = self._events.get(timeout=timeout)
-        except queue.Empty:
-            return None
-        if item is None:
-            self._closed = True
-            return None
-        if isinstance(item, BaseException):
-            self._closed = True
-            raise item
-        return item
-
-    def __iter__(self) -> Iterator[WatchEvent]:
-        while True:
-            event = self.next(None)
-            if event is None:
-                return
-            yield event
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def stop(self) -> None:
-        self._closed = True
-        try:
-            self._response.release_conn()
-            self._response.close()
-        except Exception:  # already closed
-            pass
-
-
 class KubeStore:
     """An :class:`~kgpu.store.ObjectStore` backed by a Kubernetes API server.
 
     Build it with :meth:`from_config` (kubeconfig or in-cluster service account), or hand it a
-    ready ``kubernetes.client.ApiClient``. Thread-safe: the client's connection pool is, and the
-    discovery cache is locked.
+    ready ``kubernetes.client.ApiClient``. ``qps``/``burst`` set the client-side rate limit
+    (None: unlimited), ``page_size`` the list page, ``user_agent`` names the process to the
+    server (its audit log, and RBAC tests). Thread-safe: the client's connection pool is, and
+    the discovery caches are locked.
     """
 
     def __init__(
@@ -228,12 +193,22 @@ class KubeStore:
         *,
         field_manager: str = FIELD_MANAGER,
         timeout: float = 30.0,
+        qps: float | None = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
+        page_size: int = PAGE_SIZE,
+        user_agent: str | None = None,
+        min_watch_timeout_s: float = MIN_WATCH_TIMEOUT_S,
     ) -> None:
         self._api = api_client
         self._field_manager = field_manager
         self._timeout = timeout
+        self._limiter = TokenBucket(qps, burst) if qps is not None else None
+        self._page_size = page_size
+        self._min_watch_timeout_s = min_watch_timeout_s
         self._discovered: dict[tuple[str, str], Resource] = {}
+        self._dra_version: str | None = None
         self._lock = threading.Lock()
+        self._api.user_agent = user_agent or f"kgpu/{__version__}"
 
     @classmethod
     def from_config(
@@ -241,10 +216,9 @@ class KubeStore:
         kubeconfig: str | None = None,
         *,
         context: str | None = None,
-        field_manager: str = FIELD_MANAGER,
-        timeout: float = 30.0,
+        **options: Any,
     ) -> KubeStore:
-        """Connect the way ``kubectl`` would.
+        """Connect the way ``kubectl`` would; ``options`` are the constructor's.
 
         ``kubeconfig`` names a kubeconfig file. Without one: the pod's service account when
         running in a cluster (``KUBERNETES_SERVICE_HOST`` set), else ``$KUBECONFIG`` or
@@ -283,20 +257,80 @@ class KubeStore:
                     file=source,
                 )
             ) from exc
-        return cls(client.ApiClient(configuration), field_manager=field_manager, timeout=timeout)
+        return cls(client.ApiClient(configuration), **options)
 
     @property
     def host(self) -> str:
         """The API server's URL, for logs: which cluster the agent talks to."""
         return str(self._api.configuration.host)
 
+    @property
+    def throttled_s(self) -> float:
+        """Total time requests waited for the client-side rate limit."""
+        return self._limiter.waited_s if self._limiter is not None else 0.0
+
     def close(self) -> None:
         """Release the client's connections and thread pool."""
         self._api.close()
 
+    def server_version(self) -> str:
+        """The API server's ``gitVersion`` (``v1.35.2``), from ``GET /version`` (readable by
+        every client, no RBAC rule needed); "" when it does not say."""
+        return str(self._request("GET", "/version").get("gitVersion") or "")
+
+    # -- resource.k8s.io versions ------------------------------------------------------------
+    def resource_api_version(self) -> str:
+        """The ``resource.k8s.io`` version this server is spoken to in (discovered once):
+        the newest of v1, v1beta2, v1beta1 it serves. A :class:`KubeApiError` when it serves
+        none of them (DRA off, or Kubernetes older than 1.32)."""
+        with self._lock:
+            if self._dra_version is not None:
+                return self._dra_version
+        group = dra_versions.GROUP
+        try:
+            answer = self._request("GET", f"/apis/{group}")
+        except NotFound:
+            answer = {}
+        served = [str(v.get("version")) for v in answer.get("versions") or []]
+        version = dra_versions.newest(served)
+        if version is None:
+            raise KubeApiError(
+                f"the API server serves {group} {', '.join(served) or 'in no version'}; kgpu "
+                f"speaks {', '.join(dra_versions.VERSIONS)}: Kubernetes 1.32 or newer with "
+                "dynamic resource allocation enabled (on by default from 1.34)",
+                "NotFound",
+                404,
+            )
+        with self._lock:
+            self._dra_version = version
+        return version
+
+    def _edge(self, api_version: str) -> str:
+        """The apiVersion on the wire for a caller's one (internal v1 -> the served one)."""
+        if api_version != dra_versions.INTERNAL_API_VERSION:
+            return api_version
+        return f"{dra_versions.GROUP}/{self.resource_api_version()}"
+
+    @staticmethod
+    def _to_wire(obj: Obj, wire: str, kind: str) -> Obj:
+        if wire == obj.get("apiVersion", wire) or group_of(wire) != dra_versions.GROUP:
+            return {**obj, "apiVersion": wire} if "apiVersion" in obj else dict(obj)
+        return dra_versions.to_version(obj, wire.rsplit("/", 1)[1], kind)
+
+    @staticmethod
+    def _from_wire(obj: Obj, api_version: str, wire: str, kind: str) -> Obj:
+        """A served object in the caller's form: apiVersion/kind filled in, converted back."""
+        obj.setdefault("apiVersion", wire)
+        obj.setdefault("kind", kind)
+        if wire != api_version and obj.get("apiVersion") == wire:
+            obj = dra_versions.to_internal(obj, wire, kind)
+        return obj
+
     # -- the ObjectStore protocol ------------------------------------------------------------
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Obj:
-        return self._request("GET", self._item_path(api_version, kind, name, namespace))
+        wire = self._edge(api_version)
+        answer = self._request("GET", self._item_path(wire, kind, name, namespace))
+        return self._from_wire(answer, api_version, wire, kind)
 
     def list(
         self,
@@ -306,15 +340,32 @@ class KubeStore:
         labels: Mapping[str, str] | None = None,
         fields: Mapping[str, str] | None = None,
     ) -> ObjectList:
-        path = _collection_path(api_version, self._resource(api_version, kind), namespace)
-        answer = self._request("GET", path, query=_selectors(labels, fields))
+        wire = self._edge(api_version)
+        path = _collection_path(wire, self._resource(wire, kind), namespace)
+        selectors = _selectors(labels, fields)
         items: Items = []
-        for item in answer.get("items") or []:
-            item.setdefault("apiVersion", api_version)
-            item.setdefault("kind", kind)
-            items.append(item)
-        rv = str((answer.get("metadata") or {}).get("resourceVersion") or "")
-        return ObjectList(items, rv)
+        rv = ""
+        token = ""
+        while True:
+            query = [*selectors, ("limit", str(self._page_size))]
+            if token:
+                query.append(("continue", token))
+            try:
+                answer = self._request("GET", path, query=query)
+            except Gone:
+                if not token:
+                    raise
+                # the snapshot expired between pages: take the list again in one piece
+                items, token = [], ""
+                answer = self._request("GET", path, query=selectors)
+            meta = answer.get("metadata") or {}
+            rv = rv or str(meta.get("resourceVersion") or "")
+            items.extend(answer.get("items") or [])
+            token = str(meta.get("continue") or "")
+            if not token:
+                break
+        out = [self._from_wire(item, api_version, wire, kind) for item in items]
+        return ObjectList(out, rv)
 
     def watch(
         self,
@@ -326,13 +377,17 @@ class KubeStore:
         resource_version: str | None = None,
         bookmarks: bool = False,
     ) -> KubeWatch:
-        path = _collection_path(api_version, self._resource(api_version, kind), namespace)
-        query = [("watch", "1"), *_selectors(labels, fields)]
+        wire = self._edge(api_version)
+        path = _collection_path(wire, self._resource(wire, kind), namespace)
+        seconds = int(self._min_watch_timeout_s * (1.0 + random.random()))
+        query = [("watch", "1"), *_selectors(labels, fields), ("timeoutSeconds", str(seconds))]
         if resource_version:
             query.append(("resourceVersion", resource_version))
         if bookmarks:
             query.append(("allowWatchBookmarks", "true"))
-        response = self._send("GET", path, query=query, timeout=(self._timeout, None))
+        # read timeout: the server ends the stream at `seconds`; a silent dead connection
+        # must not hang the watch forever
+        response = self._send("GET", path, query=query, timeout=(self._timeout, seconds + 30))
         status = int(response.status)
         if not 200 <= status < 300:
             data = response.read()
@@ -340,10 +395,12 @@ class KubeStore:
                 answer = json.loads(data) if data else {}
             except ValueError:
                 answer = {}
-            if status == 410:
-                raise Gone(str(answer.get("message") or "resource version too old"))
             raise _error("GET", path, status, answer if isinstance(answer, dict) else {}, data)
-        return KubeWatch(response.response, api_version, kind)
+
+        def convert(obj: Obj) -> Obj:
+            return self._from_wire(obj, api_version, wire, kind)
+
+        return KubeWatch(response.response, convert, name=kind)
 
     def patch(
         self,
@@ -354,73 +411,95 @@ class KubeStore:
         namespace: str | None = None,
         subresource: str | None = None,
     ) -> Obj:
-        path = self._item_path(api_version, kind, name, namespace)
+        wire = self._edge(api_version)
+        path = self._item_path(wire, kind, name, namespace)
         if subresource:
             path += f"/{subresource}"
-        return self._request(
+        body = patch
+        if wire != api_version and group_of(wire) == dra_versions.GROUP:
+            body = dra_versions.to_version(patch, wire.rsplit("/", 1)[1], kind)
+        answer = self._request(
             "PATCH",
             path,
             query=self._write_query(),
-            raw=json.dumps(patch).encode(),
+            body=body,
             content_type="application/merge-patch+json",
         )
+        return self._from_wire(answer, api_version, wire, kind)
 
     def create(self, obj: Obj) -> Obj:
-        api_version, _kind, resource, namespace, _ = self._locate(obj)
-        path = _collection_path(api_version, resource, namespace)
-        body = _body(obj, resource, namespace)
+        api_version, kind, resource, namespace, _ = self._locate(obj)
+        wire = self._edge(api_version)
+        body = _body(self._to_wire(obj, wire, kind), resource, namespace)
+        path = _collection_path(wire, resource, namespace)
         created = self._request("POST", path, body=body, query=self._write_query())
-        return self._carry_status(obj, created, resource)
+        written = self._carry_status(body, created, resource, wire, kind)
+        return self._from_wire(written, api_version, wire, kind)
 
     def update(self, obj: Obj) -> Obj:
         meta = obj.get("metadata") or {}
         if meta.get("resourceVersion") is None:
-            return self._replace(obj, must_exist=True)
+            return self._unconditional(obj)
         return self._put(obj)
 
     def apply(self, obj: Obj) -> Obj:
-        return self._replace(obj, must_exist=False)
+        """Server-side apply with field manager ``kgpu`` (forced): creates the object or sets
+        the fields ``obj`` has, whatever its ``resourceVersion``; fields kgpu applied before
+        and ``obj`` lacks are removed, fields other managers own are kept."""
+        api_version, kind, resource, namespace, name = self._locate(obj)
+        wire = self._edge(api_version)
+        config = _body(self._to_wire(obj, wire, kind), resource, namespace)
+        meta = {k: v for k, v in (config.get("metadata") or {}).items()}
+        for server_set in _SERVER_METADATA:
+            meta.pop(server_set, None)
+        config["metadata"] = meta
+        status = config.pop("status", None) if resource.has_status else None
+        path = self._item_path(wire, kind, name, namespace)
+        query = [*self._write_query(), ("force", "true")]
+        applied = self._request("PATCH", path, query=query, body=config, content_type=APPLY_PATCH)
+        if status is not None and applied.get("status") != status:
+            ident = {k: meta[k] for k in ("name", "namespace") if k in meta}
+            body = {"apiVersion": wire, "kind": kind, "metadata": ident, "status": status}
+            applied = self._request(
+                "PATCH", path + "/status", query=query, body=body, content_type=APPLY_PATCH
+            )
+        return self._from_wire(applied, api_version, wire, kind)
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
-        self._request("DELETE", self._item_path(api_version, kind, name, namespace))
+        wire = self._edge(api_version)
+        self._request("DELETE", self._item_path(wire, kind, name, namespace))
 
     # -- writes ------------------------------------------------------------------------------
-    def _replace(self, obj: Obj, *, must_exist: bool) -> Obj:
-        """Write ``obj`` whatever the current ``resourceVersion``: read it, then write with it."""
+    def _unconditional(self, obj: Obj) -> Obj:
+        """Update ``obj`` whatever the current ``resourceVersion``: read it, then PUT with it."""
         api_version, kind, _, namespace, name = self._locate(obj)
-        for attempt in range(APPLY_ATTEMPTS):
-            last = attempt == APPLY_ATTEMPTS - 1
-            try:
-                current = self.get(api_version, kind, name, namespace)
-            except NotFound:
-                if must_exist:
-                    raise
-                try:
-                    return self.create(obj)
-                except AlreadyExists:
-                    if last:
-                        raise
-                    continue
+        for attempt in range(UPDATE_ATTEMPTS):
+            current = self.get(api_version, kind, name, namespace)
             meta = {
                 **(obj.get("metadata") or {}),
                 "resourceVersion": current["metadata"]["resourceVersion"],
             }
             try:
                 return self._put({**obj, "metadata": meta})
-            except (Conflict, NotFound):
-                if last:
+            except Conflict:
+                if attempt == UPDATE_ATTEMPTS - 1:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _put(self, obj: Obj) -> Obj:
         api_version, kind, resource, namespace, name = self._locate(obj)
-        path = self._item_path(api_version, kind, name, namespace)
-        body = _body(obj, resource, namespace)
+        wire = self._edge(api_version)
+        path = self._item_path(wire, kind, name, namespace)
+        body = _body(self._to_wire(obj, wire, kind), resource, namespace)
         updated = self._request("PUT", path, body=body, query=self._write_query())
-        return self._carry_status(obj, updated, resource)
+        written = self._carry_status(body, updated, resource, wire, kind)
+        return self._from_wire(written, api_version, wire, kind)
 
-    def _carry_status(self, wanted: Obj, written: Obj, resource: Resource) -> Obj:
-        """Write ``status`` through the status subresource when the main write dropped it."""
+    def _carry_status(
+        self, wanted: Obj, written: Obj, resource: Resource, wire: str, kind: str
+    ) -> Obj:
+        """Write ``status`` through the status subresource when the main write dropped it
+        (both in wire form)."""
         if not resource.has_status or "status" not in wanted:
             return written
         if written.get("status") == wanted["status"]:
@@ -428,14 +507,12 @@ class KubeStore:
         meta = written["metadata"]
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             return written  # that write removed the object; there is no status to write
-        api_version = str(written.get("apiVersion") or wanted["apiVersion"])
-        kind = str(written.get("kind") or wanted["kind"])
-        path = self._item_path(api_version, kind, meta["name"], meta.get("namespace")) + "/status"
-        body = {**written, "status": wanted["status"]}
+        path = self._item_path(wire, kind, meta["name"], meta.get("namespace")) + "/status"
+        body = {**written, "apiVersion": wire, "kind": kind, "status": wanted["status"]}
         return self._request("PUT", path, body=body, query=self._write_query())
 
     def _write_query(self) -> Query:
-        return [("fieldManager", self._field_manager)]
+        return [("fieldManager", self._field_manager), ("fieldValidation", "Strict")]
 
     # -- addressing --------------------------------------------------------------------------
     def _locate(self, obj: Obj) -> tuple[str, str, Resource, str, str]:
@@ -489,14 +566,15 @@ class KubeStore:
         *,
         query: Query | None = None,
         body: Obj | None = None,
-        raw: bytes | None = None,
         content_type: str = "application/json",
         timeout: Any = None,
     ) -> Any:
         """The raw response (its body not read yet), or :class:`KubeApiError` when the server
-        cannot be reached."""
+        cannot be reached. Waits for the rate limit first."""
+        if self._limiter is not None:
+            self._limiter.acquire()
         headers = {"Accept": "application/json"}
-        if body is not None or raw is not None:
+        if body is not None:
             headers["Content-Type"] = content_type
         method, url, headers, body, _ = self._api.param_serialize(
             method,
@@ -511,7 +589,7 @@ class KubeStore:
                 method,
                 url,
                 header_params=headers,
-                body=raw if raw is not None else body,
+                body=body,
                 _request_timeout=timeout if timeout is not None else self._timeout,
             )
         except Exception as exc:  # urllib3 and ApiException(status=0): no answer at all
@@ -528,12 +606,9 @@ class KubeStore:
         *,
         query: Query | None = None,
         body: Obj | None = None,
-        raw: bytes | None = None,
         content_type: str = "application/json",
     ) -> Obj:
-        response = self._send(
-            method, path, query=query, body=body, raw=raw, content_type=content_type
-        )
+        response = self._send(method, path, query=query, body=body, content_type=content_type)
         try:
             data = response.read()
         except Exception as exc:  # the connection broke while the answer was read
@@ -560,4 +635,8 @@ def _error(method: str, path: str, status: int, answer: Obj, data: bytes) -> Sto
         return NotFound(text)
     if status == 409:
         return AlreadyExists(text) if reason == "AlreadyExists" else Conflict(text)
+    if status == 410:
+        return Gone(text)
+    if status == 422:
+        return Invalid(text)
     return KubeApiError(text, reason or "InternalError", status)

@@ -16,6 +16,7 @@ from fractions import Fraction
 from typing import Any
 
 from kgpu.computedomain.api import CLIQUE_LABEL
+from kgpu.node.selectors import first_untolerated, labels_match, parse_taints, parse_tolerations
 from kgpu.quantity import parse_quantity
 
 Obj = Mapping[str, Any]
@@ -63,33 +64,17 @@ def node_ready(node: Obj | None) -> bool:
     return node_healthy(node)
 
 
-def _tolerated(taint: Obj, tolerations: Iterable[Obj]) -> bool:
-    for tol in tolerations:
-        if tol.get("effect") and tol.get("effect") != taint.get("effect"):
-            continue
-        if tol.get("operator") == "Exists":
-            if not tol.get("key") or tol.get("key") == taint.get("key"):
-                return True
-        elif tol.get("key") == taint.get("key") and tol.get("value", "") == taint.get("value", ""):
-            return True
-    return False
-
-
 def pod_fits(pod: Obj, node: Obj, pods_on_node: Iterable[Obj]) -> bool:
     """Whether ``pod`` has room on ``node`` next to ``pods_on_node``."""
     if not node_ready(node):
         return False
     spec = pod.get("spec") or {}
     labels = (node.get("metadata") or {}).get("labels") or {}
-    for key, value in (spec.get("nodeSelector") or {}).items():
-        if labels.get(key) != value:
-            return False
-    tolerations = spec.get("tolerations") or []
-    for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(
-            taint, tolerations
-        ):
-            return False
+    if not labels_match((spec.get("nodeSelector") or {}).items(), labels):
+        return False
+    taints = parse_taints((node.get("spec") or {}).get("taints"))
+    if first_untolerated(parse_tolerations(spec.get("tolerations")), taints) is not None:
+        return False
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     used: dict[str, Fraction] = {}
     for other in pods_on_node:

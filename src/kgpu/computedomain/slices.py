@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from kgpu.computedomain.api import DRIVER
+from kgpu.dra.api import RESOURCE_API
 from kgpu.hardware.model import Machine
 
 #: Channel and daemon slots per node: how many ComputeDomains may share one node.
@@ -44,7 +45,7 @@ def devices(slots: int = DEFAULT_SLOTS) -> list[dict[str, Any]]:
 def node_slice(node_name: str, generation: int = 1, slots: int = DEFAULT_SLOTS) -> dict[str, Any]:
     """The node's one ResourceSlice for this driver (pool = node name, as upstream)."""
     return {
-        "apiVersion": "resource.k8s.io/v1",
+        "apiVersion": RESOURCE_API,
         "kind": "ResourceSlice",
         "metadata": {"name": f"{node_name}-{DRIVER}"},
         "spec": {

@@ -10,12 +10,13 @@ labels, the way the device plugin's config manager and the MIG manager decide it
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kgpu.config.fields import load_yaml_documents, load_yaml_mapping
+from kgpu.config.fields import load_yaml_documents, load_yaml_mapping, read_problem
 from kgpu.config.migparted import MigConfig, builtin_mig_configs, parse_mig_parted
 from kgpu.config.plugin import MIG_STRATEGIES, DevicePluginConfig, parse_plugin_config
 from kgpu.errors import FieldError, FieldProblem, join_path
@@ -54,6 +55,7 @@ class PluginConfigEntry:
     name: str
     config: DevicePluginConfig
     source: str  # the file it came from
+    entry: str = ""  # where in the file: a ConfigMap key, a Helm values path, "document 1"
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,7 +108,7 @@ class _Builder:
                     )
                 )
             )
-        self.plugin[name] = PluginConfigEntry(name, parsed.config, file)
+        self.plugin[name] = PluginConfigEntry(name, parsed.config, file, entry)
 
     def add_mig(self, data: Any, *, file: str, entry: str = "") -> None:
         parsed = parse_mig_parted(data, file=file, entry=entry)
@@ -351,11 +353,74 @@ def _load_text(builder: _Builder, text: str, *, file: str) -> None:
     builder.kinds.append((file, "+".join(dict.fromkeys(kinds)) or "empty"))
 
 
+#: The link a kubelet-mounted ConfigMap volume swaps atomically to publish new contents.
+CONFIGMAP_DATA_LINK = "..data"
+
+
+def configmap_volume_files(directory: Path) -> list[Path]:
+    """The keys of a directory laid out as the kubelet mounts a ConfigMap (or any directory of
+    config files), as paths to read, sorted by key.
+
+    The kubelet writes a new timestamped directory and swaps the ``..data`` link to it in one
+    rename; the keys are links through ``..data``. The files are read from where ``..data``
+    points when it is read, so one load sees one version of the ConfigMap even if a swap
+    happens meanwhile. Names starting with a dot are the volume's own bookkeeping."""
+    data = directory / CONFIGMAP_DATA_LINK
+    base = directory
+    if data.is_symlink() or data.is_dir():
+        base = directory / os.readlink(data) if data.is_symlink() else data
+    try:
+        names = sorted(e.name for e in os.scandir(base) if not e.name.startswith("."))
+    except OSError:
+        return []
+    return [base / name for name in names if (base / name).is_file()]
+
+
+def _load_directory(builder: _Builder, directory: Path) -> None:
+    """A ConfigMap volume: each key (file) is one config, named by the key, as the GPU
+    Operator's config manager reads ``devicePlugin.config.name``'s ConfigMap (a mig-parted
+    config, ``mig-configs:``, is recognised as such)."""
+    files = configmap_volume_files(directory)
+    if not files and not (directory / CONFIGMAP_DATA_LINK).exists():
+        raise FieldError(
+            FieldProblem(read_problem(IsADirectoryError(), directory), file=str(directory))
+        )
+    if not files:
+        builder.warnings.append(
+            str(FieldProblem("ConfigMap volume without keys: nothing loaded", file=str(directory)))
+        )
+    problems: list[FieldProblem] = []
+    for path in files:
+        key = path.name
+        shown = str(directory / key)  # the path users know, not the timestamped one
+        try:
+            text = read_text(path, shown=shown)  # a regular file, bounded, UTF-8
+        except FieldError as exc:
+            problems.extend(exc.problems)
+            continue
+        try:
+            kind, parsed = _configmap_entry_kind(text, file=shown, entry="")
+            if kind == "mig-parted":
+                builder.add_mig(parsed, file=shown)
+            else:
+                builder.add_plugin(key, parsed, file=shown, entry="")
+        except FieldError as exc:  # every bad key is reported, not just the first
+            problems.extend(exc.problems)
+    if problems:
+        raise FieldError(problems)
+    builder.kinds.append((str(directory), "configmap-volume"))
+
+
 def load_config_files(paths: Iterable[str | Path]) -> ConfigSet:
-    """Load every file; FieldError naming the file, entry and field on the first bad one."""
+    """Load every file (a directory: a ConfigMap volume, one config per key); FieldError naming
+    the file, entry and field on the first bad one."""
     builder = _Builder()
     for path in paths:
-        _load_text(builder, read_text(path), file=str(path))
+        p = Path(path)
+        if p.is_dir():
+            _load_directory(builder, p)
+            continue
+        _load_text(builder, read_text(p, shown=str(path)), file=str(path))
     return builder.build()
 
 

@@ -3,9 +3,11 @@
 Field names, defaults and validation rules follow ``api/config/v1`` of NVIDIA/k8s-device-plugin:
 ``replicas`` must be >= 2, ``devices`` is ``all``, a positive count or a list of GPU indices,
 MIG indices (``"<gpu>:<mig>"``) and UUIDs, resource names get the ``nvidia.com/`` prefix when it
-is missing and must fit in 63 characters, an absent ``version`` means ``v1``, and MPS cannot be
-combined with ``migStrategy: mixed`` or used on MIG resources. Checks that need the hardware (the
-MPS client limit per compute capability, which GPUs a selection names) live in the node view.
+is missing and must fit in 63 characters, and an absent ``version`` means ``v1``. This module is
+the file format only: what a sharing mode refuses (MPS with ``migStrategy: mixed``, say) is the
+mode's rule (:mod:`kgpu.node.sharing`), checked by the node view and ``kgpu validate``; checks that
+need the hardware (the MPS client limit per compute capability, which GPUs a selection names)
+live in the node view.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from kgpu.config.fields import StrictModel, is_dns_subdomain, problems_from, unknown_warnings
+from kgpu.config.goduration import decode_duration
 from kgpu.errors import FieldError, FieldProblem, join_path
 
 VERSION = "v1"
@@ -28,10 +31,10 @@ MAX_RESOURCE_NAME = 63
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 MIG_STRATEGIES = ("none", "single", "mixed")
 DEFAULT_MPS_ROOT = "/run/nvidia/mps"
+DEFAULT_CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 #: Replicas per GPU (time-slicing, MPS): far above what GPU memory allows (MPS: 48 clients)
 MAX_REPLICAS = 1024
 
-_GO_DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$|^0$")
 _MIG_RESOURCE = re.compile(r"^mig-(\d+c\.)?\d+g\.\d+gb(\.[a-z]+)*$")
 
 
@@ -208,8 +211,28 @@ class ReplicatedResources(StrictModel):
 
 
 class Sharing(StrictModel):
+    """``sharing:``: one section per sharing mode, keyed as upstream's file has them. What each
+    section means lives with its mode (:mod:`kgpu.node.sharing`)."""
+
     time_slicing: ReplicatedResources | None = Field(None, alias="timeSlicing")
     mps: ReplicatedResources | None = None
+
+    def group(self, key: str) -> ReplicatedResources | None:
+        """The section under ``key`` as the file spells it (``timeSlicing``, ``mps``)."""
+        for name, info in type(self).model_fields.items():
+            if (info.alias or name) == key:
+                value = getattr(self, name)
+                return value if isinstance(value, ReplicatedResources) else None
+        return None
+
+    def groups(self) -> list[tuple[str, ReplicatedResources]]:
+        """Every section that is set, as ``(key, section)`` in the file's field order."""
+        out = []
+        for name, info in type(self).model_fields.items():
+            value = getattr(self, name)
+            if isinstance(value, ReplicatedResources):
+                out.append((info.alias or name, value))
+        return out
 
 
 class PatternResource(StrictModel):
@@ -227,6 +250,25 @@ class Resources(StrictModel):
     mig: list[PatternResource] | None = None
 
 
+def host_root(value: str | None) -> str | None:
+    """A host directory (or binary) kgpu derives paths from (``mpsRoot``, ``nvidiaDriverRoot``,
+    ``nvidiaDevRoot``, ``plugin.containerDriverRoot``, ``plugin.nvidiaCTKPath``, and the
+    environment variables that set them): absolute (relative to what? the agent's working
+    directory is not the host's root), without ``..``, normalised (``/run/nvidia/mps/`` is
+    ``/run/nvidia/mps``), so no config can point the agent outside the tree it names."""
+    if value is None:
+        return None
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL byte")
+    if not value.startswith("/"):
+        raise ValueError(f"{value[:80]!r} is not an absolute path (it must start with /)")
+    if ".." in value.split("/"):
+        raise ValueError(f"{value[:80]!r} must not contain '..'")
+    if len(value.encode()) > 4095:
+        raise ValueError("is longer than a path may be (4095 bytes)")
+    return "/" + posixpath.normpath(value).lstrip("/")
+
+
 class PluginFlags(StrictModel):
     pass_device_specs: bool | None = Field(None, alias="passDeviceSpecs")
     device_list_strategy: str | list[str] | None = Field(None, alias="deviceListStrategy")
@@ -234,6 +276,9 @@ class PluginFlags(StrictModel):
     cdi_annotation_prefix: str | None = Field(None, alias="cdiAnnotationPrefix")
     nvidia_ctk_path: str | None = Field(None, alias="nvidiaCTKPath")
     container_driver_root: str | None = Field(None, alias="containerDriverRoot")
+    shared_devices_allocation_policy: Literal["distributed", "packed"] | None = Field(
+        None, alias="sharedDevicesAllocationPolicy"
+    )
 
     @field_validator("device_list_strategy", mode="after")
     @classmethod
@@ -248,37 +293,24 @@ class PluginFlags(StrictModel):
                 )
         return value
 
+    @field_validator("nvidia_ctk_path", "container_driver_root", mode="after")
+    @classmethod
+    def _paths(cls, value: str | None) -> str | None:
+        return host_root(value)
+
 
 class GfdFlags(StrictModel):
     oneshot: bool | None = None
     no_timestamp: bool | None = Field(None, alias="noTimestamp")
-    sleep_interval: str | None = Field(None, alias="sleepInterval")
+    # nanoseconds, as upstream decodes it: a number, a Go duration string, or "infinite"
+    sleep_interval: int | None = Field(None, alias="sleepInterval")
     output_file: str | None = Field(None, alias="outputFile")
     machine_type_file: str | None = Field(None, alias="machineTypeFile")
 
-    @field_validator("sleep_interval", mode="after")
+    @field_validator("sleep_interval", mode="before")
     @classmethod
-    def _duration(cls, value: str | None) -> str | None:
-        if value is not None and not _GO_DURATION.fullmatch(value):
-            raise ValueError(f"{value!r} is not a duration (for example 60s, 1m30s)")
-        return value
-
-
-def host_root(value: str | None) -> str | None:
-    """A host directory kgpu derives paths from (``mpsRoot``, ``nvidiaDriverRoot``,
-    ``nvidiaDevRoot``): absolute, without ``..``, normalised (``/run/nvidia/mps/`` is
-    ``/run/nvidia/mps``), so no config can point the agent outside the tree it names."""
-    if value is None:
-        return None
-    if "\x00" in value:
-        raise ValueError("must not contain a NUL byte")
-    if not value.startswith("/"):
-        raise ValueError(f"{value[:80]!r} must be an absolute path (starting with /)")
-    if ".." in value.split("/"):
-        raise ValueError(f"{value[:80]!r} must not contain '..'")
-    if len(value.encode()) > 4095:
-        raise ValueError("is longer than a path may be (4095 bytes)")
-    return "/" + posixpath.normpath(value).lstrip("/")
+    def _duration(cls, value: Any) -> int | None:
+        return None if value is None else decode_duration(value)
 
 
 class Flags(StrictModel):
@@ -287,6 +319,7 @@ class Flags(StrictModel):
     nvidia_driver_root: str | None = Field(None, alias="nvidiaDriverRoot")
     nvidia_dev_root: str | None = Field(None, alias="nvidiaDevRoot")
     mps_root: str | None = Field(None, alias="mpsRoot")
+    gdrcopy_enabled: bool | None = Field(None, alias="gdrcopyEnabled")
     gds_enabled: bool | None = Field(None, alias="gdsEnabled")
     mofed_enabled: bool | None = Field(None, alias="mofedEnabled")
     use_node_feature_api: bool | None = Field(None, alias="useNodeFeatureAPI")
@@ -305,6 +338,18 @@ class Flags(StrictModel):
 class Imex(StrictModel):
     channel_ids: list[int] | None = Field(None, alias="channelIDs")
     required: bool | None = None
+
+    @field_validator("channel_ids", mode="after")
+    @classmethod
+    def _channels(cls, value: list[int] | None) -> list[int] | None:
+        """Upstream's plugin injects only the default channel: ``[]`` or ``[0]``."""
+        if value and value != [0]:
+            found = "[" + " ".join(str(i) for i in value) + "]"
+            raise ValueError(
+                f"invalid IMEX config: channelIDs must be [] or [0]; found {found} (the device "
+                "plugin injects only IMEX channel 0; other channels come from ComputeDomains)"
+            )
+        return value
 
 
 class DevicePluginConfig(StrictModel):
@@ -344,27 +389,71 @@ class DevicePluginConfig(StrictModel):
         return (plugin.device_id_strategy if plugin else None) or "uuid"
 
     @property
+    def shared_devices_allocation_policy(self) -> str:
+        """How replicas of shared GPUs are picked: spread (``distributed``, upstream's default)
+        or packed onto as few GPUs as possible."""
+        plugin = self.flags.plugin
+        return (plugin.shared_devices_allocation_policy if plugin else None) or "distributed"
+
+    @property
+    def cdi_annotation_prefix(self) -> str:
+        plugin = self.flags.plugin
+        return (plugin.cdi_annotation_prefix if plugin else None) or DEFAULT_CDI_ANNOTATION_PREFIX
+
+    @property
+    def allocate_envs(self) -> tuple[tuple[str, str], ...]:
+        """What upstream's Allocate sets for the node features the flags turn on."""
+        flags = self.flags
+        return tuple(
+            (name, "enabled")
+            for name, on in (
+                ("NVIDIA_GDRCOPY", flags.gdrcopy_enabled),
+                ("NVIDIA_GDS", flags.gds_enabled),
+                ("NVIDIA_MOFED", flags.mofed_enabled),
+            )
+            if on
+        )
+
+    @property
     def mps_root(self) -> str:
         return self.flags.mps_root or DEFAULT_MPS_ROOT
 
     @property
-    def uses_mps(self) -> bool:
-        return self.sharing.mps is not None and bool(self.sharing.mps.entries())
+    def pass_device_specs(self) -> bool:
+        """Allocate passes the devices' nodes to the kubelet (``DeviceSpecs``) too."""
+        plugin = self.flags.plugin
+        return bool(plugin and plugin.pass_device_specs)
 
-    @property
-    def uses_time_slicing(self) -> bool:
-        ts = self.sharing.time_slicing
-        return ts is not None and bool(ts.entries())
-
-    def mps_fail_requests_greater_than_one(self) -> bool:
-        """Upstream forces this on for MPS unless the config explicitly turns it off."""
-        mps = self.sharing.mps
-        if mps is None or mps.fail_requests_greater_than_one is None:
-            return True
-        return mps.fail_requests_greater_than_one
+    def with_flags(self, overrides: tuple[tuple[str, Any], ...]) -> DevicePluginConfig:
+        """This config with ``flags`` fields replaced by ``overrides``: ``(path, value)`` pairs,
+        the path as the file spells it under ``flags`` (``migStrategy``,
+        ``plugin.deviceListStrategy``). Upstream lays its command-line flags and environment
+        variables over the config file this way; the values must be valid already."""
+        if not overrides:
+            return self
+        flags = self.flags
+        for path, value in overrides:
+            parent, _, leaf = path.rpartition(".")
+            if parent == "plugin":
+                plugin = flags.plugin or PluginFlags()
+                flags = flags.model_copy(update={"plugin": _set(plugin, leaf, value)})
+            elif not parent:
+                flags = _set(flags, leaf, value)
+            else:
+                raise KeyError(f"flags.{path} is not a flag kgpu lets an override set")
+        return self.model_copy(update={"flags": flags})
 
 
 DEFAULT_PLUGIN_CONFIG = DevicePluginConfig()
+
+
+def _set(model: Any, alias: str, value: Any) -> Any:
+    """``model`` with the field the file calls ``alias`` set to ``value``."""
+    for name, info in type(model).model_fields.items():
+        if (info.alias or name) == alias:
+            given = list(value) if isinstance(value, tuple) else value
+            return model.model_copy(update={name: given})
+    raise KeyError(f"{type(model).__name__} has no field {alias!r}")
 
 
 @dataclass(frozen=True)
@@ -389,37 +478,8 @@ def parse_plugin_config(data: Any, *, file: str = "", entry: str = "") -> Parsed
         config = DevicePluginConfig.model_validate(data)
     except ValidationError as exc:
         raise problems_from(exc, file=file, entry=entry) from None
-    problems: list[FieldProblem] = []
     warnings = unknown_warnings(config, file=file, entry=entry)
-    if config.uses_mps and config.flags.mig_strategy == "mixed":
-        problems.append(
-            FieldProblem(
-                "MPS sharing is not supported with migStrategy mixed "
-                "(upstream: using --mig-strategy=mixed is not supported with MPS); "
-                "use none or single, or time-slicing",
-                "flags.migStrategy",
-                file,
-                entry,
-            )
-        )
-    if config.sharing.mps is not None:
-        for i, res in enumerate(config.sharing.mps.entries()):
-            if res.name != "nvidia.com/gpu":
-                problems.append(
-                    FieldProblem(
-                        f"MPS can only share nvidia.com/gpu (full GPUs), not {res.name}: "
-                        "sharing using MPS is not supported for MIG devices",
-                        join_path("sharing", "mps", "resources", i, "name"),
-                        file,
-                        entry,
-                    )
-                )
-    for strategy, key in (
-        (config.sharing.time_slicing, "timeSlicing"),
-        (config.sharing.mps, "mps"),
-    ):
-        if strategy is None:
-            continue
+    for key, strategy in config.sharing.groups():
         seen: dict[str, int] = {}
         for i, res in enumerate(strategy.entries()):
             path = join_path("sharing", key, "resources", i)
@@ -461,6 +521,4 @@ def parse_plugin_config(data: Any, *, file: str = "", entry: str = "") -> Parsed
                 )
             )
         )
-    if problems:
-        raise FieldError(problems)
     return ParsedPluginConfig(config, tuple(warnings))

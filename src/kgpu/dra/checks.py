@@ -10,22 +10,12 @@ run these checks before anything else sees the object.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from kgpu.config.fields import is_dns_subdomain
-from kgpu.dra.cel import CelCompileError, compile_selector, parse_semver
+from kgpu.dra.cel import CelCompileError, compile_selector
 from kgpu.dra.classes import GPU_DRIVER
 from kgpu.dra.opaque import parse_config
-from kgpu.errors import FieldError, FieldProblem, join_path, shown
-from kgpu.quantity import QuantityError, parse_quantity
-
-#: The API server's limits on a ResourceSlice (k8s.io/api/resource: ResourceSliceMaxDevices,
-#: ResourceSliceMaxAttributesAndCapacitiesPerDevice, DeviceAttributeMaxValueLength).
-MAX_DEVICES_PER_SLICE = 128
-MAX_ATTRIBUTES_AND_CAPACITIES = 32
-MAX_ATTRIBUTE_VALUE_LENGTH = 64
-_ATTRIBUTE_TYPES = ("bool", "int", "string", "version")
+from kgpu.errors import FieldError, FieldProblem, join_path
 
 
 def selector_problems(selectors: Any, path: str) -> list[FieldProblem]:
@@ -100,112 +90,6 @@ def claim_spec_problems(spec: Any, path: str) -> list[FieldProblem]:
     return out
 
 
-def slice_problems(spec: Any, path: str) -> list[FieldProblem]:
-    """What the API server's validation refuses in a ResourceSlice's devices and the schema
-    lets through: more than 128 devices, more than 32 attributes and capacities on one
-    device, an attribute without exactly one value, a string or version over 64 characters, a
-    version that is not semver 2.0, a capacity that is not a quantity. The allocator's CEL,
-    semver and quantity helpers meet only what passes (shapes the schema refuses are left
-    to it)."""
-    devices = spec.get("devices") if isinstance(spec, dict) else None
-    if not isinstance(devices, list):
-        return []
-    out: list[FieldProblem] = []
-    if len(devices) > MAX_DEVICES_PER_SLICE:
-        out.append(
-            FieldProblem(
-                f"{len(devices)} devices: must have at most {MAX_DEVICES_PER_SLICE} items",
-                join_path(path, "devices"),
-            )
-        )
-    for i, device in enumerate(devices):
-        if not isinstance(device, dict):
-            continue
-        at = join_path(path, "devices", i)
-        attributes, capacity = device.get("attributes"), device.get("capacity")
-        attributes = attributes if isinstance(attributes, dict) else {}
-        capacity = capacity if isinstance(capacity, dict) else {}
-        if len(attributes) + len(capacity) > MAX_ATTRIBUTES_AND_CAPACITIES:
-            out.append(
-                FieldProblem(
-                    f"{len(attributes) + len(capacity)}: the total number of attributes and "
-                    f"capacities must not exceed {MAX_ATTRIBUTES_AND_CAPACITIES}",
-                    at,
-                )
-            )
-        for field, entries in (("attributes", attributes), ("capacity", capacity)):
-            for name in entries:
-                problem = _qualified_name_problem(name)
-                if problem:
-                    out.append(FieldProblem(problem, join_path(at, field, str(name))))
-        for name, value in attributes.items():
-            out += _attribute_problems(value, join_path(at, "attributes", str(name)))
-        for name, value in capacity.items():
-            where = join_path(at, "capacity", str(name), "value")
-            raw = value.get("value") if isinstance(value, dict) else None
-            if raw is None:
-                out.append(FieldProblem("Required value", where))
-                continue
-            try:
-                parse_quantity(raw)
-            except QuantityError as exc:
-                out.append(FieldProblem(str(exc), where))
-    return out
-
-
-_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _qualified_name_problem(name: object) -> str:
-    """The API server's rule for attribute and capacity names: a C identifier of at most 32
-    characters, optionally after a DNS-subdomain domain of at most 63 and a slash."""
-    if not isinstance(name, str):
-        return f"{shown(name)}: a name must be a string (a C identifier, optionally domain/)"
-    domain, sep, ident = name.partition("/")
-    if sep and not (len(domain) <= 63 and is_dns_subdomain(domain)):
-        return f"{shown(domain)}: the domain must be a DNS subdomain of at most 63 characters"
-    ident = ident.split("/", 1)[0] if sep else name  # upstream accepts a second slash
-    if len(ident) > 32 or not _C_IDENTIFIER.fullmatch(ident):
-        return (
-            f"{shown(ident)}: must be a C identifier of at most 32 characters (letters, "
-            "digits, '_', not starting with a digit)"
-        )
-    return ""
-
-
-def _attribute_problems(value: Any, path: str) -> list[FieldProblem]:
-    if value is None:  # decodes as an attribute with no value
-        value = {}
-    if not isinstance(value, dict):
-        return []  # the schema's
-    given = [t for t in _ATTRIBUTE_TYPES if value.get(t) is not None]
-    if len(given) != 1:
-        return [
-            FieldProblem("exactly one value must be specified (bool, int, string, version)", path)
-        ]
-    kind = given[0]
-    raw = value[kind]
-    if kind in ("string", "version") and isinstance(raw, str):
-        if len(raw) > MAX_ATTRIBUTE_VALUE_LENGTH:
-            return [
-                FieldProblem(
-                    f"Too long: may not be more than {MAX_ATTRIBUTE_VALUE_LENGTH} bytes",
-                    join_path(path, kind),
-                )
-            ]
-        if kind == "version":
-            try:
-                parse_semver(raw)
-            except ValueError:
-                return [
-                    FieldProblem(
-                        f"{raw!r}: must be a string compatible with semver.org spec 2.0.0",
-                        join_path(path, kind),
-                    )
-                ]
-    return []
-
-
 def dra_object_problems(doc: Any) -> list[FieldProblem]:
     """The checks above for one object of any ``resource.k8s.io`` version; paths start at the
     object (``spec.devices.requests[0]...``). Other objects: no problems."""
@@ -225,5 +109,13 @@ def dra_object_problems(doc: Any) -> list[FieldProblem]:
     if kind == "ResourceClaimTemplate" and isinstance(spec, dict):
         return claim_spec_problems(spec.get("spec"), "spec.spec")
     if kind == "ResourceSlice":
-        return slice_problems(spec, "spec")
+        from kgpu.dra.slices import slice_problems
+        from kgpu.dra.versions import VersionError, slice_path, to_v1, version_of
+
+        try:
+            v1 = to_v1(doc)
+        except VersionError:  # a version kgpu does not read: the schema check names it
+            return []
+        version = version_of(doc)
+        return [FieldProblem(p.message, slice_path(p.path, version)) for p in slice_problems(v1)]
     return []

@@ -10,15 +10,25 @@ side numbers IMEX channels per domain at prepare time, so its class selects any 
 slot and several domains can share a node. Claims naming the class work unchanged. Every
 selector tests ``device.driver`` first, so a device of another driver is rejected before its
 attributes are read (a missing attribute would otherwise be a CEL runtime error).
+
+``gpu.nvidia.com`` carries ``extendedResourceName: nvidia.com/gpu`` (a DeviceClass field from
+Kubernetes 1.34, used when the ``DRAExtendedResource`` feature is on): a pod that asks for
+``nvidia.com/gpu: 1`` on a node without a device plugin gets a full GPU through a claim of this
+class. As upstream's chart, only the ``resource.k8s.io/v1`` class carries it; classes written
+for v1beta1/v1beta2 clusters do not.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-API_VERSION = "resource.k8s.io/v1"
+from kgpu.dra.api import RESOURCE_API
+
 GPU_DRIVER = "gpu.nvidia.com"
 COMPUTE_DOMAIN_DRIVER = "compute-domain.nvidia.com"
+
+#: class name -> the extended resource its devices can satisfy (resource.k8s.io/v1 only)
+EXTENDED_RESOURCES: dict[str, str] = {"gpu.nvidia.com": "nvidia.com/gpu"}
 
 #: class name -> CEL selector
 SELECTORS: dict[str, str] = {
@@ -39,21 +49,40 @@ SELECTORS: dict[str, str] = {
 }
 
 
-def device_class(name: str, expression: str) -> dict[str, Any]:
+def device_class(
+    name: str,
+    expression: str,
+    *,
+    api_version: str = RESOURCE_API,
+    extended_resource_name: str | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": expression}}]}
+    if extended_resource_name is not None and api_version == RESOURCE_API:
+        spec["extendedResourceName"] = extended_resource_name
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": api_version,
         "kind": "DeviceClass",
         "metadata": {"name": name},
-        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+        "spec": spec,
     }
 
 
-def device_classes(*, gpus: bool = True, compute_domains: bool = True) -> list[dict[str, Any]]:
+def device_classes(
+    *, gpus: bool = True, compute_domains: bool = True, api_version: str = RESOURCE_API
+) -> list[dict[str, Any]]:
     """What a DRA driver install creates (Helm values ``resources.gpus.enabled`` and
-    ``resources.computeDomains.enabled``)."""
+    ``resources.computeDomains.enabled``), for a cluster serving ``api_version``."""
     names = []
     if gpus:
         names += ["gpu.nvidia.com", "mig.nvidia.com"]
     if compute_domains:
         names += ["compute-domain-daemon.nvidia.com", "compute-domain-default-channel.nvidia.com"]
-    return [device_class(n, SELECTORS[n]) for n in names]
+    return [
+        device_class(
+            n,
+            SELECTORS[n],
+            api_version=api_version,
+            extended_resource_name=EXTENDED_RESOURCES.get(n),
+        )
+        for n in names
+    ]

@@ -12,6 +12,8 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
+from kgpu.dra.devices import gi_profile_id, parse_mig_name, profile_slug
+from kgpu.hardware.mig import geometry_for
 from kgpu.hardware.model import Machine
 from kgpu.kubelet.podresources import CheckpointEntry, ClaimDevice, PodResources
 from kgpu.metrics.attribution import (
@@ -28,13 +30,38 @@ from kgpu.node.model import NodeView
 log = logging.getLogger(__name__)
 
 _DRA_GPU_RE = re.compile(r"^gpu-(\d+)$")
-_DRA_MIG_RE = re.compile(r"^gpu-(\d+)-mig-(.+)$")
+
+
+def _dra_mig_uuid(name: str, machine: Machine) -> str | None:
+    """The MIG device a ``gpu.nvidia.com`` MIG device name stands for: today's
+    ``gpu-<minor>-mig-<profile>-<GI profile id>-<start>`` or the 25.8 driver's
+    ``gpu-<minor>-mig-<GI profile id>-<start>-<size>``, parent found by minor number."""
+    parsed = parse_mig_name(name)
+    if parsed is None:
+        return None
+    parent = next((g for g in machine.gpus if g.minor == parsed.parent_minor), None)
+    if parent is None:
+        return None
+    geometry = geometry_for(parent)
+    for mig in parent.mig_devices:
+        if mig.placement_start != parsed.start:
+            continue
+        if parsed.size is not None and mig.placement_size != parsed.size:
+            continue
+        if parsed.profile is not None and profile_slug(mig.profile) != parsed.profile:
+            continue
+        if gi_profile_id(mig.profile, mig.placement_size, geometry) == parsed.profile_id:
+            return mig.uuid
+    return None
 
 
 def resolve_dra_device(
     device: ClaimDevice, machine: Machine | None, explicit: Mapping[DraKey, str]
 ) -> str | None:
-    """The GPU/MIG UUID behind a DRA device, or None."""
+    """The GPU/MIG UUID behind a DRA device, or None: the driver's own (driver, pool, device)
+    map first, then a UUID in the device's CDI names, then the device name as
+    ``gpu.nvidia.com`` forms it (``gpu-<minor>``, MIG names as :func:`_dra_mig_uuid` reads
+    them)."""
     key = (device.driver, device.pool, device.device)
     if key in explicit:
         return explicit[key]
@@ -48,38 +75,8 @@ def resolve_dra_device(
     match = _DRA_GPU_RE.match(device.device)
     if match:
         minor = int(match.group(1))
-        for gpu in machine.gpus:
-            if gpu.minor == minor:
-                return gpu.uuid
-        for gpu in machine.gpus:
-            if gpu.index == minor:
-                return gpu.uuid
-        return None
-    match = _DRA_MIG_RE.match(device.device)
-    if not match:
-        return None
-    minor, rest = int(match.group(1)), match.group(2)
-    parents = [g for g in machine.gpus if g.minor == minor] or [
-        g for g in machine.gpus if g.index == minor
-    ]
-    if not parents:
-        return None
-    migs = list(parents[0].mig_devices)
-    named = [m for m in migs if m.profile.replace(".", "").replace("+", "") in rest]
-    if named:
-        migs = named
-    numbers = [int(n) for n in re.findall(r"\d+", rest.split("-", 1)[-1])] if "-" in rest else []
-    if len(numbers) >= 2:
-        exact = [
-            m for m in migs if (m.placement_start, m.placement_size) == (numbers[-2], numbers[-1])
-        ]
-        if len(exact) == 1:
-            return exact[0].uuid
-    if numbers:
-        by_start = [m for m in migs if m.placement_start == numbers[-1]]
-        if len(by_start) == 1:
-            return by_start[0].uuid
-    return migs[0].uuid if len(migs) == 1 else None
+        return next((g.uuid for g in machine.gpus if g.minor == minor), None)
+    return _dra_mig_uuid(device.device, machine)
 
 
 def build_attribution(

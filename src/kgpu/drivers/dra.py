@@ -10,13 +10,18 @@ knows no driver but the GPU one, so the kubelet layer never imports the ComputeD
 
 Per driver the component runs a :class:`DraPlugin` (checkpoint, CDI specs, restart
 reconciliation) behind a :class:`DriverServer` (DRAPlugin + registration sockets), and publishes
-the driver's ResourceSlices into the object store. A new hardware view republishes the GPU
-slices when they changed; a registration socket that vanished is re-created.
+the driver's ResourceSlices into the object store. The agent hands the component its first view
+before ``start``: the GPU slices are published from that view's machine (the MIG layout the node
+serves), once, rather than from a raw hardware snapshot that a later view would replace. A new
+view republishes the GPU slices only when they changed. A socket that vanished (the DRAPlugin
+socket or the registration socket) is re-created within ``watch_interval_s``.
 
-Drivers that run node daemons configured from the cluster (the ComputeDomain driver's IMEX
-daemons list their peers in ``nodes_config.cfg``) expose ``sync_daemons()``; the component calls
-it on every new view and from a background thread, so a domain that gains or loses a node
-reaches the daemons without a kubelet call.
+The component reads the cluster through a :class:`~kgpu.store.CachedStore` (it wraps the store
+it is given unless that already is one), so drivers can hold informers instead of polling: the
+ComputeDomain driver watches the ComputeDomainClique of each domain whose IMEX daemon runs here
+and rewrites the daemon's ``hosts`` mapping on the change itself. Drivers with node daemons expose
+``sync_daemons()``, which the component also calls on every new view; drivers that follow the
+cluster expose ``close()``, called when the component stops.
 """
 
 from __future__ import annotations
@@ -25,17 +30,18 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from kgpu.drivers.gpu import GpuHandler
+from kgpu.drivers.publish import SlicePublisher, publish_slices
 from kgpu.hardware.backend import Backend
 from kgpu.hardware.model import Machine
 from kgpu.kubelet import nvidia_cdi
 from kgpu.kubelet.dra.handler import DriverHandler
 from kgpu.kubelet.dra.plugin import DraPlugin
 from kgpu.kubelet.dra.server import DriverServer, plugin_dir
+from kgpu.kubelet.nvidia_cdi import NodeDriver
 from kgpu.node.model import NodeView
-from kgpu.store import MemoryStore, ObjectStore
+from kgpu.store import CachedStore, MemoryStore, ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +51,7 @@ DriverFactory = Callable[[str, ObjectStore, Machine, Path], DriverHandler | None
 
 
 def publish(store: ObjectStore, handler: DriverHandler, node_name: str) -> int | None:
-    """Publish ``handler``'s slices for ``node_name``; the pool generation, or None when the
-    publishing module is not installed."""
-    try:
-        from kgpu.drivers.publish import publish_slices
-    except ImportError:  # pragma: no cover - the dra package ships with kgpu
-        return None
+    """Publish ``handler``'s slices for ``node_name``; the pool generation."""
     return publish_slices(store, handler.driver, node_name, handler.resource_slices(node_name))
 
 
@@ -69,16 +70,22 @@ class DraComponent:
         *,
         partitionable: bool = False,
         driver_factories: Sequence[DriverFactory] = (),
-        watch_interval_s: float = 1.0,
-        daemon_sync_interval_s: float = 2.0,
+        watch_interval_s: float = 0.2,
+        kubernetes_version: str | None = None,
+        node_driver_for: Callable[[Backend], NodeDriver | None] = nvidia_cdi.for_backend,
     ) -> None:
         self.kubelet_root = Path(kubelet_root)
         self.cdi_root = Path(cdi_root)
         self.node_name = node_name
         self.backend = backend
-        self.store: ObjectStore = store if store is not None else MemoryStore()
+        base = store if store is not None else MemoryStore()
+        self._owns_cache = not isinstance(base, CachedStore)
+        self.store: CachedStore = base if isinstance(base, CachedStore) else CachedStore(base)
         self.partitionable = partitionable
         self.driver_factories = tuple(driver_factories)
+        # the API server's version (``v1.35.2``): how partitionable devices fill slices
+        self.kubernetes_version = kubernetes_version
+        self._node_driver_for = node_driver_for
         self.gpu: GpuHandler | None = None
         self.plugins: dict[str, DraPlugin] = {}
         self.servers: dict[str, DriverServer] = {}
@@ -87,9 +94,8 @@ class DraComponent:
         self._stop = threading.Event()
         self._watch_interval = watch_interval_s
         self._watcher: threading.Thread | None = None
-        self._sync_interval = daemon_sync_interval_s
-        self._syncer: threading.Thread | None = None
-        self._synced: dict[str, tuple[Any, ...]] = {}  # driver -> what its last sync saw
+        self.publisher: SlicePublisher | None = None
+        self._first_machine: Machine | None = None  # from a view given before start
 
     def add_driver(self, handler: DriverHandler) -> None:
         """Serve another driver from this agent (now, if already started)."""
@@ -113,16 +119,22 @@ class DraComponent:
         server.start()
         self.plugins[handler.driver] = plugin
         self.servers[handler.driver] = server
-        publish(self.store, handler, self.node_name)
+        self._publish(handler)
+
+    def _publish(self, handler: DriverHandler) -> None:
+        if self.publisher is None:
+            self.publisher = SlicePublisher(self.store, self.node_name)
+        self.publisher.publish(handler.driver, handler.resource_slices(self.node_name))
 
     def start(self) -> None:
         with self._lock:
             self.gpu = GpuHandler(
-                self.backend.snapshot(),
+                self._first_machine or self.backend.snapshot(),
                 self.node_name,
                 plugin_dir(self.kubelet_root, "gpu.nvidia.com"),
                 partitionable=self.partitionable,
-                node_driver=nvidia_cdi.for_backend(self.backend),
+                node_driver=self._node_driver_for(self.backend),
+                kubernetes_version=self.kubernetes_version,
             )
             machine = self.gpu.machine
             for factory in self.driver_factories:
@@ -142,76 +154,67 @@ class DraComponent:
                 target=self._watch, name="dra-registration", daemon=True
             )
             self._watcher.start()
-            self._syncer = threading.Thread(
-                target=self._sync_loop, name="dra-daemon-sync", daemon=True
-            )
-            self._syncer.start()
 
     def on_view(self, view: NodeView) -> None:
-        if self.gpu is not None and self.gpu.update_machine(view.machine):
-            publish(self.store, self.gpu, self.node_name)
+        if self.gpu is None:  # not started: start publishes from this view's machine
+            self._first_machine = view.machine
+            return
+        changed = self.gpu.update_machine(view.machine)
+        # unhealthy devices are published tainted (NVIDIA's NVMLDeviceHealthCheck)
+        if self.gpu.set_health(dict(view.unhealthy)) or changed:
+            self._publish(self.gpu)
         self._sync_logged()
 
-    def sync_daemons(self, *, force: bool = False) -> list[str]:
+    def sync_daemons(self) -> list[str]:
         """Let every driver with node daemons rewrite their configs from the cluster; returns
-        what changed (for the ComputeDomain driver: domain uids).
-
-        Cheap when nothing changed: with a store that counts writes per kind (the in-memory
-        store does), a driver is skipped while no Node was written and its set of daemons is
-        the same as at its last sync. ``force`` syncs regardless."""
+        what changed (for the ComputeDomain driver: domain uids). Reads come from the
+        drivers' informers, so this costs the API server nothing."""
         changed: list[str] = []
-        for driver, plugin in list(self.plugins.items()):
+        for plugin in list(self.plugins.values()):
             sync: Callable[[], list[str]] | None = getattr(plugin.handler, "sync_daemons", None)
-            if sync is None:
-                continue
-            key = self._sync_key(plugin.handler)
-            if not force and key is not None and self._synced.get(driver) == key:
-                continue
-            changed.extend(sync())
-            if key is not None:
-                self._synced[driver] = key
+            if sync is not None:
+                changed.extend(sync())
         return changed
-
-    def _sync_key(self, handler: DriverHandler) -> tuple[Any, ...] | None:
-        """What a daemon sync depends on, or None when the store cannot tell cheaply."""
-        revision = getattr(self.store, "kind_revision", None)
-        if revision is None:
-            return None
-        domains = getattr(handler, "daemon_domains", None)
-        return (revision("v1", "Node"), tuple(domains()) if domains is not None else None)
 
     def _sync_logged(self) -> None:
         try:
             changed = self.sync_daemons()
-        except Exception:  # a store or disk error: the next tick tries again
+        except Exception:  # a store or disk error: the next view or event tries again
             log.exception("rewriting node daemon configs failed")
             return
         for uid in changed:
-            log.info("ComputeDomain %s: IMEX nodes_config.cfg rewritten", uid)
-
-    def _sync_loop(self) -> None:
-        while not self._stop.wait(self._sync_interval):
-            self._sync_logged()
+            log.info("ComputeDomain %s: IMEX daemon hosts mapping rewritten", uid)
 
     def _watch(self) -> None:
+        failing: dict[str, str] = {}  # driver -> the error last logged (once, not every tick)
         while not self._stop.wait(self._watch_interval):
             for server in list(self.servers.values()):
                 try:
-                    if server.ensure_registered():
-                        log.warning(
-                            "%s: registration socket was removed; re-created", server.driver
-                        )
-                except OSError:
-                    log.exception("%s: cannot re-create the registration socket", server.driver)
+                    redone = server.ensure_serving()
+                except Exception as exc:  # tried again next tick
+                    if failing.get(server.driver) != str(exc):
+                        log.error("%s: cannot re-create its sockets: %s", server.driver, exc)
+                        failing[server.driver] = str(exc)
+                    continue
+                failing.pop(server.driver, None)
+                if redone:
+                    log.warning("%s: %s removed; re-created", server.driver, " and ".join(redone))
 
     def stop(self) -> None:
         self._stop.set()
-        for thread in (self._watcher, self._syncer):
-            if thread is not None:
-                thread.join(timeout=5)
+        if self._watcher is not None:
+            self._watcher.join(timeout=5)
         with self._lock:
             for server in self.servers.values():
                 server.stop()
             self.servers.clear()
             self._watcher = None
-            self._syncer = None
+            for plugin in self.plugins.values():
+                close: Callable[[], None] | None = getattr(plugin.handler, "close", None)
+                if close is not None:
+                    close()
+            if self.publisher is not None:
+                self.publisher.close()
+                self.publisher = None
+            if self._owns_cache:
+                self.store.stop_informers()

@@ -13,11 +13,11 @@ given the node's driver (:class:`kgpu.kubelet.nvidia_cdi.NodeDriver`) and the sp
 carry it as upstream's do: libraries, tools, firmware, sockets and the toolkit's hooks.
 
 Opaque ``GpuConfig``/``MigDeviceConfig`` (:mod:`kgpu.dra.opaque`) apply per request, claim
-configs over class configs, last one wins. MPS adds upstream's pipe and shm mounts under
-``<plugin dir>/mps/<claimUID>-<hash>/`` and the client-side limits
-(``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``); time-slicing
-records its interval in the claim's checkpoint state (the agent's backend is read-only: it never
-changes a GPU's compute policy).
+configs over class configs, last one wins. What a sharing strategy adds is its mode's plan
+(:mod:`kgpu.node.sharing`): MPS creates upstream's pipe and shm directories under
+``<plugin dir>/mps/<claimUID>-<hash>/``, mounts them and sets the client-side limits;
+time-slicing records its interval in the claim's checkpoint state (the agent's backend is
+read-only: it never changes a GPU's compute policy).
 """
 
 from __future__ import annotations
@@ -69,6 +69,9 @@ def resolve_devices(
     """Device name -> hardware, for every device the node publishes (static and partitionable).
 
     Uses the same slice builder the agent publishes with, so names always agree with the pool.
+    A device with a ``uuid`` attribute is that GPU or MIG device; a dynamic MIG placement (no
+    UUID until it exists) is found by its parent's ``parentUUID``, its ``profile`` and the
+    placement start its name carries.
     """
     from kgpu.dra.slices import resource_slices
 
@@ -99,18 +102,15 @@ def resolve_devices(
 
 def _placement(device: Mapping[str, Any], parent: Gpu) -> ResolvedDevice | None:
     """A partitionable MIG placement: the MIG device there now, or the one MIG would create."""
+    from kgpu.dra.devices import parse_mig_name
     from kgpu.hardware.mig import geometry_for, mig_device
 
     profile = str(_attr(device, "profile"))
-    slices = sorted(
-        int(key[len("memorySlice") :])
-        for key in (device.get("capacity") or {})
-        if key.startswith("memorySlice")
-    )
+    parsed = parse_mig_name(str(device["name"]))
     geometry = geometry_for(parent)
-    if not slices or geometry is None or profile not in geometry.profiles:
+    if parsed is None or geometry is None or profile not in geometry.profiles:
         return None
-    start = slices[0]
+    start = parsed.start
     for mig in parent.mig_devices:
         if mig.profile == profile and mig.placement_start == start:
             return ResolvedDevice(device["name"], mig.uuid, parent, mig)
@@ -169,6 +169,9 @@ class GpuHandler:
 
     ``dynamic_mig`` lets a claim use a partitionable MIG placement that does not exist yet
     (the simulator materialises it); on a real node only existing devices are prepared.
+    ``kubernetes_version`` is the API server's (``v1.35.2``): it decides how partitionable
+    devices and their counters are packed into slices (:mod:`kgpu.dra.slices`); None packs
+    them for the newest version.
     """
 
     driver = DRIVER
@@ -184,17 +187,33 @@ class GpuHandler:
         dynamic_mig: bool = False,
         partitionable: bool = False,
         node_driver: NodeDriver | None = None,
+        kubernetes_version: str | None = None,
     ) -> None:
         self.node_name = node_name
         self.node_driver = node_driver  # the driver's files for the specs (None: simulated)
         self.plugin_dir = plugin_dir
+        # where sharing plans create their per-claim directories (MPS pipes, shm, logs); the
+        # name is upstream's
         self.mps_root = plugin_dir / "mps"
         self.dev_root = dev_root
         self.dynamic_mig = dynamic_mig
         self.partitionable = partitionable
+        self.kubernetes_version = kubernetes_version
         self._lock = threading.Lock()
         self._machine = machine
         self._devices: dict[str, ResolvedDevice] | None = None
+        self._unhealthy: dict[str, str] = {}
+
+    def set_health(self, unhealthy: Mapping[str, str]) -> bool:
+        """Take the node's unhealthy devices (UUID -> reason); True when that changes the
+        slices: unhealthy devices are published with NVIDIA's health taint
+        (``gpu.nvidia.com/xid=<xid>:NoSchedule``, as its ``NVMLDeviceHealthCheck`` does), so
+        the scheduler allocates them to no new claim."""
+        with self._lock:
+            if dict(unhealthy) == self._unhealthy:
+                return False
+            self._unhealthy = dict(unhealthy)
+            return True
 
     def update_machine(self, machine: Machine) -> bool:
         """Take a new hardware snapshot; True when it differs (slices must be republished)."""
@@ -219,9 +238,15 @@ class GpuHandler:
 
     # -- DriverHandler ---------------------------------------------------------------------
     def resource_slices(self, node_name: str) -> list[Obj]:
-        from kgpu.dra.slices import resource_slices
+        from kgpu.dra.slices import DEFAULT_KUBERNETES_VERSION, resource_slices
 
-        return resource_slices(self._machine, node_name, partitionable=self.partitionable)
+        return resource_slices(
+            self._machine,
+            node_name,
+            partitionable=self.partitionable,
+            kubernetes_version=self.kubernetes_version or DEFAULT_KUBERNETES_VERSION,
+            unhealthy=self._unhealthy,
+        )
 
     def restore(self, states: Mapping[str, Mapping[str, Any]]) -> None:
         """Nothing to rebuild: everything a GPU claim holds is on disk and in its state."""
@@ -255,7 +280,7 @@ class GpuHandler:
 
         devices: list[Prepared] = []
         sharing_state: list[Obj] = []
-        mps_ids: list[str] = []
+        records: dict[str, list[str]] = {}
         for key, members in groups.items():
             choice = chosen[key]
             uuids = [device.uuid for _, device in members]
@@ -264,11 +289,11 @@ class GpuHandler:
                 raw, parsed = choice
                 plan = opaque.sharing_plan(parsed, claim.uid, uuids, raw.path)
             extra = ContainerEdits(env=plan.env)
-            if plan.mps_id is not None:
-                mps_dir = self.mps_root / plan.mps_id
-                for sub in ("pipe", "shm", "log"):
-                    (mps_dir / sub).mkdir(parents=True, exist_ok=True)
-                mps_ids.append(plan.mps_id)
+            for directory in plan.directories:
+                (self.mps_root / directory).mkdir(parents=True, exist_ok=True)
+            for state_key, value in plan.record.items():
+                records.setdefault(state_key, []).append(value)
+            if plan.mounts:
                 extra = extra.merged(
                     ContainerEdits(
                         mounts=tuple(
@@ -306,8 +331,7 @@ class GpuHandler:
         }
         if sharing_state:
             state["sharing"] = sharing_state
-        if mps_ids:
-            state["mps"] = mps_ids
+        state.update(records)
         common = (
             self.node_driver.common_edits(self._machine.driver_version)
             if self.node_driver is not None

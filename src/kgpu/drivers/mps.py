@@ -17,6 +17,10 @@ Without the binary (simulation) the daemon is modelled: the same directories, li
 control commands are recorded and reported (nothing is written to the host), and the state is
 ``modelled``. kgpu never changes the GPUs' compute mode (upstream sets EXCLUSIVE_PROCESS); set
 it in the node's provisioning if wanted.
+
+:class:`MpsComponent` is the agent's component around :class:`MpsManager`: every view syncs the
+daemons (only a changed plan restarts one; health changes leave them alone), and a background
+thread asks running daemons for their clients, which come and go without any event.
 """
 
 from __future__ import annotations
@@ -26,11 +30,13 @@ import logging
 import os
 import shutil
 import subprocess
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from kgpu.node.allocate import mps_shm_directory
 from kgpu.node.model import NodeView
+from kgpu.node.sharing.mps import mps_shm_directory
 
 log = logging.getLogger(__name__)
 
@@ -248,3 +254,52 @@ class MpsManager:
             timeout=10,
         )
         return done.stdout
+
+
+class MpsComponent:
+    """The MPS daemons as an agent component (``start``/``stop``/``on_view``)."""
+
+    name = "mps"
+
+    def __init__(
+        self,
+        *,
+        use_binary: bool | None = None,
+        refresh_interval_s: float = 5.0,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.manager = MpsManager(use_binary=use_binary)
+        self.refresh_interval_s = refresh_interval_s
+        self._on_change = on_change or (lambda: None)
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def on_view(self, view: NodeView) -> None:
+        with self._lock:
+            if not self._stopping.is_set():
+                self.manager.sync(view)
+
+    def start(self) -> None:
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._refresh_loop, name="mps-clients", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        with self._lock:
+            self.manager.stop_all()
+
+    def status(self) -> list[dict[str, object]]:
+        with self._lock:
+            return self.manager.status()
+
+    def _refresh_loop(self) -> None:
+        while not self._stopping.wait(self.refresh_interval_s):
+            with self._lock:
+                changed = self.manager.running and self.manager.refresh_clients()
+            if changed:
+                self._on_change()

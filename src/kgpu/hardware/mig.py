@@ -6,7 +6,9 @@ exceeds its instance count, and at most one instance owns the media engines (``+
 the check NVML performs when mig-parted creates the instances, so a layout accepted here is one a
 real GPU would accept.
 
-The tables come from ``profiles/mig.yaml``.
+The tables come from ``profiles/mig.yaml``, with each profile's engine counts (copy, decoder,
+encoder, JPEG, OFA) where a published table gives them, so a simulated MIG device carries the
+numbers NVML would report for it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from kgpu.errors import FieldError, FieldProblem
-from kgpu.hardware.model import Gpu, Machine, MigDevice
+from kgpu.hardware.model import Gpu, Machine, MigDevice, MigEngines
 from kgpu.hardware.profiles import read_data, stable_uuid
 
 
@@ -31,6 +33,7 @@ class MigProfile:
     placements: tuple[int, ...]  # valid start memory slices
     max_count: int
     multiprocessor_count: int = 0  # when NVML's count is known; else slices x per-slice SMs
+    engines: MigEngines | None = None  # when a published table gives them
 
     @property
     def media_extensions(self) -> bool:
@@ -60,6 +63,14 @@ class MigGeometry:
             ) from None
 
 
+def _engines(raw: list[int] | None) -> MigEngines | None:
+    """``eng: [copy, decoder, encoder, jpeg, ofa]`` of a profile in ``mig.yaml``."""
+    if raw is None:
+        return None
+    copy, decoder, encoder, jpeg, ofa = (int(n) for n in raw)
+    return MigEngines(copy=copy, decoder=decoder, encoder=encoder, jpeg=jpeg, ofa=ofa)
+
+
 @functools.cache
 def _geometries() -> dict[str, MigGeometry]:
     """Geometry per NVML product name (several names can share one table)."""
@@ -74,6 +85,7 @@ def _geometries() -> dict[str, MigGeometry]:
                 placements=tuple(int(s) for s in p["starts"]),
                 max_count=int(p["max"]),
                 multiprocessor_count=int(p.get("sms", 0)),
+                engines=_engines(p.get("eng")),
             )
             for name, p in raw["profiles"].items()
         }
@@ -227,6 +239,7 @@ def mig_device(gpu: Gpu, geometry: MigGeometry, name: str, start: int, index: in
         compute_slices=profile.compute_slices,
         multiprocessor_count=profile.multiprocessor_count
         or profile.compute_slices * geometry.multiprocessors_per_slice,
+        engines=profile.engines,
     )
 
 

@@ -12,6 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+#: ``Machine.source`` of a snapshot read from real GPUs through NVML.
+NVML_SOURCE = "nvml"
+
+
+@dataclass(frozen=True)
+class MigEngines:
+    """The engines one MIG device has to itself or shares, as NVML's device attributes count
+    them (``sharedCopyEngineCount``, ``sharedDecoderCount``...): what GFD labels
+    ``nvidia.com/mig-<profile>.engines.*``."""
+
+    copy: int = 0
+    decoder: int = 0
+    encoder: int = 0
+    jpeg: int = 0
+    ofa: int = 0
+
 
 @dataclass(frozen=True)
 class MigDevice:
@@ -19,7 +35,10 @@ class MigDevice:
 
     ``placement_start``/``placement_size`` are in memory slices, as NVML reports GPU-instance
     placements; ``index`` is the device's position among its parent's MIG devices (what NVML's
-    ``nvmlDeviceGetMigDeviceHandleByIndex`` takes).
+    ``nvmlDeviceGetMigDeviceHandleByIndex`` takes). ``compute_slices`` are the GPU instance's
+    slices and ``compute_instance_slices`` the compute instance's (0: the same, a full compute
+    instance, which is all kgpu creates). ``engines`` is None when the source did not say (a
+    snapshot recorded before kgpu read them, a profile without a published table).
     """
 
     parent_index: int
@@ -34,6 +53,13 @@ class MigDevice:
     memory_mib: int
     compute_slices: int
     multiprocessor_count: int = 0
+    compute_instance_slices: int = 0
+    engines: MigEngines | None = None
+
+    @property
+    def ci_slices(self) -> int:
+        """Slices of the compute instance (GFD's ``slices.ci``)."""
+        return self.compute_instance_slices or self.compute_slices
 
 
 @dataclass(frozen=True)
@@ -107,6 +133,9 @@ class Machine:
     """A node's GPUs plus the software versions that apply to all of them.
 
     ``profile`` names the simulated machine profile this came from ("nvml" for real hardware).
+    ``source`` says where the snapshot was read: ``nvml`` for a real node's GPUs (live, or a
+    snapshot recorded from them), ``simulated`` for a built-in profile. Decisions that must
+    never pretend to change real hardware (applying a MIG layout) ask :attr:`real`.
     """
 
     profile: str
@@ -115,6 +144,12 @@ class Machine:
     gpus: tuple[Gpu, ...] = ()
     hostname: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    source: str = "simulated"
+
+    @property
+    def real(self) -> bool:
+        """True when the GPUs are a real node's, as NVML reported them."""
+        return self.source == NVML_SOURCE
 
     @property
     def cuda_version(self) -> str:

@@ -3,8 +3,9 @@
 Every query that a GPU, driver or NVML version may not support is made through :meth:`_get`,
 which turns an NVML error into the field's default: an old driver without fabric info, a GeForce
 card without NVLink or a VM that hides NUMA still yields a complete snapshot. Only a missing NVML
-(no driver) is fatal, and it says what to do instead. Nothing here changes GPU state: MIG mode,
-clocks and power limits are only read.
+(no driver) is fatal, and it says what to do instead. Nothing here changes GPU state (clocks
+and power limits are only read) except the MIG operations mixed in from
+:mod:`kgpu.hardware.nvml_mig`, which only the MIG manager calls.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kgpu.hardware.backend import BackendError, XidEvent
-from kgpu.hardware.model import FabricInfo, Gpu, Machine, MigDevice, NvLink
+from kgpu.hardware.model import NVML_SOURCE, FabricInfo, Gpu, Machine, MigDevice, MigEngines, NvLink
+from kgpu.hardware.nvml_mig import NvmlMigOps
 from kgpu.hardware.profiles import product_by_name
 
 T = TypeVar("T")
@@ -88,8 +90,9 @@ def _sysfs_bdf(bus_id: str) -> str:
     return f"{domain[-4:]}:{rest}".lower()
 
 
-class NvmlBackend:
-    """The Backend for a real node. Construct once per process; :meth:`close` shuts NVML down."""
+class NvmlBackend(NvmlMigOps):
+    """The Backend for a real node (and its MigBackend). Construct once per process;
+    :meth:`close` shuts NVML down."""
 
     def __init__(self, nvml: Any = None) -> None:
         if nvml is None:
@@ -171,6 +174,7 @@ class NvmlBackend:
         cuda = int(self._get(0, "nvmlSystemGetCudaDriverVersion"))
         return Machine(
             profile="nvml",
+            source=NVML_SOURCE,
             driver_version=_text(self._get("", "nvmlSystemGetDriverVersion")),
             cuda_driver_version=(cuda // 1000, (cuda % 1000) // 10),
             gpus=gpus,
@@ -275,10 +279,9 @@ class NvmlBackend:
             attrs = self._get(None, "nvmlDeviceGetAttributes", mig)
             start, size = 0, 0
             gi = self._get(None, "nvmlDeviceGetGpuInstanceById", handle, gi_id)
-            if gi is not None:
-                info = self._get(None, "nvmlGpuInstanceGetInfo", gi)
-                if info is not None:
-                    start, size = int(info.placement.start), int(info.placement.size)
+            info = None if gi is None else self._get(None, "nvmlGpuInstanceGetInfo", gi)
+            if info is not None:
+                start, size = int(info.placement.start), int(info.placement.size)
             if attrs is not None:
                 memory_mib = int(attrs.memorySizeMB)
             else:
@@ -299,9 +302,38 @@ class NvmlBackend:
                     memory_mib=memory_mib,
                     compute_slices=slices,
                     multiprocessor_count=int(attrs.multiprocessorCount) if attrs is not None else 0,
+                    compute_instance_slices=int(getattr(attrs, "computeInstanceSliceCount", 0)),
+                    engines=self._mig_engines(handle, attrs, info),
                 )
             )
         return tuple(devices)
+
+    def _mig_engines(self, handle: Any, attrs: Any, gi_info: Any) -> MigEngines | None:
+        """The MIG device's engines as GFD labels them: its device attributes' shared counts,
+        else the counts of its GPU-instance profile (``nvmlDeviceGetGpuInstanceProfileInfo``
+        for the profile whose id the instance reports)."""
+        if attrs is not None and hasattr(attrs, "sharedCopyEngineCount"):
+            return MigEngines(
+                copy=int(attrs.sharedCopyEngineCount),
+                decoder=int(attrs.sharedDecoderCount),
+                encoder=int(attrs.sharedEncoderCount),
+                jpeg=int(attrs.sharedJpegCount),
+                ofa=int(attrs.sharedOfaCount),
+            )
+        profile_id = getattr(gi_info, "profileId", None)
+        if profile_id is None:
+            return None
+        for profile in range(self._const("NVML_GPU_INSTANCE_PROFILE_COUNT", 0)):
+            info = self._get(None, "nvmlDeviceGetGpuInstanceProfileInfo", handle, profile)
+            if info is not None and int(info.id) == int(profile_id):
+                return MigEngines(
+                    copy=int(info.copyEngineCount),
+                    decoder=int(info.decoderCount),
+                    encoder=int(info.encoderCount),
+                    jpeg=int(info.jpegCount),
+                    ofa=int(info.ofaCount),
+                )
+        return None
 
     def _mig_profile(self, mig: Any, parent_name: str, slices: int, memory_mib: int) -> str:
         """NVML names a MIG device ``<parent name> MIG <profile>``; older drivers may not."""

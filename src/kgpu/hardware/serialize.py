@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kgpu.errors import FieldError, FieldProblem
-from kgpu.hardware.model import FabricInfo, Gpu, Machine, MigDevice, NvLink
+from kgpu.hardware.model import NVML_SOURCE, FabricInfo, Gpu, Machine, MigDevice, MigEngines, NvLink
 from kgpu.userfiles import read_json
 
 FORMAT = "kgpu.machine/v1"
@@ -23,6 +23,12 @@ def machine_to_dict(machine: Machine) -> dict[str, Any]:
     """Plain JSON-ready data; tuples become lists."""
     data = dataclasses.asdict(machine)
     return {"format": FORMAT, **data}
+
+
+def _mig_from_dict(raw: dict[str, Any]) -> MigDevice:
+    fields = dict(raw)
+    engines = fields.pop("engines", None)
+    return MigDevice(**fields, engines=None if engines is None else MigEngines(**engines))
 
 
 def _gpu_from_dict(raw: dict[str, Any]) -> Gpu:
@@ -44,7 +50,7 @@ def _gpu_from_dict(raw: dict[str, Any]) -> Gpu:
         ),
         mig_capable=bool(raw.get("mig_capable", False)),
         mig_enabled=bool(raw.get("mig_enabled", False)),
-        mig_devices=tuple(MigDevice(**m) for m in raw.get("mig_devices", [])),
+        mig_devices=tuple(_mig_from_dict(m) for m in raw.get("mig_devices", [])),
         fabric=None if fabric is None else FabricInfo(**fabric),
         multiprocessor_count=int(raw.get("multiprocessor_count", 0)),
         power_limit_w=float(raw.get("power_limit_w", 0.0)),
@@ -81,8 +87,12 @@ def machine_from_dict(data: dict[str, Any], *, source: str = "") -> Machine:
                 raise FieldError(
                     FieldProblem(f"bad GPU entry: {_why(exc)}", path=f"gpus[{i}]", file=source)
                 ) from None
+        profile = str(data.get("profile", "snapshot"))
+        # snapshots recorded before ``source`` existed say where they came from by profile
+        origin = data.get("source") or (NVML_SOURCE if profile == NVML_SOURCE else "simulated")
         return Machine(
-            profile=str(data.get("profile", "snapshot")),
+            profile=profile,
+            source=str(origin),
             driver_version=str(data["driver_version"]),
             cuda_driver_version=(int(cuda[0]), int(cuda[1])),
             gpus=tuple(gpus),

@@ -8,16 +8,32 @@ It follows what the NVML backend reports on real hardware:
   ``probe`` returns False for it, and ``snapshot`` leaves it out (NVML cannot read a lost GPU, so
   a fresh discovery does not list it). Its MIG devices vanish with it. Clearing the failure
   brings it back unchanged.
+- The MIG operations (:class:`~kgpu.hardware.backend.MigBackend`) follow a real GPU's rules
+  (:mod:`kgpu.hardware.simulated_mig`); ``set_processes``, ``set_needs_reset`` and
+  ``reset_gpus`` make a GPU busy, make its mode changes wait for a reset, and reset it.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import TypeVar
 
-from kgpu.hardware.backend import BackendError, XidEvent
+from kgpu.hardware.backend import (
+    BackendError,
+    ComputeInstance,
+    GpuInstance,
+    MigMode,
+    MigOpError,
+    MigRefusal,
+    XidEvent,
+)
 from kgpu.hardware.model import Gpu, Machine
+from kgpu.hardware.simulated_mig import SimulatedMig
+
+T = TypeVar("T")
 
 
 class SimulatedBackend:
@@ -31,6 +47,7 @@ class SimulatedBackend:
         self._history: list[XidEvent] = []
         self._failing: set[str] = set()
         self._closed = False
+        self._mig = SimulatedMig()
 
     # -- Backend protocol ---------------------------------------------------------------------
 
@@ -105,6 +122,7 @@ class SimulatedBackend:
         UUIDs they were set on."""
         with self._cond:
             self._machine = machine
+            self._mig.forget()
 
     @property
     def machine(self) -> Machine:
@@ -122,6 +140,83 @@ class SimulatedBackend:
         """Every event injected so far (``wait_events`` consumes; this does not)."""
         with self._cond:
             return list(self._history)
+
+    # -- MIG operations (MigBackend protocol) -------------------------------------------------
+
+    def mig_mode(self, gpu: int) -> MigMode:
+        return self._mig_read(gpu, self._mig.mode)
+
+    def set_mig_mode(self, gpu: int, enabled: bool) -> MigMode:
+        return self._mig_change(gpu, lambda g: self._mig.set_mode(g, enabled))
+
+    def gpu_instances(self, gpu: int) -> tuple[GpuInstance, ...]:
+        return self._mig_read(gpu, self._mig.instances)
+
+    def create_gpu_instance(self, gpu: int, profile: str, start: int) -> GpuInstance:
+        return self._mig_change(gpu, lambda g: self._mig.create_gpu_instance(g, profile, start))
+
+    def destroy_gpu_instance(self, gpu: int, gi_id: int) -> None:
+        self._mig_change(gpu, lambda g: (self._mig.destroy_gpu_instance(g, gi_id), None))
+
+    def compute_instances(self, gpu: int, gi_id: int) -> tuple[ComputeInstance, ...]:
+        return self._mig_read(gpu, lambda g: self._mig.compute_instances(g, gi_id))
+
+    def create_compute_instance(self, gpu: int, gi_id: int) -> ComputeInstance:
+        return self._mig_change(gpu, lambda g: self._mig.create_compute_instance(g, gi_id))
+
+    def destroy_compute_instance(self, gpu: int, gi_id: int, ci_id: int) -> None:
+        self._mig_change(gpu, lambda g: (self._mig.destroy_compute_instance(g, gi_id, ci_id), None))
+
+    def gpu_processes(self, gpu: int) -> tuple[int, ...]:
+        return self._mig_read(gpu, self._mig.processes)
+
+    def set_processes(self, target: int | str, pids: Iterable[int]) -> None:
+        """Processes now running on a GPU (index or UUID) or a MIG device (its UUID); an empty
+        list ends them. A busy GPU keeps a mode change pending and refuses to lose a MIG device
+        a process runs on."""
+        with self._cond:
+            uuid = target if isinstance(target, str) else self._resolve(target).uuid
+            self._resolve(uuid)
+            self._mig.set_processes(uuid, tuple(pids))
+
+    def set_needs_reset(self, gpu: int | str, needs: bool = True) -> None:
+        """Make a GPU's MIG mode changes wait for a GPU reset (a passthrough VM's GPU)."""
+        with self._cond:
+            self._mig.set_needs_reset(self._resolve(gpu).uuid, needs)
+
+    def reset_gpus(self, gpus: Iterable[int] | None = None) -> None:
+        """Reset GPUs (every GPU: a node reboot): pending MIG modes take effect, GPU and compute
+        instances and processes are gone."""
+        with self._cond:
+            wanted = None if gpus is None else set(gpus)
+            self._machine = self._machine.with_gpus(
+                tuple(
+                    self._mig.reset(g) if wanted is None or g.index in wanted else g
+                    for g in self._machine.gpus
+                )
+            )
+
+    def _mig_gpu(self, index: int) -> Gpu:
+        if self._closed:
+            raise BackendError("the simulated backend is closed")
+        for gpu in self._machine.gpus:
+            if gpu.index == index:
+                if gpu.uuid in self._failing:
+                    raise MigOpError(MigRefusal.GPU_LOST, f"GPU {index} does not answer NVML")
+                return gpu
+        raise MigOpError(MigRefusal.NOT_FOUND, f"no GPU with index {index}")
+
+    def _mig_read(self, index: int, read: Callable[[Gpu], T]) -> T:
+        with self._cond:
+            return read(self._mig_gpu(index))
+
+    def _mig_change(self, index: int, change: Callable[[Gpu], tuple[Gpu, T]]) -> T:
+        with self._cond:
+            gpu, result = change(self._mig_gpu(index))
+            self._machine = self._machine.with_gpus(
+                tuple(gpu if g.index == index else g for g in self._machine.gpus)
+            )
+            return result
 
     # -- helpers ------------------------------------------------------------------------------
 

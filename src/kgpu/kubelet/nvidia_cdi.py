@@ -50,8 +50,9 @@ from kgpu.kubelet.driver_root import (
     DriverRoot,
     discover,
 )
-from kgpu.node.allocate import CDI_CLASS, CDI_VENDOR, strip_replica
+from kgpu.node.allocate import CDI_CLASS, CDI_VENDOR
 from kgpu.node.allocate import DeviceNode as AllocatedDeviceNode
+from kgpu.node.ids import strip_replica
 from kgpu.node.model import AdvertisedDevice, NodeView
 
 log = logging.getLogger(__name__)

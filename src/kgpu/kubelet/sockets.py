@@ -4,10 +4,21 @@ The device plugin, the DRA plugin and the fakes that play the kubelet all listen
 file that a previous instance (or a crashed one) may have left behind, and all dial sockets
 named by paths that may be relative (``--kubelet-root ./root``). gRPC reads ``unix://rel/x``
 as an authority, not a path, so every target is made absolute in one place.
+
+Modes are explicit, never left to the umask: a socket file is ``0600`` and a directory this
+module creates is ``0750`` (the kubelet, which dials the sockets, runs as root), so an agent
+started under ``umask 000`` does not hand every local user its gRPC endpoints.
+
+A socket file is known by :func:`identity` (device, inode and change time in nanoseconds), not
+by its inode alone: ext4 and tmpfs hand a freed inode to the next file, so a kubelet that
+re-binds ``kubelet.sock`` often gets the same inode back, never the same change time.
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,10 +26,41 @@ from typing import Any
 
 import grpc
 
+SOCKET_MODE = 0o600
+DIRECTORY_MODE = 0o750
+
+#: (st_dev, st_ino, st_ctime_ns) of a file; None when it does not exist.
+Identity = tuple[int, int, int]
+
 
 def unix_target(path: Path | str) -> str:
     """The gRPC target for a socket file: ``unix:///abs/path``."""
     return f"unix://{Path(path).absolute()}"
+
+
+def identity(path: Path) -> Identity | None:
+    """What tells this file from any later one of the same name (None: no such file)."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return (st.st_dev, st.st_ino, st.st_ctime_ns)
+
+
+def ensure_directory(path: Path, mode: int = DIRECTORY_MODE) -> None:
+    """Create ``path`` and missing parents with ``mode`` (set explicitly, whatever the umask);
+    directories that exist already (the kubelet's own) keep theirs."""
+    missing = []
+    for parent in (path, *path.parents):
+        if parent.is_dir():
+            break
+        missing.append(parent)
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            continue  # made meanwhile by someone else: theirs, their mode
+        os.chmod(directory, mode)
 
 
 def serve_unix(
@@ -30,8 +72,9 @@ def serve_unix(
     options: Sequence[tuple[str, Any]] = (),
 ) -> grpc.Server:
     """Start a server on ``path``: its directory created, a stale socket file replaced,
-    ``add`` registering the servicers. OSError when nothing could be bound."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ``add`` registering the servicers, the socket file ``0600``. OSError when nothing could be
+    bound."""
+    ensure_directory(path.parent)
     path.unlink(missing_ok=True)  # a socket left by a previous (crashed) instance
     server = grpc.server(
         ThreadPoolExecutor(max_workers=workers, thread_name_prefix=thread_name_prefix),
@@ -40,5 +83,28 @@ def serve_unix(
     add(server)
     if server.add_insecure_port(unix_target(path)) == 0:
         raise OSError(f"cannot listen on {path}")
+    try:
+        os.chmod(path, SOCKET_MODE)  # bound by add_insecure_port, accepting only after start
+    except OSError:
+        server.stop(None)
+        raise
     server.start()
     return server
+
+
+def wait_listening(path: Path, timeout_s: float = 5.0) -> None:
+    """Return once ``path`` accepts a connection (TimeoutError otherwise).
+
+    A plain ``connect`` answers as soon as the server listens: no gRPC channel, whose
+    connectivity poll adds about 0.2 s to every check."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                probe.connect(str(path.absolute()))
+                return
+            except OSError as exc:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"{path} does not accept connections: {exc}") from None
+        time.sleep(0.005)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from kgpu.hardware.model import Machine
 from kgpu.metrics.cgroups import CgroupIdentity
 from kgpu.metrics.sources import PodRef
+from kgpu.node.ids import strip_replica
 from kgpu.node.model import NodeView
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ def resolve_device_id(
     """The GPU/MIG UUID behind a device-plugin id, or None."""
     if device_id in index:
         return index[device_id]
-    base = device_id.split("::", 1)[0]
+    base = strip_replica(device_id)
     if base in index:
         return index[base]
     if machine is None:

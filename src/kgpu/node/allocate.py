@@ -11,21 +11,14 @@ Facts carried over from NVIDIA's device plugin (so containers and runtimes behav
   index``), replica suffixes ``::N`` dropped and duplicates removed.
 * ``volume-mounts`` sets ``NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices`` and mounts
   ``/dev/null`` at ``/var/run/nvidia-container-devices/<id>`` per device.
-* ``cdi-annotations`` adds ``cdi.k8s.io/nvidia-device-plugin_<response id>`` with the
+* ``cdi-annotations`` adds ``<cdiAnnotationPrefix>nvidia-device-plugin_<response id>`` (prefix
+  ``cdi.k8s.io/`` unless the config sets one) with the
   comma-joined CDI names ``k8s.device-plugin.nvidia.com/gpu=<id>``; ``cdi-cri`` sends the same
   names as ``cdi_devices``.
-* MPS replicas get ``CUDA_MPS_PIPE_DIRECTORY=/mps/<resource>/pipe`` and ``<mpsRoot>/shm``
-  mounted at ``/dev/shm``. Upstream mounts one pipe directory per resource there (its one control
-  daemon covers all of the resource's GPUs); kgpu runs one daemon per GPU and mounts the pipe
-  directory of the allocated replica's GPU (``<mpsRoot>/<resource>/<gpu index>/pipe``, from the
-  view) at the same container path, so images written for upstream work unchanged. A client
-  process can only talk to one control daemon, which is why a request for MPS replicas of more
-  than one GPU is refused with upstream's ``failRequestsGreaterThanOne`` wording even when that
-  flag is turned off (upstream forces it on for MPS). Upstream enforces the per-client limits
-  only through the control daemon's defaults; kgpu also sets
-  ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``
-  (``0=<MiB>M``: the container sees its one GPU as ordinal 0), which MPS clients honour and
-  which can only lower the daemon's defaults, so a client cannot ask for more than its share.
+* Shared replicas get what their sharing mode adds (:mod:`kgpu.node.sharing`): MPS clients the
+  pipe of their GPU's control daemon at upstream's ``/mps/<resource>/pipe``, the shared
+  ``/dev/shm`` and their per-client limits; a mode may also refuse a request (MPS replicas of two
+  GPUs: a client talks to one daemon).
 """
 
 from __future__ import annotations
@@ -37,17 +30,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from kgpu.errors import KgpuError
-from kgpu.node.model import AdvertisedDevice, MpsLimits, NodeView, ResourceView, Sharing
+from kgpu.node.ids import is_replica, strip_replica
+from kgpu.node.model import AdvertisedDevice, NodeView, ResourceView, Sharing
+from kgpu.node.sharing import SharingMode, mode_of
 
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 VOLUME_MOUNTS_HOST_PATH = "/dev/null"
 VOLUME_MOUNTS_CONTAINER_ROOT = "/var/run/nvidia-container-devices"
 CDI_VENDOR = "k8s.device-plugin.nvidia.com"
 CDI_CLASS = "gpu"
-CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 CDI_ANNOTATION_PLUGIN = "nvidia-device-plugin"
-MPS_CONTAINER_ROOT = "/mps"
-MPS_SHM_CONTAINER_PATH = "/dev/shm"
 
 # Above this many candidate subsets the whole-GPU search turns greedy (8 of 16 GPUs is 12870).
 _MAX_SUBSETS = 20000
@@ -82,11 +74,6 @@ class ContainerAllocation:
     cdi_devices: tuple[str, ...] = ()
 
 
-def strip_replica(device_id: str) -> str:
-    """``GPU-x::3`` -> ``GPU-x``: the id of the device behind a shared replica."""
-    return device_id.split("::", 1)[0]
-
-
 def _resource(view: NodeView, resource: str) -> ResourceView:
     try:
         return view.resource(resource)
@@ -106,15 +93,17 @@ def preferred_allocation(
     must_include: Sequence[str],
     size: int,
     *,
-    pack_replicas: bool = False,
+    pack_replicas: bool | None = None,
 ) -> list[str]:
     """The ids the plugin would pick: ``must_include`` first, then the closest others.
 
     Whole GPUs: the subset with the most NVLinks between its members, then the fewest NUMA nodes,
     then the lowest GPU indices. Replicas: spread over the GPUs with the fewest replicas already
-    handed out (``pack_replicas`` packs them onto as few GPUs as possible instead). MIG devices:
+    handed out (``pack_replicas``, by default the config's ``sharedDevicesAllocationPolicy:
+    packed``, packs them onto as few GPUs as possible instead). MIG devices:
     as few parent GPUs as possible. Unknown ids in ``available`` are ignored; the answer never
-    holds more than ``size`` ids unless ``must_include`` alone is larger.
+    holds more than ``size`` ids unless ``must_include`` alone is larger. Too few replicas or MIG
+    devices to reach ``size`` is upstream's error; too few whole GPUs gives those there are.
     """
     res = _resource(view, resource)
     by_id = {dev.id: dev for dev in res.devices}
@@ -124,12 +113,20 @@ def preferred_allocation(
     taken = set(chosen)
     candidates = [by_id[i] for i in dict.fromkeys(available) if i in by_id and i not in taken]
     need = size - len(chosen)
+    shared = res.sharing is not Sharing.NONE or any(d.replica is not None for d in res.devices)
+    mig = any(d.mig_uuid for d in res.devices)
+    if need > len(candidates) and (shared or mig):
+        # upstream's greedy allocator (replicas, MIG devices) refuses; whole GPUs get what is left
+        raise AllocationError("not enough available devices to satisfy allocation")
     if need >= len(candidates):
         return chosen + [d.id for d in candidates]
     fixed = [by_id[i] for i in chosen if i in by_id]
-    if res.sharing is not Sharing.NONE or any(d.replica is not None for d in res.devices):
-        picked = _pick_replicas(res, candidates, fixed, need, available, pack_replicas)
-    elif any(d.mig_uuid for d in res.devices):
+    if shared:
+        pack = view.shared_devices_allocation_policy == "packed"
+        if pack_replicas is not None:
+            pack = pack_replicas
+        picked = _pick_replicas(res, candidates, fixed, need, available, pack)
+    elif mig:
         picked = _pick_mig(candidates, fixed, need)
     else:
         picked = _pick_gpus(view, candidates, fixed, need)
@@ -144,8 +141,9 @@ def _pick_replicas(
     available: Sequence[str],
     pack: bool,
 ) -> list[AdvertisedDevice]:
-    """Greedy by load: a GPU's load is its replicas not offered as available (handed out
-    already) plus those picked in this request."""
+    """Greedy by load, as upstream's allocator: a GPU's load is its replicas not offered as
+    available (handed out already) plus those picked in this request; equal loads go to the GPU
+    this request took fewer replicas from, then the lowest index."""
     offered = set(available)
     load: Counter[int] = Counter()
     for dev in res.devices:
@@ -155,25 +153,29 @@ def _pick_replicas(
         load[dev.gpu_index] += 1
     remaining = list(candidates)
     picked: list[AdvertisedDevice] = []
-    # MPS replicas of one request must share a GPU (a client talks to one GPU's daemon): stay
-    # on a GPU the request already holds, else one with room for the whole request.
-    mps = any(d.mps is not None for d in res.devices)
+    # Replicas of a mode that serves a client from one GPU (MPS: a client talks to one GPU's
+    # daemon) must share a GPU: stay on a GPU the request already holds, else one with room for
+    # the whole request.
+    one_gpu = any(mode_of(d.sharing).one_gpu_per_request for d in res.devices)
     free: Counter[int] = Counter(d.gpu_index for d in candidates)
     held = {d.gpu_index for d in fixed}
+    taken: Counter[int] = Counter()
     for step in range(need):
         left = need - step
 
-        def key(d: AdvertisedDevice, left: int = left) -> tuple[int, int, int, int]:
+        def key(d: AdvertisedDevice, left: int = left) -> tuple[int, int, int, int, int]:
             busy = load[d.gpu_index]
             apart = 0
-            if mps:
+            if one_gpu:
                 apart = 2 * (d.gpu_index not in held) + (free[d.gpu_index] < left)
-            return (apart, -busy if pack else busy, d.gpu_index, d.replica or 0)
+            order = -busy if pack else busy
+            return (apart, order, taken[d.gpu_index], d.gpu_index, d.replica or 0)
 
         best = min(remaining, key=key)
         remaining.remove(best)
         picked.append(best)
         load[best.gpu_index] += 1
+        taken[best.gpu_index] += 1
         free[best.gpu_index] -= 1
         held.add(best.gpu_index)
     return picked
@@ -254,37 +256,31 @@ def container_allocation(
 ) -> ContainerAllocation:
     """What the kubelet must give one container that was allocated ``ids`` of ``resource``.
 
-    Raises :class:`AllocationError` for what upstream refuses: more than one replica when
-    ``failRequestsGreaterThanOne`` is set, ids the resource does not advertise, and (kgpu only)
-    ids currently Unhealthy. ``response_id`` names the CDI annotation; by default it is derived
-    from the ids so the same request gives the same answer.
+    Raises :class:`AllocationError` for what upstream refuses, in upstream's order and words: ids
+    the resource does not advertise, more than one replica when ``failRequestsGreaterThanOne``
+    is set, and (kgpu only) ids currently Unhealthy. ``response_id`` names the CDI annotation;
+    by default it is derived from the ids so the same request gives the same answer.
     """
     res = _resource(view, resource)
     by_id = {dev.id: dev for dev in res.devices}
-    too_large = (
-        f"request for '{resource}: {len(ids)}' too large: "
-        "maximum request size for shared resources is 1"
-    )
-    if res.fail_requests_greater_than_one and any("::" in i for i in ids) and len(ids) > 1:
+    refused = f'invalid allocation request for "{resource}": invalid request: '
+    unknown = next((i for i in ids if i not in by_id), None)
+    if unknown is not None:
+        raise AllocationError(f"{refused}unknown device: {unknown}")
+    too_large = f"{refused}maximum request size for shared resources is 1; found {len(ids)}"
+    if res.fail_requests_greater_than_one and any(is_replica(i) for i in ids) and len(ids) > 1:
         raise AllocationError(too_large)
     devices: list[AdvertisedDevice] = []
     for device_id in ids:
-        dev = by_id.get(device_id)
-        if dev is None:
-            raise AllocationError(
-                f"invalid allocation request for '{resource}': unknown device: {device_id}"
-            )
+        dev = by_id[device_id]
         if not dev.healthy:
-            raise AllocationError(
-                f"invalid allocation request for '{resource}': unhealthy device: {device_id}"
-            )
+            raise AllocationError(f"{refused}unhealthy device: {device_id}")
         devices.append(dev)
-    mps_gpus = {d.gpu_uuid for d in devices if d.mps is not None}
-    if len(mps_gpus) > 1:
-        raise AllocationError(
-            f"{too_large} (MPS replicas of {len(mps_gpus)} GPUs: a client talks to one GPU's "
-            "MPS control daemon)"
-        )
+    modes = _modes(devices)
+    for mode, members in modes:
+        problem = mode.request_problem(resource, members, too_large)
+        if problem is not None:
+            raise AllocationError(problem)
 
     visible = list(dict.fromkeys(strip_replica(d.visible_id) for d in devices))
     strategies = set(view.device_list_strategy)
@@ -293,6 +289,7 @@ def container_allocation(
     annotations: dict[str, str] = {}
     cdi_names: tuple[str, ...] = ()
 
+    envs.update(view.allocate_envs)
     if "envvar" in strategies:
         envs[VISIBLE_DEVICES_ENV] = ",".join(visible)
     if "volume-mounts" in strategies:
@@ -304,18 +301,19 @@ def container_allocation(
             )
             for i in visible
         )
-    if strategies & {"cdi-annotations", "cdi-cri"}:
+    if strategies & {"cdi-annotations", "cdi-cri"} and visible:
         names = tuple(cdi_device_name(i) for i in visible)
         if "cdi-annotations" in strategies:
             rid = response_id or str(uuid.uuid5(uuid.NAMESPACE_OID, ",".join(ids)))
-            annotations[f"{CDI_ANNOTATION_PREFIX}{CDI_ANNOTATION_PLUGIN}_{rid}"] = ",".join(names)
+            key = f"{view.cdi_annotation_prefix}{CDI_ANNOTATION_PLUGIN}_{rid}"
+            annotations[key] = ",".join(names)
         if "cdi-cri" in strategies:
             cdi_names = names
 
-    mps = next((d.mps for d in devices if d.mps is not None), None)
-    if mps is not None:
-        envs.update(mps_client_envs(resource, mps))
-        mounts.extend(mps_mounts(resource, mps))
+    for mode, members in modes:
+        edits = mode.container_edits(resource, members)
+        envs.update(edits.envs)
+        mounts.extend(Mount(container_path=c, host_path=h) for c, h in edits.mounts)
 
     return ContainerAllocation(
         envs=envs,
@@ -330,32 +328,9 @@ def cdi_device_name(device_id: str) -> str:
     return f"{CDI_VENDOR}/{CDI_CLASS}={device_id}"
 
 
-def mps_shm_directory(limits: MpsLimits) -> str:
-    """Host directory shared as ``/dev/shm`` by the daemons and their clients: ``<mpsRoot>/shm``."""
-    if limits.shm_directory:
-        return limits.shm_directory
-    # Hand-made limits without it: <root>/<resource...>/[<gpu>/]pipe -> <root>/shm is not
-    # recoverable in general; the pipe directory's grandparent is the best guess.
-    return f"{limits.pipe_directory.rstrip('/').rsplit('/', 2)[0]}/shm"
-
-
-def mps_container_pipe(resource: str) -> str:
-    """Where clients find the pipe: ``/mps/<resource>/pipe``, upstream's container path."""
-    return f"{MPS_CONTAINER_ROOT}/{resource}/pipe"
-
-
-def mps_client_envs(resource: str, limits: MpsLimits) -> dict[str, str]:
-    """The environment an MPS client of one GPU gets (its GPU is ordinal 0 in the container)."""
-    return {
-        "CUDA_MPS_PIPE_DIRECTORY": mps_container_pipe(resource),
-        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(limits.active_thread_percentage),
-        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={limits.pinned_memory_limit_mib}M",
-    }
-
-
-def mps_mounts(resource: str, limits: MpsLimits) -> list[Mount]:
-    """The GPU's daemon pipe directory at upstream's container path, and the shared shm."""
-    return [
-        Mount(container_path=mps_container_pipe(resource), host_path=limits.pipe_directory),
-        Mount(container_path=MPS_SHM_CONTAINER_PATH, host_path=mps_shm_directory(limits)),
-    ]
+def _modes(devices: Sequence[AdvertisedDevice]) -> list[tuple[SharingMode, list[AdvertisedDevice]]]:
+    """The sharing modes of ``devices`` with the devices of each, in the devices' order."""
+    groups: dict[str, list[AdvertisedDevice]] = {}
+    for dev in devices:
+        groups.setdefault(str(dev.sharing), []).append(dev)
+    return [(mode_of(name), members) for name, members in groups.items()]

@@ -17,8 +17,10 @@ import re
 from collections.abc import Sequence
 
 from kgpu.config.fields import is_dns_subdomain
+from kgpu.config.plugin import DEFAULT_PLUGIN_CONFIG, DevicePluginConfig
 from kgpu.hardware.model import Gpu, Machine, MigDevice
 from kgpu.node.model import AdvertisedDevice, ResourceView, Sharing
+from kgpu.node.sharing import MODES
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MAX_LABEL_VALUE = 63
@@ -115,13 +117,25 @@ def _shared_labels(
 
 
 def _mig_attributes(prefix: str, mig: MigDevice) -> dict[str, str]:
+    """GFD's MIG device attributes: memory, SMs, GPU- and compute-instance slices and the
+    engines (copy, decoder, encoder, JPEG, OFA), all as NVML's device attributes give them;
+    engine labels are left out when the hardware model does not know the counts."""
     labels = {
         f"{prefix}.memory": str(mig.memory_mib),
+        f"{prefix}.multiprocessors": str(mig.multiprocessor_count),
         f"{prefix}.slices.gi": str(mig.compute_slices),
-        f"{prefix}.slices.ci": str(mig.compute_slices),
+        f"{prefix}.slices.ci": str(mig.ci_slices),
     }
-    if mig.multiprocessor_count:
-        labels[f"{prefix}.multiprocessors"] = str(mig.multiprocessor_count)
+    if mig.engines is not None:
+        labels.update(
+            {
+                f"{prefix}.engines.copy": str(mig.engines.copy),
+                f"{prefix}.engines.decoder": str(mig.engines.decoder),
+                f"{prefix}.engines.encoder": str(mig.engines.encoder),
+                f"{prefix}.engines.jpeg": str(mig.engines.jpeg),
+                f"{prefix}.engines.ofa": str(mig.engines.ofa),
+            }
+        )
     return labels
 
 
@@ -150,14 +164,16 @@ def _version_labels(machine: Machine) -> dict[str, str]:
 def _whole_gpu_labels(
     machine: Machine, usage: dict[str, _Usage], mig_strategy: str
 ) -> dict[str, str]:
-    # GFD labels one product: whole GPUs win over MIG-enabled ones (those get no sharing info).
-    whole = [g for g in machine.gpus if not (g.mig_enabled and mig_strategy != "none")]
+    # GFD labels one product: whole GPUs win over MIG-enabled ones, which GFD labels without
+    # sharing (replicas 0, plain product) under every MIG strategy, even when the device plugin
+    # advertises them whole (strategy none) and replicates them.
+    whole = [g for g in machine.gpus if not g.mig_enabled]
     if not whole:
         whole = list(machine.gpus)
     first: Gpu = whole[0]
     count = sum(1 for g in machine.gpus if g.product_name == first.product_name)
     labels: dict[str, str]
-    if first.mig_enabled and mig_strategy != "none":
+    if first.mig_enabled:
         labels = {
             "nvidia.com/gpu.product": _product([first.product_name], False),
             "nvidia.com/gpu.count": str(count),
@@ -193,6 +209,7 @@ def _single_labels(machine: Machine, usage: dict[str, _Usage]) -> dict[str, str]
             "nvidia.com/gpu.product": _product([name, "MIG", "INVALID"], False),
             "nvidia.com/gpu.count": "0",
             "nvidia.com/gpu.replicas": "0",
+            "nvidia.com/gpu.sharing-strategy": "",
             "nvidia.com/gpu.memory": "0",
         }
     mig = migs[0]
@@ -228,9 +245,13 @@ def _clique(machine: Machine) -> str | None:
 
 
 def node_labels(
-    machine: Machine, resources: Sequence[ResourceView], mig_strategy: str
+    machine: Machine,
+    resources: Sequence[ResourceView],
+    mig_strategy: str,
+    config: DevicePluginConfig = DEFAULT_PLUGIN_CONFIG,
 ) -> dict[str, str]:
-    """The labels gpu-feature-discovery would put on this node (plus ``gpu.present``)."""
+    """The labels gpu-feature-discovery would put on this node (plus ``gpu.present``) under the
+    device-plugin ``config`` in force."""
     if not machine.gpus:
         return {}
     usage = _usage(resources, mig_strategy)
@@ -239,9 +260,8 @@ def node_labels(
     labels["nvidia.com/mig.capable"] = (
         "true" if any(g.mig_capable for g in machine.gpus) else "false"
     )
-    labels["nvidia.com/mps.capable"] = (
-        "true" if any(d.sharing is Sharing.MPS for r in resources for d in r.devices) else "false"
-    )
+    for mode in MODES:
+        labels.update(mode.node_labels(config))
     labels.update(_whole_gpu_labels(machine, usage, mig_strategy))
     if mig_strategy == "single":
         labels["nvidia.com/mig.strategy"] = "single"

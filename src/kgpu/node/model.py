@@ -9,37 +9,12 @@ means every one of those consumers sees the same answer for the same inputs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 
 from kgpu.hardware.model import Machine
-
-
-class Sharing(StrEnum):
-    """How a physical device is shared between containers."""
-
-    NONE = "none"
-    TIME_SLICING = "time-slicing"
-    MPS = "mps"
-
-
-@dataclass(frozen=True)
-class MpsLimits:
-    """Per-client limits an MPS control daemon enforces for one replica of a GPU.
-
-    Upstream derives both from the replica count: ``100 // replicas`` percent of the SMs and
-    ``memory / replicas`` of pinned device memory per client. kgpu runs one control daemon per
-    MPS-shared GPU, so ``pipe_directory``/``log_directory`` are that GPU's daemon's host
-    directories (``<mpsRoot>/<resource>/<gpu index>/pipe``); ``shm_directory`` is the host
-    directory every daemon and client shares as ``/dev/shm`` (``<mpsRoot>/shm``; empty: derived
-    from the pipe directory).
-    """
-
-    active_thread_percentage: int
-    pinned_memory_limit_mib: int
-    pipe_directory: str
-    log_directory: str
-    shm_directory: str = ""
+from kgpu.node.sharing import Sharing
+from kgpu.node.sharing.mps import MpsLimits
 
 
 @dataclass(frozen=True)
@@ -105,10 +80,20 @@ class GpuPlan:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """A resource the device plugin refuses to serve on this node, with upstream's reason
+    (the plugin exits; kgpu serves nothing for it and says why, and the node is still labeled
+    as gpu-feature-discovery labels it)."""
+
+    resource: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class NodeView:
     """Everything a node advertises, computed from snapshots only."""
 
-    machine: Machine  # the snapshot after the MIG layout was applied
+    machine: Machine  # the hardware snapshot, MIG devices as they exist
     resources: tuple[ResourceView, ...]
     labels: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
@@ -116,8 +101,19 @@ class NodeView:
     config_name: str | None = None  # the device-plugin config entry in force
     mig_config_name: str | None = None  # the mig-parted config in force
     mig_strategy: str = "none"
+    refused: tuple[Refusal, ...] = ()  # what the device plugin refuses to serve, and why
+    # why the desired MIG layout (mig_config_name) is not the hardware's ('' when it is); the
+    # view never applies it: the MIG manager does
+    mig_pending: str = ""
     device_list_strategy: tuple[str, ...] = ("envvar",)
     device_id_strategy: str = "uuid"
+    pass_device_specs: bool = False  # Allocate passes the devices' nodes (passDeviceSpecs)
+    shared_devices_allocation_policy: str = "distributed"  # or "packed"
+    cdi_annotation_prefix: str = "cdi.k8s.io/"
+    # what every Allocate response sets (NVIDIA_GDS=enabled with gdsEnabled...)
+    allocate_envs: tuple[tuple[str, str], ...] = ()
+    # (GPU or MIG UUID, why) of every Unhealthy device: the DRA driver taints them
+    unhealthy: tuple[tuple[str, str], ...] = ()
 
     def resource(self, name: str) -> ResourceView:
         for res in self.resources:
@@ -135,8 +131,11 @@ class NodeView:
                     return dev
         raise KeyError(f"unknown device id {device_id}")
 
-    def with_health(self, unhealthy_uuids: frozenset[str]) -> NodeView:
-        """The same view with every device whose GPU or MIG UUID is listed marked Unhealthy."""
+    def with_health(
+        self, unhealthy_uuids: frozenset[str], reasons: Mapping[str, str] | None = None
+    ) -> NodeView:
+        """The same view with every device whose GPU or MIG UUID is listed marked Unhealthy
+        (``reasons``: why, per UUID, kept in ``unhealthy`` for the DRA driver's taints)."""
         resources = tuple(
             replace(
                 res,
@@ -153,4 +152,17 @@ class NodeView:
             )
             for res in self.resources
         )
-        return replace(self, resources=resources)
+        why = reasons or {}
+        unhealthy = tuple(sorted((u, why.get(u, "unhealthy")) for u in unhealthy_uuids))
+        return replace(self, resources=resources, unhealthy=unhealthy)
+
+
+__all__ = [
+    "AdvertisedDevice",
+    "GpuPlan",
+    "MpsLimits",
+    "NodeView",
+    "Refusal",
+    "ResourceView",
+    "Sharing",
+]

@@ -10,11 +10,15 @@ Resource names and device ids are formed the way NVIDIA/k8s-device-plugin forms 
   ``renameByDefault``, ``<name>.shared``;
 * ``NVIDIA_VISIBLE_DEVICES`` gets the UUID, or the index (``<gpu>`` / ``<gpu>:<mig>``) under
   ``deviceIDStrategy: index``;
-* MPS: ``100 // replicas`` percent of the SMs and ``memory / replicas`` pinned memory per
-  client. Upstream runs one control daemon per resource (pipe ``<mpsRoot>/<resource>/pipe``);
-  kgpu runs one per GPU, so each MPS-shared GPU gets its own pipe and log directories under
-  ``<mpsRoot>/<resource>/<gpu index>/`` (every MPS client uses exactly one GPU: requests for more
-  than one MPS replica are refused, as upstream, see ``kgpu.node.allocate``).
+* what a shared device's mode adds (MPS limits and pipe directories, refusals such as MPS on MIG
+  devices or with ``migStrategy: mixed``) is decided by that mode (:mod:`kgpu.node.sharing`);
+* under ``migStrategy: single`` a node that does not qualify is refused as upstream's plugin
+  refuses it (nothing advertised, :class:`~kgpu.node.model.Refusal` says why) while the labels
+  are GFD's (``<product>-MIG-INVALID``);
+* a MIG layout is never applied here, on real or simulated GPUs: the MIG devices the hardware
+  has are advertised, and a desired layout (``nvidia.com/mig.config``, ``--mig-config``, Helm
+  values) that differs is reported (``NodeView.mig_pending``). Changing the GPUs is the MIG
+  manager's job (:mod:`kgpu.drivers.migmanager`), which also owns ``nvidia.com/mig.config.state``.
 
 Beyond upstream, which drops custom ``rename`` and non-``all`` ``devices`` and runs one strategy
 per node: kgpu honours both, so time-slicing can cover some GPUs and MPS others on one node;
@@ -27,6 +31,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from kgpu.config.loader import ConfigSet, PluginConfigEntry, select_mig_config, select_plugin_config
 from kgpu.config.migparted import MigConfig, layout_for
@@ -42,16 +47,10 @@ from kgpu.config.plugin import (
 from kgpu.errors import FieldError, FieldProblem, join_path
 from kgpu.hardware.mig import apply_layout
 from kgpu.hardware.model import Gpu, Machine, MigDevice
+from kgpu.node.ids import replica_id
 from kgpu.node.labels import GPU_RESOURCE, mig_resource_name, node_labels
-from kgpu.node.model import AdvertisedDevice, GpuPlan, MpsLimits, NodeView, ResourceView, Sharing
-
-MPS_MAX_CLIENTS = 48
-MPS_MAX_CLIENTS_PRE_VOLTA = 16
-
-
-def mps_max_clients(compute_capability: tuple[int, int]) -> int:
-    """CUDA MPS client limit per device: 48 from Volta (7.0) on, 16 before."""
-    return MPS_MAX_CLIENTS if compute_capability >= (7, 0) else MPS_MAX_CLIENTS_PRE_VOLTA
+from kgpu.node.model import AdvertisedDevice, GpuPlan, NodeView, Refusal, ResourceView
+from kgpu.node.sharing import CONFIGURED_MODES, Sharing, SharingMode, config_problems
 
 
 @dataclass(frozen=True)
@@ -75,10 +74,14 @@ class _Base:
 class _Rule:
     """One sharing entry, with where it came from for error messages."""
 
-    sharing: Sharing
+    mode: SharingMode
     group: ReplicatedResources
     entry: ReplicatedResource
     path: str  # sharing.timeSlicing.resources[0]
+
+    @property
+    def sharing(self) -> Sharing:
+        return Sharing(self.mode.name)
 
 
 def build_node_view(
@@ -89,19 +92,37 @@ def build_node_view(
     config_name: str | None = None,
     mig_config_name: str | None = None,
     mig_strategy: str | None = None,
+    flags: tuple[tuple[str, Any], ...] = (),
 ) -> NodeView:
     """What ``machine`` advertises under ``configs`` given the node's ``labels``.
 
     The device-plugin config is the one ``nvidia.com/device-plugin.config`` names, else
-    ``config_name``, else the set's default, else its only entry; the MIG layout is the
+    ``config_name``, else the set's default, else its only entry. The desired MIG layout is the
     mig-parted config ``nvidia.com/mig.config`` names, else ``mig_config_name``, else the set's
-    default (none: the hardware's current MIG state). ``mig_strategy`` overrides the strategy
-    from Helm values and from the config file, in that order. Raises FieldError.
+    default; it is only compared with the hardware (``NodeView.mig_pending``), never applied.
+    ``mig_strategy`` overrides the strategy from Helm values and from the config file, in that
+    order; ``flags`` override the selected config's ``flags``
+    (:meth:`DevicePluginConfig.with_flags`: the agent's upstream environment variables). Raises
+    FieldError.
     """
+    problems = _config_rule_problems(configs)
+    if problems:
+        raise FieldError(problems)
     plugin = select_plugin_config(configs, labels, config_name)
     mig = select_mig_config(configs, labels, mig_config_name)
-    view = _cached_view(machine, configs, plugin, mig, mig_strategy)
+    view = _cached_view(machine, configs, plugin, mig, mig_strategy, flags)
     return replace(view, labels=dict(view.labels))
+
+
+@functools.lru_cache(maxsize=1024)
+def _config_rule_problems(configs: ConfigSet) -> tuple[FieldProblem, ...]:
+    """What the sharing modes refuse in any device-plugin config of the set: a bad entry fails
+    every node, not only those that select it, as it did when the file was loaded."""
+    return tuple(
+        problem
+        for entry in configs.plugin_configs.values()
+        for problem in config_problems(entry.config, file=entry.source, entry=entry.entry)
+    )
 
 
 @functools.lru_cache(maxsize=8192)
@@ -111,27 +132,58 @@ def _cached_view(
     plugin: PluginConfigEntry | None,
     mig: MigConfig | None,
     mig_strategy: str | None,
+    flags: tuple[tuple[str, Any], ...] = (),
 ) -> NodeView:
-    return _build(machine, configs, plugin, mig, mig_strategy)
+    return _build(machine, configs, plugin, mig, mig_strategy, flags)
 
 
-def _apply_mig(machine: Machine, mig: MigConfig, warnings: list[str]) -> Machine:
-    layout, notes = layout_for(mig, machine.gpus)
-    warnings.extend(notes)
+def _mig_layout(gpu: Gpu) -> tuple[tuple[str, int], ...] | None:
+    """A GPU's MIG state as a layout: None when MIG is off, else (profile, count) pairs."""
+    if not gpu.mig_enabled:
+        return None
+    counts: dict[str, int] = {}
+    for m in gpu.mig_devices:
+        counts[m.profile] = counts.get(m.profile, 0) + 1
+    return tuple(sorted(counts.items()))
+
+
+def _describe_layout(layout: tuple[tuple[str, int], ...] | None) -> str:
+    if layout is None:
+        return "MIG disabled"
+    return " + ".join(f"{p} x {n}" for p, n in layout) or "MIG enabled, no MIG devices"
+
+
+def _mig_drift(machine: Machine, mig: MigConfig, warnings: list[str]) -> str:
+    """The desired layout is compared, never applied: the view advertises the MIG devices that
+    exist (the MIG manager changes them). Returns what differs ('' when the hardware already
+    has the layout), also added to ``warnings``."""
     try:
-        return apply_layout(machine, layout)
+        layout, notes = layout_for(mig, machine.gpus)
+        warnings.extend(notes)
+        wanted = apply_layout(machine, layout)
     except FieldError as exc:
-        raise FieldError(
-            [
-                FieldProblem(
-                    f"cannot apply mig config {mig.name!r}: {p.message}",
-                    p.path or join_path("mig-configs", mig.name),
-                    p.file or mig.source,
-                    p.entry,
-                )
-                for p in exc.problems
-            ]
-        ) from None
+        why = "; ".join(p.message for p in exc.problems)
+        message = (
+            f"mig config {mig.name!r} cannot be applied to this node's GPUs ({why}); the node "
+            "advertises the MIG devices that exist (the MIG manager will report the layout "
+            "failed)"
+        )
+        warnings.append(message)
+        return message
+    diffs = [
+        f"GPU {have.index}: {_describe_layout(_mig_layout(want))} wanted, "
+        f"{_describe_layout(_mig_layout(have))} present"
+        for have, want in zip(machine.gpus, wanted.gpus, strict=True)
+        if _mig_layout(have) != _mig_layout(want)
+    ]
+    if not diffs:
+        return ""
+    message = (
+        f"mig config {mig.name!r} is not what this node's GPUs have ({'; '.join(diffs)}): the "
+        "node advertises the MIG devices that exist until the MIG manager applies the layout"
+    )
+    warnings.append(message)
+    return message
 
 
 def _strategy(
@@ -151,33 +203,32 @@ def _strategy(
     return config.mig_strategy, "the device-plugin config (flags.migStrategy)"
 
 
+def _single_strategy_refusal(machine: Machine) -> str | None:
+    """Why the device plugin refuses to start under ``migStrategy: single`` on this node
+    (upstream's words), or None when the node qualifies. GFD labels such a node
+    ``<product>-MIG-INVALID`` instead of failing."""
+    enabled = [g for g in machine.gpus if g.mig_enabled]
+    if not enabled:
+        return None
+    empty = [g.index for g in enabled if not g.mig_devices]
+    if empty:
+        return (
+            "invalid MIG configuration: at least one device with migEnabled=true was not "
+            f"configured correctly: device {empty[0]} has no MIG devices configured"
+        )
+    profiles = sorted({m.profile for g in enabled for m in g.mig_devices})
+    if len(profiles) > 1:
+        return (
+            "invalid MIG configuration: more than one MIG device type present on node "
+            f"({', '.join(profiles)})"
+        )
+    if len(enabled) != len(machine.gpus):
+        return "all devices on the node must be configured with the same migEnabled value"
+    return None
+
+
 def _bases(machine: Machine, strategy: str, warnings: list[str]) -> list[_Base]:
     bases: list[_Base] = []
-    enabled = [g for g in machine.gpus if g.mig_enabled]
-    if strategy == "single" and enabled:
-        empty = [g.index for g in enabled if not g.mig_devices]
-        if empty:
-            raise FieldError(
-                FieldProblem(
-                    "at least one device with migEnabled=true was not configured correctly: "
-                    f"GPU {empty[0]} has MIG enabled but no MIG devices (migStrategy single)"
-                )
-            )
-        profiles = sorted({m.profile for g in enabled for m in g.mig_devices})
-        if len(profiles) > 1:
-            raise FieldError(
-                FieldProblem(
-                    "more than one MIG device type present on node "
-                    f"({', '.join(profiles)}): migStrategy single needs one profile on every "
-                    "GPU; use migStrategy mixed"
-                )
-            )
-        if len(enabled) != len(machine.gpus):
-            warnings.append(
-                "migStrategy single with some GPUs MIG-enabled and some not: both whole GPUs "
-                "and MIG devices are advertised as nvidia.com/gpu (GFD labels this node "
-                "MIG-INVALID)"
-            )
     for gpu in machine.gpus:
         if gpu.mig_enabled and strategy != "none":
             if not gpu.mig_devices:
@@ -196,16 +247,16 @@ def _bases(machine: Machine, strategy: str, warnings: list[str]) -> list[_Base]:
 
 
 def _rules(config: DevicePluginConfig) -> list[_Rule]:
+    """Every sharing entry of the config, the winning mode's first (upstream runs MPS alone
+    where both name a device)."""
     rules: list[_Rule] = []
-    # MPS first: where both strategies name a device, upstream runs MPS only.
-    for group, key, sharing in (
-        (config.sharing.mps, "mps", Sharing.MPS),
-        (config.sharing.time_slicing, "timeSlicing", Sharing.TIME_SLICING),
-    ):
+    for mode in CONFIGURED_MODES:
+        group = mode.group(config)
         if group is None:
             continue
         for i, entry in enumerate(group.entries()):
-            rules.append(_Rule(sharing, group, entry, join_path("sharing", key, "resources", i)))
+            path = join_path("sharing", mode.config_key or mode.name, "resources", i)
+            rules.append(_Rule(mode, group, entry, path))
     return rules
 
 
@@ -236,10 +287,13 @@ def _assign(
 ) -> dict[int, _Rule]:
     """Which sharing rule applies to each base device (by position); ``file``/``name`` locate
     the device-plugin config entry in warnings."""
-    if config.uses_mps and config.uses_time_slicing:
+    active = [mode for mode in CONFIGURED_MODES if mode.group(config) is not None]
+    if len(active) > 1:
+        keys = " and ".join(f"sharing.{mode.config_key}" for mode in reversed(active))
+        first = active[0].title
         warnings.append(
-            f"{file}: {name}: both sharing.timeSlicing and sharing.mps are set; upstream runs "
-            "MPS only, kgpu applies each to the devices it selects (MPS first)"
+            f"{file}: {name}: both {keys} are set; upstream runs "
+            f"{first} only, kgpu applies each to the devices it selects ({first} first)"
         )
     assigned: dict[int, _Rule] = {}
     by_resource: dict[str, list[int]] = {}
@@ -290,11 +344,12 @@ def _assign(
             if id(bases[pos]) not in chosen:
                 continue
             if pos in assigned:
-                if assigned[pos].sharing is not rule.sharing:
+                if assigned[pos].mode is not rule.mode:
+                    first = assigned[pos].mode.title
                     warnings.append(
                         f"{file}: {name}: {bases[pos].resource} device {bases[pos].index} is "
-                        f"selected for both MPS and time-slicing; MPS wins ({rule.path} ignored "
-                        "for it)"
+                        f"selected for both {first} and {rule.mode.title}; {first} wins "
+                        f"({rule.path} ignored for it)"
                     )
                 continue
             _check_rule(rule, bases[pos], file, name)
@@ -303,30 +358,11 @@ def _assign(
 
 
 def _check_rule(rule: _Rule, base: _Base, file: str, entry: str) -> None:
-    if rule.sharing is not Sharing.MPS:
-        return
-    if base.mig is not None:
-        raise FieldError(
-            FieldProblem(
-                f"sharing using MPS is not supported for MIG devices (GPU {base.gpu.index} is "
-                f"split into MIG devices advertised as {base.resource})",
-                rule.path,
-                file,
-                entry,
-            )
-        )
-    limit = mps_max_clients(base.gpu.compute_capability)
-    if rule.entry.replicas > limit:
-        raise FieldError(
-            FieldProblem(
-                f"must be <= {limit} on GPU {base.gpu.index} ({base.gpu.product_name}, compute "
-                f"capability {base.gpu.cc}): an MPS server accepts at most {limit} clients per "
-                "device",
-                join_path(rule.path, "replicas"),
-                file,
-                entry,
-            )
-        )
+    problems = rule.mode.device_problems(
+        rule.entry, rule.path, base.gpu, base.mig, base.resource, file=file, entry=entry
+    )
+    if problems:
+        raise FieldError(problems)
 
 
 def _build(
@@ -335,27 +371,34 @@ def _build(
     entry: PluginConfigEntry | None,
     mig: MigConfig | None,
     strategy_override: str | None,
+    flags: tuple[tuple[str, Any], ...] = (),
 ) -> NodeView:
     warnings: list[str] = list(configs.warnings)
-    config = entry.config if entry else DEFAULT_PLUGIN_CONFIG
+    config = (entry.config if entry else DEFAULT_PLUGIN_CONFIG).with_flags(flags)
     source, entry_name = (entry.source, entry.name) if entry else ("", "")
-    if mig is not None:
-        machine = _apply_mig(machine, mig, warnings)
+    mig_pending = _mig_drift(machine, mig, warnings) if mig is not None else ""
     strategy, strategy_source = _strategy(configs, config, strategy_override)
-    if config.uses_mps and strategy == "mixed":
-        raise FieldError(
-            FieldProblem(
-                "MPS sharing is not supported with migStrategy mixed (set by "
-                f"{strategy_source}): upstream refuses to start (using --mig-strategy=mixed is "
-                "not supported with MPS)",
-                "sharing.mps",
-                source,
-                entry_name,
-            )
-        )
-    bases = _bases(machine, strategy, warnings)
+    for mode in CONFIGURED_MODES:
+        if mode.group(config) is None:
+            continue
+        problems = mode.strategy_problems(strategy, strategy_source, file=source, entry=entry_name)
+        problems += mode.node_problems(config, machine, file=source, entry=entry_name)
+        if problems:
+            raise FieldError(problems)
+    refused: tuple[Refusal, ...] = ()
+    refusal = _single_strategy_refusal(machine) if strategy == "single" else None
     all_rules = _rules(config)
-    assigned = _assign(bases, config, all_rules, source, entry_name, warnings)
+    if refusal is None:
+        bases = _bases(machine, strategy, warnings)
+        assigned = _assign(bases, config, all_rules, source, entry_name, warnings)
+    else:
+        # Upstream's plugin exits; kgpu serves nothing and says why, and labels as GFD does.
+        refused = (Refusal(GPU_RESOURCE, refusal),)
+        warnings.append(
+            f"migStrategy single: the device plugin refuses this node ({refusal}) and advertises "
+            "nothing; gpu-feature-discovery labels it MIG-INVALID"
+        )
+        bases, assigned, all_rules = [], {}, []
     id_strategy = config.device_id_strategy
 
     grouped: dict[str, list[AdvertisedDevice]] = {}
@@ -378,26 +421,17 @@ def _build(
             continue
         name = rule.group.advertised_name(rule.entry)
         replicas = rule.entry.replicas
-        mps = None
-        if rule.sharing is Sharing.MPS:
-            root = config.mps_root.rstrip("/")
-            mps = MpsLimits(
-                active_thread_percentage=100 // replicas,
-                pinned_memory_limit_mib=base.gpu.memory_mib // replicas,
-                pipe_directory=f"{root}/{name}/{base.gpu.index}/pipe",
-                log_directory=f"{root}/{name}/{base.gpu.index}/log",
-                shm_directory=f"{root}/shm",
-            )
+        limits = rule.mode.limits(config, base.gpu, name, replicas)
         devices = grouped.setdefault(name, [])
         rule_of.setdefault(name, []).append(rule)
         for n in range(replicas):
             devices.append(
                 AdvertisedDevice(
-                    id=f"{base.id}::{n}",
+                    id=replica_id(base.id, n),
                     resource=name,
                     replica=n,
                     sharing=rule.sharing,
-                    mps=mps,
+                    mps=limits,
                     **common,  # type: ignore[arg-type]
                 )
             )
@@ -413,12 +447,7 @@ def _build(
                 "a pod asking for it may get either: use rename to give each its own resource"
             )
         sharing = next((r.sharing for r in rules), Sharing.NONE)
-        fail = False
-        for r in rules:
-            if r.sharing is Sharing.MPS:
-                fail = fail or config.mps_fail_requests_greater_than_one()
-            else:
-                fail = fail or bool(r.group.fail_requests_greater_than_one)
+        fail = any(r.mode.fail_requests_greater_than_one(r.group) for r in rules)
         resources.append(
             ResourceView(
                 name=name,
@@ -445,9 +474,7 @@ def _build(
             )
 
     plans = _gpu_plans(machine, resources)
-    labels = node_labels(machine, resources, strategy)
-    if mig is not None and any(g.mig_capable for g in machine.gpus):
-        labels["nvidia.com/mig.config.state"] = "success"
+    labels = node_labels(machine, resources, strategy, config)
     return NodeView(
         machine=machine,
         resources=tuple(resources),
@@ -457,8 +484,14 @@ def _build(
         config_name=entry.name if entry else None,
         mig_config_name=mig.name if mig else None,
         mig_strategy=strategy,
+        refused=refused,
+        mig_pending=mig_pending,
         device_list_strategy=config.device_list_strategy,
         device_id_strategy=config.device_id_strategy,
+        pass_device_specs=config.pass_device_specs,
+        shared_devices_allocation_policy=config.shared_devices_allocation_policy,
+        cdi_annotation_prefix=config.cdi_annotation_prefix,
+        allocate_envs=config.allocate_envs,
     )
 
 

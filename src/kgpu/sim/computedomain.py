@@ -35,44 +35,23 @@ from kgpu.computedomain.objects import DRIVER_NAMESPACE
 from kgpu.computedomain.placement import node_clique, node_healthy, place, room_view
 from kgpu.computedomain.reconcile import reconcile
 from kgpu.computedomain.slices import machine_clique
+from kgpu.dra.api import RESOURCE_API
 from kgpu.drivers.computedomain import ComputeDomainHandler
 from kgpu.drivers.publish import publish_slices, unpublish_slices
 from kgpu.errors import FieldError
 from kgpu.hardware.model import Machine
 from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
 from kgpu.kubelet.dra.plugin import DraPlugin
+from kgpu.sim.controllers.resourceclaim import pod_claim_name
 from kgpu.sim.plugins import ContainerDevices, Event, NodeInfo
 from kgpu.store import NotFound, ObjectStore, object_ref
 
 Obj = dict[str, Any]
-RESOURCE_API = "resource.k8s.io/v1"
 
 #: Node agents per store, so the controller can wake the simulated IMEX daemons.
 _AGENTS: weakref.WeakKeyDictionary[Any, weakref.WeakSet[ComputeDomainKubeletPlugin]] = (
     weakref.WeakKeyDictionary()
 )
-
-
-def claim_name_for(
-    pod: Mapping[str, Any], entry: Mapping[str, Any], store: ObjectStore
-) -> str | None:
-    """The ResourceClaim behind one ``spec.resourceClaims[]`` entry of a pod: the named claim,
-    the one recorded in ``status.resourceClaimStatuses``, or the claim generated for the pod
-    from the template (annotation ``resource.kubernetes.io/pod-claim-name``)."""
-    if entry.get("resourceClaimName"):
-        return str(entry["resourceClaimName"])
-    for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
-        if status.get("name") == entry.get("name") and status.get("resourceClaimName"):
-            return str(status["resourceClaimName"])
-    meta = pod.get("metadata") or {}
-    ns = meta.get("namespace") or "default"
-    for claim in store.list(RESOURCE_API, "ResourceClaim", namespace=ns):
-        cmeta = claim.get("metadata") or {}
-        owners = {o.get("name") for o in cmeta.get("ownerReferences") or []}
-        pod_claim = (cmeta.get("annotations") or {}).get("resource.kubernetes.io/pod-claim-name")
-        if pod_claim == entry.get("name") and meta.get("name") in owners:
-            return str(cmeta.get("name"))
-    return None
 
 
 class ComputeDomainKubeletPlugin:
@@ -125,7 +104,7 @@ class ComputeDomainKubeletPlugin:
         ns = (pod.get("metadata") or {}).get("namespace") or "default"
         out: dict[str, ContainerDevices] = {}
         for entry in spec.get("resourceClaims") or []:
-            name = claim_name_for(pod, entry, store)
+            name = pod_claim_name(pod, entry, store)
             if name is None:
                 continue
             try:
@@ -343,5 +322,4 @@ __all__ = [
     "ComputeDomainController",
     "ComputeDomainKubeletPlugin",
     "ComputeDomainSchedulerPlugin",
-    "claim_name_for",
 ]

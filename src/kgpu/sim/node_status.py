@@ -13,7 +13,7 @@ from typing import Any
 from kgpu.hardware.model import Machine
 from kgpu.node.model import NodeView
 from kgpu.sim.quantity import format_units
-from kgpu.sim.scenario import NodeSpec
+from kgpu.sim.scenario_parts import NodeSpec
 from kgpu.sim.state import SimNode
 
 Obj = dict[str, Any]

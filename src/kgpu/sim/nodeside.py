@@ -196,4 +196,5 @@ def allocate_devices(node: SimNode, resource: str, size: int) -> DeviceGrant:
         None,
     )
     c = resp.container_responses[0]
-    return DeviceGrant(ids, dict(c.envs), [d.name for d in c.cdi_devices])
+    # a protobuf map has no order: sorted, so a run prints the same environment every time
+    return DeviceGrant(ids, dict(sorted(c.envs.items())), [d.name for d in c.cdi_devices])

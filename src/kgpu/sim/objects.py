@@ -2,13 +2,18 @@
 
 Pods go straight to the simulator's records (a pod's spec is immutable, so re-applying one
 changes nothing); every other object goes to the store, where the workload controllers and
-plugins find it. A ConfigMap holding device-plugin or mig-parted configs is loaded as the
-agent would load it, and every node is recomputed under the new configs; a bad one leaves the
-last good configs serving. Kinds nothing simulates are stored and reported as unsupported.
+plugins find it. Re-applying an object merges as ``kubectl apply`` does: fields in the manifest
+are set, fields the previous apply set and this one does not are removed, everything else
+(status, labels and spec fields others wrote, the object's identity) stays; a manifest that
+changes nothing writes nothing. A ConfigMap holding device-plugin or mig-parted configs is
+loaded as the agent would load it, and every node is recomputed under the new configs; a bad
+one leaves the last good configs serving. Kinds nothing simulates are stored and reported as
+unsupported.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import yaml
@@ -16,18 +21,57 @@ import yaml
 from kgpu.errors import FieldError
 from kgpu.sim import nodeside
 from kgpu.sim.context import SimContext
+from kgpu.sim.controllers.base import API_VERSIONS
 from kgpu.sim.manifests import Manifest, check, passes_through, simulated
 from kgpu.sim.node_lifecycle import refresh_all
 from kgpu.sim.pod_lifecycle import create_pod, delete_pod
-from kgpu.sim.scenario import ObjectRef
-from kgpu.sim.workloads import API_VERSIONS
-from kgpu.store import NotFound, key_of
+from kgpu.sim.scenario_parts import ObjectRef
+from kgpu.store import CLUSTER_SCOPED, NotFound, group_of, key_of
 
 Obj = dict[str, Any]
 
 
 def _not_found(ctx: SimContext, kind: str, namespace: str, name: str) -> None:
     ctx.emit("Warning", "NotFound", f"{kind}/{namespace}/{name}", f"{kind} {name!r} not found")
+
+
+def merge_applied(current: Obj, desired: Obj, last: Obj) -> Obj:
+    """``kubectl apply``'s three-way merge of maps: ``desired`` (this manifest) wins, keys the
+    ``last`` applied manifest had and ``desired`` drops are removed, the rest of ``current``
+    stays. Lists and values are replaced whole."""
+    out = dict(current)
+    for key, value in desired.items():
+        mine = current.get(key)
+        if isinstance(value, dict) and isinstance(mine, dict):
+            before = last.get(key)
+            out[key] = merge_applied(mine, value, before if isinstance(before, dict) else {})
+        else:
+            out[key] = copy.deepcopy(value)
+    for key in last:
+        if key not in desired:
+            out.pop(key, None)
+    return out
+
+
+def _store_apply(ctx: SimContext, obj: Obj) -> tuple[Obj, bool]:
+    """Create the object, or merge the manifest into it; (stored object, created?). Nothing is
+    written when the merge changes nothing ("unchanged", as kubectl says)."""
+    desired = copy.deepcopy(obj)
+    desired.pop("status", None)  # status is the controllers' to write
+    if desired.get("kind") not in CLUSTER_SCOPED:
+        desired.setdefault("metadata", {}).setdefault("namespace", "default")
+    key = key_of(desired)
+    _group, kind, ns, name = key
+    last = ctx.last_applied.get(key, {})
+    ctx.last_applied[key] = desired
+    try:
+        current = ctx.store.get(str(obj.get("apiVersion")), kind, name, ns or None)
+    except NotFound:
+        return ctx.store.apply(obj), True
+    merged = merge_applied(current, desired, last)
+    if merged == current:
+        return current, False
+    return ctx.store.update(merged), False
 
 
 def apply(ctx: SimContext, manifest: Manifest | Obj) -> None:
@@ -41,12 +85,22 @@ def apply(ctx: SimContext, manifest: Manifest | Obj) -> None:
             create_pod(ctx, obj)
         return
     with ctx.store.muted():
-        stored = ctx.store.apply(obj)
+        stored, created = _store_apply(ctx, obj)
     meta = stored["metadata"]
-    if kind == "ConfigMap" and nodeside.is_config_map(obj):
-        ctx.inline_configs[f"ConfigMap {meta['namespace']}/{meta['name']}"] = yaml.safe_dump(obj)
-        _reload_configs(ctx)
-    if not simulated(kind) and not passes_through(kind):
+    if kind == "ConfigMap" and nodeside.is_config_map(stored):
+        name = f"ConfigMap {meta['namespace']}/{meta['name']}"
+        text = yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "data": stored.get("data"),
+            }
+        )
+        if ctx.inline_configs.get(name) != text:
+            ctx.inline_configs[name] = text
+            _reload_configs(ctx)
+    if created and not simulated(kind) and not passes_through(kind):
         what = f"{kind} {meta['name']} ({obj.get('apiVersion')})"
         ctx.unsupported.append(what)
         ctx.emit(
@@ -75,6 +129,7 @@ def delete(ctx: SimContext, item: ObjectRef | Manifest) -> None:
         except NotFound:
             _not_found(ctx, kind, ns, name)
             return
+    ctx.last_applied.pop((group_of(api), kind, "" if kind in CLUSTER_SCOPED else ns, name), None)
     if kind == "ConfigMap" and ctx.inline_configs.pop(f"ConfigMap {ns}/{name}", ""):
         _reload_configs(ctx)
 

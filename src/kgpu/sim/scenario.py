@@ -9,19 +9,34 @@ document index and the field path. Relative paths resolve against the scenario's
 
 from __future__ import annotations
 
-import contextlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kgpu.config.fields import is_dns_subdomain
+from kgpu.autoscaling.ca_settings import CASettings, parse_settings
+from kgpu.config.plugin import MIG_STRATEGIES
 from kgpu.errors import FieldError, FieldProblem, join_path, shown
-from kgpu.sim.manifests import Manifest, check, check_documents
-from kgpu.sim.podspec import TAINT_EFFECTS
-from kgpu.sim.quantity import QuantityError, to_units
-from kgpu.userfiles import file_problem, read_yaml, shown_path
+from kgpu.sim.expect.schema import Expectations, load_expectations, read_expectations
+from kgpu.sim.manifests import Manifest
+from kgpu.sim.mig_settings import MigManagerSettings, parse_mig_manager
+from kgpu.sim.scenario_parts import (
+    MAX_NODES,
+    MAX_PODS,
+    Errors,
+    NodeSpec,
+    ObjectRef,
+    manifest_pods,
+    parse_duration,
+    parse_node_spec,
+    parse_objects,
+    resolve,
+    unreadable,
+)
+from kgpu.sim.steps import STEP_TYPES, Step, read_step
+from kgpu.sim.steps.nodes import AddNodesStep
+from kgpu.sim.steps.objects import ApplyStep, ScaleStep
+from kgpu.userfiles import read_yaml
 
 TOP_KEYS = (
     "name",
@@ -36,114 +51,12 @@ TOP_KEYS = (
     "steps",
     "runtimes",
     "seed",
+    "expect",
+    "clusterAutoscaler",
+    "migManager",
 )
-NODE_KEYS = (
-    "name",
-    "count",
-    "machine",
-    "labels",
-    "taints",
-    "clique",
-    "cpu",
-    "memory",
-    "pods",
-    "unschedulable",
-)
-STEP_ACTIONS = (
-    "apply",
-    "delete",
-    "label",
-    "xid",
-    "advance",
-    "failNode",
-    "recoverNode",
-    "deleteNode",
-    "addNodes",
-    "scale",
-    "cordon",
-    "uncordon",
-    "taint",
-    "devicePlugin",
-)
-SCALABLE = ("Deployment", "ReplicaSet", "StatefulSet", "Job", "MPIJob")
-MIG_STRATEGIES = ("none", "single", "mixed")
-_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-
-# Bounds on what a scenario may ask for, checked while it loads (before any node or pod exists).
-#: Nodes in one scenario, all groups and addNodes steps together: kgpu sim's limit (its
-#: benchmark runs 12,500; Kubernetes itself is tested to 5,000 nodes per cluster).
-MAX_NODES = 20_000
-#: Pods one scenario may ask for: every workload's replicas, parallelism and completions and
-#: every scale step together (the API's own bound on each of these int32 fields is 2147483647;
-#: Kubernetes is tested to 150,000 pods per cluster). 100,000 simulated pods take ~1.3 GB.
-MAX_PODS = 100_000
-#: The longest duration (advance, runtimes): Go's time.Duration, in which Kubernetes and its
-#: controllers measure time, ends at 2562047h47m16.854775807s.
-MAX_DURATION_SECONDS = (2**63 - 1) / 1e9
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    name: str
-    count: int = 1
-    machine: str | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-    taints: tuple[dict[str, str], ...] = ()
-    clique: str | None = None
-    cpu: int | None = None  # millicores
-    memory: int | None = None  # bytes
-    pods: int | None = None
-    unschedulable: bool = False
-
-    def names(self) -> list[str]:
-        return [self.name] if self.count == 1 else [f"{self.name}-{i}" for i in range(self.count)]
-
-
-@dataclass(frozen=True)
-class ObjectRef:
-    """What a ``delete`` or ``scale`` step names."""
-
-    kind: str
-    name: str
-    namespace: str = "default"
-    api_version: str = ""
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step: ``action`` is one of :data:`STEP_ACTIONS`; ``value`` its parsed argument."""
-
-    action: str
-    value: Any
-    title: str = ""
-    index: int = 0
-
-    def describe(self) -> str:
-        if self.title:
-            return self.title
-        v = self.value
-        if self.action in ("apply", "delete"):
-            return f"{self.action} " + ", ".join(
-                m.name if isinstance(m, Manifest) else f"{m.kind}/{m.name}" for m in v
-            )
-        if self.action == "advance":
-            return f"advance the clock {v:g}s"
-        if self.action == "label":
-            pairs = ", ".join(f"{k}={'-' if val is None else val}" for k, val in v[1].items())
-            return f"label {v[0]} {pairs}"
-        if self.action == "xid":
-            return f"XID {v['xid']} on {v['node']} GPU {v['gpu']}"
-        if self.action == "scale":
-            ref, replicas = v
-            return f"scale {ref.kind}/{ref.name} to {replicas}"
-        if self.action == "taint":
-            shown = ", ".join(f"{t['key']}={t['value']}:{t['effect']}" for t in v[1]) or "none"
-            return f"taint {v[0]}: {shown}"
-        if self.action == "devicePlugin":
-            return "start the device plugin" if v else "stop the device plugin"
-        if self.action == "addNodes":
-            return "add nodes " + ", ".join(n for spec in v for n in spec.names())
-        return f"{self.action} {v}"
+#: The actions a step may take (:data:`kgpu.sim.steps.STEP_TYPES`).
+STEP_ACTIONS = tuple(STEP_TYPES)
 
 
 @dataclass(frozen=True)
@@ -162,475 +75,19 @@ class Scenario:
     steps: tuple[Step, ...] = ()
     runtimes: dict[str, float] = field(default_factory=dict)
     seed: int = 0
-
-
-class _Errors:
-    def __init__(self, file: str) -> None:
-        self.file = file
-        self.problems: list[FieldProblem] = []
-
-    def add(self, message: str, path: str, entry: str = "") -> None:
-        self.problems.append(FieldProblem(message, path, self.file, entry))
-
-    def absorb(self, exc: FieldError) -> None:
-        self.problems.extend(exc.problems)
-
-
-def parse_duration(value: object) -> float:
-    """Seconds from ``90``, ``"90s"``, ``"5m"``, ``"1h"``, ``"500ms"``."""
-    if isinstance(value, bool):
-        raise ValueError(f"{shown(value)} is not a duration")
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError(f"{value!r} must not be negative")
-        return _bounded(value, value)
-    match = _DURATION_RE.match(str(value).strip())
-    if not match:
-        raise ValueError(f"{str(value)[:80]!r} is not a duration (e.g. 30, 30s, 5m, 1h)")
-    number = float(match.group(1))
-    unit = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
-    return _bounded(number * unit, value)
-
-
-def _bounded(seconds: float, given: object) -> float:
-    """``seconds`` as a float, when it is a real duration kgpu sim can move its clock by."""
-    try:
-        value = float(seconds)
-    except OverflowError:
-        value = float("inf")
-    if value != value:
-        raise ValueError(f"{str(given)[:40]!r} is not a number of seconds")
-    if value > MAX_DURATION_SECONDS:  # inf, 400 digits
-        raise ValueError(
-            f"{str(given)[:40]!r} is too long: at most {MAX_DURATION_SECONDS:.0f} seconds "
-            "(2562047h, the largest Go time.Duration)"
-        )
-    return value
-
-
-def _labels(value: object, path: str, err: _Errors, allow_null: bool = False) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        err.add("must be a map of label names to values", path)
-        return {}
-    from kgpu.node.labels import is_valid_label_key, is_valid_label_value
-
-    out: dict[str, Any] = {}
-    for k, v in value.items():
-        # the API server's rules: a node with such a label could not exist
-        if not isinstance(k, str) or not is_valid_label_key(k):
-            err.add(
-                f"{shown(k)} is not a valid label key ([prefix/]name: an optional DNS subdomain "
-                "prefix, a name of at most 63 letters, digits, '-', '_', '.', starting and "
-                "ending alphanumeric)",
-                path,
-            )
-        elif allow_null and v is None:
-            out[k] = None
-        elif isinstance(v, bool) or not isinstance(v, (str, int, float)):
-            err.add(f"a label value must be a string, not {shown(v)}", join_path(path, k))
-        elif not is_valid_label_value(str(v)):
-            err.add(
-                f"{str(v)!r} is not a valid label value for {k} (at most 63 letters, digits, "
-                "'-', '_', '.', starting and ending alphanumeric)",
-                path,
-            )
-        else:
-            out[k] = str(v)
-    return out
-
-
-def _taints(raw: object, path: str, err: _Errors) -> list[dict[str, str]]:
-    taints: list[dict[str, str]] = []
-    if raw is None:
-        return taints
-    if not isinstance(raw, list):
-        err.add("must be a list of {key, value, effect}", path)
-        return taints
-    for i, t in enumerate(raw):
-        where = join_path(path, i)
-        if not isinstance(t, Mapping) or not isinstance(t.get("key"), str):
-            err.add("must be a map with key, value, effect", where)
-            continue
-        if t.get("effect") not in TAINT_EFFECTS:
-            allowed = ", ".join(TAINT_EFFECTS)
-            err.add(f"{shown(t.get('effect'))}: allowed: {allowed}", join_path(where, "effect"))
-            continue
-        taints.append(
-            {"key": str(t["key"]), "value": str(t.get("value") or ""), "effect": str(t["effect"])}
-        )
-    return taints
-
-
-def _node_spec(raw: object, path: str, err: _Errors) -> NodeSpec | None:
-    from kgpu.hardware.profiles import load_machine, parse_clique, profile_names
-
-    if not isinstance(raw, Mapping):
-        err.add("must be a map (a node group)", path)
-        return None
-    for key in raw:
-        if key not in NODE_KEYS:
-            err.add(
-                f"unknown field {key!r}; allowed: {', '.join(NODE_KEYS)}", join_path(path, str(key))
-            )
-    name = raw.get("name")
-    if not isinstance(name, str) or not is_dns_subdomain(name):
-        given = (
-            f"{name[:60]!r}... ({len(name)} characters)"
-            if isinstance(name, str) and len(name) > 60
-            else shown(name)
-        )
-        err.add(
-            f"{given}: a node name must be a lowercase DNS name (at most 253 characters)",
-            join_path(path, "name"),
-        )
-        return None
-    count = raw.get("count", 1)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        err.add(f"{count!r:.40}: must be a positive integer", join_path(path, "count"))
-        count = 1
-    elif count > MAX_NODES:
-        err.add(
-            f"{count}: at most {MAX_NODES} nodes (kgpu sim's limit for one scenario)",
-            join_path(path, "count"),
-        )
-        count = 1
-    elif count > 1 and not is_dns_subdomain(f"{name}-{count - 1}"):
-        err.add(
-            f"{name}-{count - 1}: the node names of this group would be longer than 253 "
-            "characters (a DNS name): shorten the name",
-            join_path(path, "name"),
-        )
-        return None
-    machine = raw.get("machine")
-    if machine is not None and machine not in profile_names():
-        err.add(
-            f"unknown machine profile {shown(machine)}; known profiles: "
-            f"{', '.join(profile_names())}",
-            join_path(path, "machine"),
-        )
-    clique = raw.get("clique")
-    if clique is not None:
-        try:
-            parse_clique(str(clique))
-            if machine in profile_names():
-                load_machine(str(machine), hostname=name, clique=str(clique))
-        except FieldError as exc:
-            for p in exc.problems:
-                err.add(p.message, join_path(path, "clique"))
-    taints = _taints(raw.get("taints"), join_path(path, "taints"), err)
-    amounts: dict[str, int | None] = {}
-    for key in ("cpu", "memory", "pods"):
-        value = raw.get(key)
-        if value is None:
-            amounts[key] = None
-            continue
-        try:
-            amounts[key] = to_units(key, value)
-        except QuantityError as exc:
-            err.add(str(exc), join_path(path, key))
-            amounts[key] = None
-    unschedulable = raw.get("unschedulable", False)
-    if not isinstance(unschedulable, bool):
-        err.add("must be true or false", join_path(path, "unschedulable"))
-        unschedulable = False
-    return NodeSpec(
-        name=name,
-        count=count,
-        machine=str(machine) if machine is not None else None,
-        labels=_labels(raw.get("labels"), join_path(path, "labels"), err),
-        taints=tuple(taints),
-        clique=str(clique) if clique is not None else None,
-        cpu=amounts["cpu"],
-        memory=amounts["memory"],
-        pods=amounts["pods"],
-        unschedulable=unschedulable,
-    )
-
-
-def _resolve(base: Path, value: str) -> Path:
-    p = Path(value)
-    with contextlib.suppress(RuntimeError):  # ~user with no such user: taken literally
-        p = p.expanduser()
-    return p if p.is_absolute() else base / p
-
-
-def _unreadable(path: Path) -> str:
-    """Why ``path`` cannot be read (with the path it resolved to), or "" (never opens it: a
-    FIFO would wait for a writer)."""
-    problem = file_problem(path)
-    if not problem:
-        return ""
-    if problem.startswith("is a directory"):
-        return f"{shown_path(path)} is a directory; list the files in it"
-    return f"cannot read {shown_path(path)}: {problem.removeprefix('cannot read: ')}"
-
-
-_CONFIG_KINDS = {
-    "plugin-config": "a device-plugin config",
-    "mig-parted": "a mig-parted config",
-    "operator-values": "GPU Operator Helm values",
-}
-
-
-def _config_hint(doc: object, inline: bool = False) -> str:
-    from kgpu.config.loader import classify
-
-    what = _CONFIG_KINDS.get(classify(doc))
-    if what is None:
-        return ""
-    where = "put it in a file and list that" if inline else "list it"
-    return f"this is {what}, not a Kubernetes object: {where} under configs:, not apply:"
-
-
-def _config_not_manifest(docs: list[Any]) -> str:
-    """A hint when a file under ``apply`` is a config file (which belongs under ``configs``):
-    without it the user sees "kind: Required value" for a file that was never a manifest."""
-    hints = [_config_hint(d) for d in docs]
-    return hints[0] if hints and all(hints) else ""
-
-
-def _objects(value: object, path: str, base: Path, err: _Errors) -> list[Manifest]:
-    """``apply`` entries: file paths (every document) or inline objects."""
-    if value is None:
-        return []
-    items = value if isinstance(value, list) else [value]
-    out: list[Manifest] = []
-    for i, item in enumerate(items):
-        where = join_path(path, i) if isinstance(value, list) else path
-        if isinstance(item, str):
-            resolved = _resolve(base, item)
-            problem = _unreadable(resolved)
-            if problem:
-                err.add(problem, where)
-                continue
-            try:
-                docs = read_yaml(resolved, shown=item)  # read and parsed once
-                misplaced = _config_not_manifest(docs)
-                if misplaced:
-                    err.add(f"{item}: {misplaced}", where)
-                    continue
-                out.extend(check_documents(docs, item))
-            except FieldError as exc:
-                err.absorb(exc)
-        elif isinstance(item, Mapping):
-            misplaced = _config_hint(dict(item), inline=True)
-            if misplaced:
-                err.add(misplaced, where)
-                continue
-            try:
-                m = check(dict(item), err.file, 0)
-                out.append(Manifest(m.obj, "", 0))
-            except FieldError as exc:
-                for p in exc.problems:
-                    err.add(p.message, join_path(where, p.path) if p.path else where)
-        else:
-            err.add("must be a file path or an inline Kubernetes object", where)
-    for m in out:
-        for at, count in _pod_counts(m.obj):
-            if count > MAX_PODS:
-                message = f"{count}: at most {MAX_PODS} pods (kgpu sim's limit for one scenario)"
-                if m.file:
-                    err.problems.append(FieldProblem(message, at, m.file, f"document {m.index}"))
-                else:
-                    err.add(message, join_path(path, at))
-    return out
-
-
-def _total_pods(applied: list[Manifest], steps: list[Step]) -> int:
-    """Every pod count of the scenario added up: what it may make at most, checked up front."""
-    manifests = list(applied)
-    total = 0
-    for step in steps:
-        if step.action == "apply":
-            manifests.extend(step.value)
-        elif step.action == "scale":
-            total += step.value[1]
-    for m in manifests:
-        counts = [n for _, n in _pod_counts(m.obj)]
-        # a Job makes `completions` pods, `parallelism` at a time: the larger is its count
-        total += max(counts, default=0) if m.kind == "Job" else sum(counts)
-    return total
-
-
-def _pod_counts(obj: Mapping[str, Any]) -> list[tuple[str, int]]:
-    """(field path, value) of the integers that say how many pods a workload makes."""
-    spec = obj.get("spec")
-    if not isinstance(spec, Mapping):
-        return []
-    found = [(f"spec.{key}", spec.get(key)) for key in ("replicas", "parallelism", "completions")]
-    roles = spec.get("mpiReplicaSpecs")
-    if isinstance(roles, Mapping):
-        found += [
-            (f"spec.mpiReplicaSpecs.{role}.replicas", rs.get("replicas"))
-            for role, rs in roles.items()
-            if isinstance(rs, Mapping)
-        ]
-    return [(at, v) for at, v in found if isinstance(v, int) and not isinstance(v, bool)]
-
-
-def _ref(raw: object, path: str, err: _Errors, default_kind: str = "") -> ObjectRef | None:
-    if not isinstance(raw, Mapping):
-        err.add("must be a map with kind, name and optionally namespace", path)
-        return None
-    kind = raw.get("kind", default_kind)
-    name = raw.get("name")
-    if not isinstance(kind, str) or not kind:
-        err.add("Required value", join_path(path, "kind"))
-        return None
-    if not isinstance(name, str) or not name:
-        err.add("Required value", join_path(path, "name"))
-        return None
-    return ObjectRef(
-        kind, name, str(raw.get("namespace") or "default"), str(raw.get("apiVersion") or "")
-    )
-
-
-def _step(raw: object, index: int, base: Path, err: _Errors, node_names: set[str]) -> Step | None:
-    path = join_path("steps", index)
-    if not isinstance(raw, Mapping):
-        err.add(f"must be a map with one of: {', '.join(STEP_ACTIONS)}", path)
-        return None
-    title = raw.get("name", "")
-    actions = [k for k in raw if k != "name"]
-    unknown = [k for k in actions if k not in STEP_ACTIONS]
-    if unknown or len(actions) != 1:
-        what = f"unknown action {unknown[0]!r}" if unknown else "needs exactly one action"
-        err.add(f"{what}; allowed: {', '.join(STEP_ACTIONS)}", path)
-        return None
-    action = str(actions[0])
-    value = raw[action]
-    where = join_path(path, action)
-
-    def known_node(name: object, at: str) -> str | None:
-        if not isinstance(name, str) or name not in node_names:
-            err.add(
-                f"{shown(name)}: no such node; nodes: {', '.join(sorted(node_names)) or 'none'}", at
-            )
-            return None
-        return name
-
-    parsed: Any = None
-    if action == "apply":
-        parsed = _objects(value, where, base, err)
-    elif action == "delete":
-        items = value if isinstance(value, list) else [value]
-        refs: list[ObjectRef | Manifest] = []
-        for i, item in enumerate(items):
-            at = join_path(where, i) if isinstance(value, list) else where
-            if isinstance(item, str):
-                refs.extend(_objects(item, at, base, err))
-            else:
-                ref = _ref(item, at, err)
-                if ref:
-                    refs.append(ref)
-        parsed = refs
-    elif action == "label":
-        if not isinstance(value, Mapping):
-            err.add("must be a map with node and labels", where)
-            return None
-        node = known_node(value.get("node"), join_path(where, "node"))
-        labels = _labels(value.get("labels"), join_path(where, "labels"), err, allow_null=True)
-        parsed = (node, labels)
-    elif action == "xid":
-        if not isinstance(value, Mapping):
-            err.add("must be a map with node, gpu and xid", where)
-            return None
-        node = known_node(value.get("node"), join_path(where, "node"))
-        gpu = value.get("gpu", 0)
-        if isinstance(gpu, bool) or not isinstance(gpu, (int, str)):
-            err.add("must be a GPU index or UUID", join_path(where, "gpu"))
-        xid = value.get("xid", 79)
-        if isinstance(xid, bool) or not isinstance(xid, int) or xid < 0:
-            err.add(f"{shown(xid)}: must be an XID number", join_path(where, "xid"))
-        for key in ("gi", "ci"):  # NVML's GPU-instance / compute-instance ids of a MIG device
-            ident = value.get(key)
-            if ident is not None and (
-                isinstance(ident, bool) or not isinstance(ident, int) or ident < 0
-            ):
-                err.add(
-                    f"{shown(ident)}: must be a non-negative integer (the MIG device's "
-                    f"{'GPU' if key == 'gi' else 'compute'}-instance id)",
-                    join_path(where, key),
-                )
-        if value.get("ci") is not None and value.get("gi") is None:
-            err.add(
-                "a compute-instance id needs its GPU instance: set gi too", join_path(where, "ci")
-            )
-        parsed = {
-            "node": node,
-            "gpu": gpu,
-            "xid": xid,
-            "gi": value.get("gi"),
-            "ci": value.get("ci"),
-        }
-    elif action == "advance":
-        try:
-            parsed = parse_duration(value)
-        except ValueError as exc:
-            err.add(str(exc), where)
-    elif action in ("failNode", "recoverNode", "deleteNode", "cordon", "uncordon"):
-        parsed = known_node(value, where)
-        if action == "deleteNode" and parsed:
-            node_names.discard(parsed)
-    elif action == "addNodes":
-        items = value if isinstance(value, list) else [value]
-        specs = []
-        for i, item in enumerate(items):
-            spec = _node_spec(item, join_path(where, i), err)
-            if spec:
-                if len(node_names) + spec.count > MAX_NODES:
-                    err.add(
-                        f"{len(node_names) + spec.count} nodes: at most {MAX_NODES} (kgpu sim's "
-                        "limit for one scenario)",
-                        join_path(where, i, "count"),
-                    )
-                    continue
-                for n in spec.names():
-                    if n in node_names:
-                        err.add(f"node {n!r} already exists", join_path(where, i, "name"))
-                    node_names.add(n)
-                specs.append(spec)
-        parsed = specs
-    elif action == "taint":
-        if not isinstance(value, Mapping):
-            err.add("must be a map with node and taints (the node's new taint list)", where)
-            return None
-        node = known_node(value.get("node"), join_path(where, "node"))
-        parsed = (node, _taints(value.get("taints") or [], join_path(where, "taints"), err))
-    elif action == "devicePlugin":
-        if not isinstance(value, bool):
-            err.add("must be true (start the device plugin) or false (stop it)", where)
-            return None
-        parsed = value
-    elif action == "scale":
-        ref = _ref(value, where, err, default_kind="Deployment")
-        replicas = value.get("replicas") if isinstance(value, Mapping) else None
-        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
-            err.add(
-                f"{replicas!r:.40}: must be a non-negative integer", join_path(where, "replicas")
-            )
-            return None
-        if replicas > MAX_PODS:
-            err.add(
-                f"{replicas}: at most {MAX_PODS} pods (kgpu sim's limit for one scenario)",
-                join_path(where, "replicas"),
-            )
-            return None
-        if ref and ref.kind not in SCALABLE:
-            err.add(f"{ref.kind!r}: allowed: {', '.join(SCALABLE)}", join_path(where, "kind"))
-            return None
-        parsed = (ref, replicas)
-    return Step(action, parsed, str(title or ""), index)
+    expect: Expectations = field(default_factory=Expectations)  # the ``expect`` key
+    #: cluster-autoscaler's flags (``clusterAutoscaler``); it runs when a group autoscales
+    cluster_autoscaler: CASettings = field(default_factory=CASettings)
+    # every node's MIG manager settings, unless its group says otherwise
+    mig_manager: MigManagerSettings = field(default_factory=MigManagerSettings)
 
 
 def parse_step(
     raw: Mapping[str, Any], *, nodes: set[str], base: Path | None = None, index: int = 0
 ) -> Step:
     """One step given as a map (as in a scenario's ``steps``), checked against ``nodes``."""
-    err = _Errors("")
-    step = _step(raw, index, base or Path.cwd(), err, set(nodes))
+    err = Errors("")
+    step = read_step(raw, index, base or Path.cwd(), err, set(nodes))
     if err.problems or step is None:
         raise FieldError(err.problems or [FieldProblem("not a step", join_path("steps", index))])
     return step
@@ -639,7 +96,7 @@ def parse_step(
 def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Scenario:
     """A :class:`Scenario` from parsed YAML; FieldError listing every problem."""
     base = base or Path.cwd()
-    err = _Errors(file)
+    err = Errors(file)
     if not isinstance(data, Mapping):
         raise FieldError(FieldProblem("a scenario must be a YAML map", file=file))
     if "apiVersion" in data and "kind" in data:
@@ -654,13 +111,13 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         raw_nodes = []
     names: set[str] = set()
     for i, raw in enumerate(raw_nodes):
-        spec = _node_spec(raw, join_path("nodes", i), err)
+        spec = parse_node_spec(raw, join_path("nodes", i), err)
         if spec is None:
             continue
-        if len(names) + spec.count > MAX_NODES:
+        if len(names) + spec.most_nodes() > MAX_NODES:
             err.add(
-                f"{len(names) + spec.count} nodes: at most {MAX_NODES} (kgpu sim's limit for one "
-                "scenario)",
+                f"{len(names) + spec.most_nodes()} nodes: at most {MAX_NODES} (kgpu sim's limit "
+                "for one scenario)",
                 join_path("nodes", i, "count"),
             )
             continue
@@ -676,18 +133,18 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
     if not isinstance(raw_configs, list):
         err.add("must be a list of file paths", "configs")
         raw_configs = []
-    unreadable = False
+    broken = False
     for i, item in enumerate(raw_configs):
         if not isinstance(item, str):
             err.add("must be a file path", join_path("configs", i))
             continue
-        resolved = _resolve(base, item)
-        problem = _unreadable(resolved)
+        resolved = resolve(base, item)
+        problem = unreadable(resolved)
         if problem:
             err.add(problem, join_path("configs", i))
-            unreadable = True
+            broken = True
         configs.append(resolved)
-    if configs and not unreadable:
+    if configs and not broken:
         from kgpu.config.loader import load_config_files
 
         try:
@@ -708,7 +165,7 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
     if not isinstance(dra, bool):
         err.add("must be true or false", "draDriver")
         dra = True
-    applied = _objects(data.get("apply"), "apply", base, err)
+    applied = parse_objects(data.get("apply"), "apply", base, err)
     steps: list[Step] = []
     raw_steps = data.get("steps") or []
     if not isinstance(raw_steps, list):
@@ -716,7 +173,7 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         raw_steps = []
     live = set(names)
     for i, raw in enumerate(raw_steps):
-        step = _step(raw, i, base, err, live)
+        step = read_step(raw, i, base, err, live)
         if step is not None:
             steps.append(step)
     runtimes: dict[str, float] = {}
@@ -729,17 +186,19 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
             runtimes[str(k)] = parse_duration(v)
         except ValueError as exc:
             err.add(str(exc), join_path("runtimes", str(k)))
-    pods = _total_pods(applied, steps)
-    if pods > MAX_PODS:
-        err.add(
-            f"the workloads and scale steps ask for {pods} pods in all; kgpu sim runs at most "
-            f"{MAX_PODS} in one scenario",
-            "apply",
-        )
+    _check_totals(nodes, applied, steps, err)
     seed = data.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         err.add("must be an integer", "seed")
         seed = 0
+    expect = _parse_expect(data.get("expect"), base, err, steps)
+    settings = CASettings()
+    try:
+        settings = parse_settings(data.get("clusterAutoscaler"))
+    except FieldError as exc:
+        for found in exc.problems:
+            err.add(found.message, found.path)
+    mig_manager = parse_mig_manager(data.get("migManager"), "migManager", err, parse_duration)
     if err.problems:
         raise FieldError(err.problems)
     return Scenario(
@@ -757,7 +216,57 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         steps=tuple(steps),
         runtimes=runtimes,
         seed=seed,
+        expect=expect,
+        cluster_autoscaler=settings,
+        mig_manager=mig_manager,
     )
+
+
+def _check_totals(
+    nodes: list[NodeSpec], applied: list[Manifest], steps: list[Step], err: Errors
+) -> None:
+    """What the whole scenario may make at most, checked up front: nodes (every group at its
+    largest, autoscaled ones at ``autoscale.max``, and every addNodes step) and pods (every
+    workload's counts and every scale step), against :data:`MAX_NODES` and :data:`MAX_PODS`."""
+    most = sum(spec.most_nodes() for spec in nodes)
+    pods = sum(manifest_pods(m) for m in applied)
+    for step in steps:
+        if isinstance(step, AddNodesStep):
+            most += sum(spec.most_nodes() for spec in step.specs)
+        elif isinstance(step, ApplyStep):
+            pods += sum(manifest_pods(m) for m in step.manifests)
+        elif isinstance(step, ScaleStep):
+            pods += step.replicas
+    if most > MAX_NODES:
+        err.add(
+            f"the node groups (autoscaled ones at autoscale.max) and addNodes steps make up to "
+            f"{most} nodes; kgpu sim runs at most {MAX_NODES} in one scenario",
+            "nodes",
+        )
+    if pods > MAX_PODS:
+        err.add(
+            f"the workloads and scale steps ask for {pods} pods in all; kgpu sim runs at most "
+            f"{MAX_PODS} in one scenario",
+            "apply",
+        )
+
+
+def _parse_expect(raw: object, base: Path, err: Errors, steps: list[Step]) -> Expectations:
+    """The ``expect`` key: an expect document inline, or the path of an expect file."""
+    if raw is None:
+        return Expectations()
+    if isinstance(raw, str):
+        resolved = resolve(base, raw)
+        problem = unreadable(resolved)
+        if problem:
+            err.add(problem, "expect")
+            return Expectations()
+        try:
+            return load_expectations(resolved, steps)
+        except FieldError as exc:
+            err.absorb(exc)
+            return Expectations()
+    return Expectations(read_expectations(raw, "expect", err, steps), (err.file,))
 
 
 def manifest_not_scenario(docs: list[Any], file: str) -> str:

@@ -22,15 +22,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kgpu.node.selectors import Taint, first_untolerated, tolerates
 from kgpu.sim.plugins import NodeInfo, SchedulerPlugin
-from kgpu.sim.podspec import (
-    PodRequirements,
-    Taint,
-    Toleration,
-    first_untolerated,
-    node_affinity_matches,
-    tolerates,
-)
+from kgpu.sim.podspec import PodRequirements, node_affinity_matches
 from kgpu.sim.state import PodRecord, SimNode
 from kgpu.store import ObjectStore
 
@@ -53,8 +47,17 @@ def needs_node_identity(req: PodRequirements) -> bool:
     if req.affinity is None:
         return False
     return any(
-        t.fields or any(r.key in PER_NODE_LABELS for r in t.expressions) for t in req.affinity
+        t.fields or any(r.key in PER_NODE_LABELS for r in t.expressions) for t in req.affinity.terms
     )
+
+
+def feasible_to_find(num_nodes: int) -> int:
+    """How many feasible nodes kube-scheduler looks for before scoring
+    (``numFeasibleNodesToFind`` with the adaptive ``percentageOfNodesToScore``)."""
+    if num_nodes < 100:
+        return num_nodes
+    percentage = max(5, 50 - num_nodes // 125)
+    return max(100, num_nodes * percentage // 100)
 
 
 def taint_reason(taint: Taint) -> str:
@@ -217,6 +220,19 @@ class Scheduler:
                 score += (free.get(r, 0) - wanted.get(r, 0) - (r == "pods")) / total
         return score
 
+    def _delegated(self, req: PodRequirements) -> frozenset[str]:
+        """Extended resources of the pod that a DRA DeviceClass provides (NodeResourcesFit
+        leaves them to the DRA plugin on nodes that do not advertise them: DRAExtendedResource)."""
+        wanted = {r for r, _ in req.requests if "/" in r}
+        if not wanted:
+            return frozenset()
+        out: frozenset[str] = frozenset()
+        for plugin in self.plugins:
+            names = getattr(plugin, "extended_resource_names", None)
+            if names is not None:
+                out |= names(self.store) & wanted
+        return out
+
     def find_node(self, rec: PodRecord) -> Placement:
         """Pick the best node for the pod, or explain why none fits."""
         pod, req = rec.obj, rec.req
@@ -229,6 +245,18 @@ class Scheduler:
                 return Placement(None, fit_error(total, Counter(), reason))
         reasons: Counter[str] = Counter()
         per_node = needs_node_identity(req)
+        delegated = self._delegated(req)
+
+        def fit(bucket: Bucket) -> list[str]:
+            requests: Iterable[tuple[str, int]] = req.requests
+            if delegated:
+                requests = [
+                    (r, a)
+                    for r, a in req.requests
+                    if not (r in delegated and bucket.allocatable.get(r, 0) <= 0)
+                ]
+            return fit_reasons(requests, bucket.free)
+
         candidates: list[tuple[float, int, Bucket]] = []
         for order, bucket in enumerate(self._buckets.values()):
             if per_node:
@@ -241,16 +269,16 @@ class Scheduler:
                         passing.append(node)
                 if not passing:
                     continue
-                fit = fit_reasons(req.requests, bucket.free)
-                if fit:
-                    for r in fit:
+                short = fit(bucket)
+                if short:
+                    for r in short:
                         reasons[r] += len(passing)
                     continue
                 candidates.append((-self._score(req, bucket), order, bucket))
                 continue
             why = self._static(req, bucket.class_id, None)
             if not why:
-                why = tuple(fit_reasons(req.requests, bucket.free))
+                why = tuple(fit(bucket))
             if why:
                 n = len(bucket.nodes)
                 for r in why:
@@ -258,15 +286,58 @@ class Scheduler:
                 continue
             candidates.append((-self._score(req, bucket), order, bucket))
         candidates.sort(key=lambda c: (c[0], c[1]))
+        scored: list[tuple[SimNode, Bucket, list[int]]] = []
         for _, _, bucket in candidates:
             for node in bucket.nodes.values():
                 if per_node and self._static(req, bucket.class_id, node):
                     continue
                 why_plugin = self._plugin_reason(pod, node)
                 if why_plugin is None:
-                    return Placement(node)
+                    plugin_scores = self._plugin_scores(pod, node)
+                    if plugin_scores is None:
+                        return Placement(node)
+                    scored.append((node, bucket, plugin_scores))
+                    if len(scored) >= feasible_to_find(total):
+                        return Placement(self._best(req, scored))
+                    continue
                 reasons[why_plugin] += 1
+        if scored:
+            return Placement(self._best(req, scored))
         return Placement(None, fit_error(total, reasons))
+
+    def _plugin_scores(self, pod: dict[str, Any], node: SimNode) -> list[int] | None:
+        """Scores of the plugins that score this pod (the DRA plugin's prioritized-list score),
+        None when none does: then the first node that passes wins, as before."""
+        info = node.info
+        assert info is not None
+        out: list[int] = []
+        for plugin in self.plugins:
+            score = getattr(plugin, "score", None)
+            value = score(pod, info, self.store) if score is not None else None
+            if value is not None:
+                out.append(int(value))
+        return out or None
+
+    def _best(
+        self, req: PodRequirements, scored: list[tuple[SimNode, Bucket, list[int]]]
+    ) -> SimNode:
+        """The node with the highest total score: LeastAllocated (0-100, CPU and memory, as
+        kube-scheduler's default) plus each plugin's score normalised to 0-100 over the
+        feasible nodes (the framework's DefaultNormalizeScore); ties keep the scheduler's order."""
+        width = max(len(s[2]) for s in scored)
+        tops = [max((s[2][i] if i < len(s[2]) else 0) for s in scored) for i in range(width)]
+        wanted = {r: a for r, a in req.requests}
+
+        def total(item: tuple[SimNode, Bucket, list[int]]) -> float:
+            _, bucket, values = item
+            least = 0.0
+            for r in ("cpu", "memory"):
+                alloc = bucket.allocatable.get(r, 0)
+                if alloc > 0:
+                    least += max(0, bucket.free.get(r, 0) - wanted.get(r, 0)) * 100 / alloc / 2
+            return least + sum(v * 100 / tops[i] for i, v in enumerate(values) if tops[i] > 0)
+
+        return max(scored, key=total)[0]
 
     def _plugin_reason(self, pod: dict[str, Any], node: SimNode) -> str | None:
         info = node.info
@@ -340,7 +411,6 @@ __all__ = [
     "UNSCHEDULABLE",
     "Placement",
     "Scheduler",
-    "Toleration",
     "fit_error",
     "fit_reasons",
     "static_reasons",

@@ -2,6 +2,8 @@
 API, in the core (no I/O). The real API server implements the same protocol in
 :mod:`kgpu.cluster`."""
 
+from kgpu.store.cache import CachedStore, SharedInformers
+from kgpu.store.informer import Backoff, Informer, InformerStats, Scope
 from kgpu.store.memory import MemoryStore, MemoryWatch
 from kgpu.store.objects import (
     CLUSTER_SCOPED,
@@ -31,8 +33,12 @@ from kgpu.store.protocol import (
 __all__ = [
     "CLUSTER_SCOPED",
     "AlreadyExists",
+    "Backoff",
+    "CachedStore",
     "Conflict",
     "Gone",
+    "Informer",
+    "InformerStats",
     "Invalid",
     "MemoryStore",
     "MemoryWatch",
@@ -40,6 +46,8 @@ __all__ = [
     "Obj",
     "ObjectList",
     "ObjectStore",
+    "Scope",
+    "SharedInformers",
     "StoreError",
     "Watch",
     "WatchEvent",

@@ -16,6 +16,11 @@ observe:
   admission (one container request per call). Allocations already made are remembered in
   :attr:`allocations` the way the kubelet's checkpoint keeps them across restarts.
 
+Misbehaviour on demand, for reliability tests: :attr:`register_mode` ``"hang"`` makes
+``Register`` block (until the mode changes, the fake stops or ``hang_limit_s`` passes, the way a
+wedged kubelet holds the call), ``"refuse"`` answers every ``Register`` with ``UNAVAILABLE``.
+Every call, whatever its outcome, is counted in :attr:`register_calls`.
+
 It does not model pod admission, the topology manager or the checkpoint file's format.
 """
 
@@ -52,10 +57,13 @@ class Endpoint:
     connected: bool = True
 
 
+REGISTER_MODES = ("ok", "hang", "refuse")
+
+
 class FakeKubelet:
     """Plays the kubelet's device manager for one node rooted at ``root``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, hang_limit_s: float = 30.0) -> None:
         self.root = Path(root)
         self.plugin_dir = self.root / "device-plugins"
         self.socket = self.plugin_dir / KUBELET_SOCKET
@@ -64,8 +72,24 @@ class FakeKubelet:
         self.allocations: list[tuple[str, tuple[str, ...], api_pb2.ContainerAllocateResponse]] = []
         self._cond = threading.Condition()
         self._server: grpc.Server | None = None
+        self._mode = "ok"
+        self._stopped = False
+        self.hang_limit_s = hang_limit_s
+        self.register_calls: list[tuple[float, str, str]] = []  # (monotonic, resource, mode)
 
     # -- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def register_mode(self) -> str:
+        return self._mode
+
+    @register_mode.setter
+    def register_mode(self, mode: str) -> None:
+        if mode not in REGISTER_MODES:
+            raise ValueError(f"register_mode {mode!r}: one of {', '.join(REGISTER_MODES)}")
+        with self._cond:
+            self._mode = mode
+            self._cond.notify_all()  # hung calls go on under the new mode
 
     def start(self) -> FakeKubelet:
         self._server = serve_unix(
@@ -73,12 +97,16 @@ class FakeKubelet:
             lambda server: api_pb2_grpc.add_RegistrationServicer_to_server(
                 _Registration(self), server
             ),
-            workers=4,
+            workers=16,
             thread_name_prefix="fake-kubelet",
         )
+        self._stopped = False
         return self
 
     def stop(self) -> None:
+        with self._cond:
+            self._stopped = True  # hung Register calls return
+            self._cond.notify_all()
         if self._server is not None:
             self._server.stop(0).wait()
             self._server = None
@@ -89,14 +117,27 @@ class FakeKubelet:
         for ep in endpoints:
             self._close(ep)
 
-    def restart(self) -> None:
-        """Stop, wipe the socket directory as the kubelet does, and serve again."""
+    def restart(self, *, wipe: bool = True) -> None:
+        """Stop, wipe the socket directory as the kubelet does, and serve again.
+        ``wipe=False`` leaves the plugins' sockets alone: a restart that a plugin can only
+        notice by ``kubelet.sock`` being a new file (or by its streams closing)."""
         self.stop()
         for entry in self.plugin_dir.iterdir():
+            if not wipe and entry.name != KUBELET_SOCKET:
+                continue
             if entry.name == CHECKPOINT or entry.is_dir():
                 continue
             entry.unlink(missing_ok=True)
         self.start()
+
+    def forget(self, resource: str) -> None:
+        """Drop a plugin's registration and close its stream, as the kubelet does with an
+        endpoint it considers gone; the plugin's socket stays."""
+        with self._cond:
+            ep = self.endpoints.pop(resource, None)
+            self._cond.notify_all()
+        if ep is not None:
+            self._close(ep)
 
     def __enter__(self) -> FakeKubelet:
         return self.start()
@@ -173,6 +214,23 @@ class FakeKubelet:
 
     # -- registration handling ------------------------------------------------------------
 
+    def _misbehave(self, resource: str) -> str | None:
+        """Play the mode: block while hanging; the refusal to send, or None to go on."""
+        deadline = time.monotonic() + self.hang_limit_s
+        with self._cond:
+            self.register_calls.append((time.monotonic(), resource, self._mode))
+            self._cond.notify_all()
+            while self._mode == "hang" and not self._stopped:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return "the kubelet hung and gave up"
+                self._cond.wait(left)
+            if self._stopped:
+                return "the kubelet is stopping"
+            if self._mode == "refuse":
+                return "the kubelet refuses registrations (fake, register_mode=refuse)"
+        return None
+
     def _on_register(self, request: api_pb2.RegisterRequest) -> str | None:
         """Validate as the kubelet does; return an error message or None."""
         if request.version != API_VERSION:
@@ -196,7 +254,9 @@ class FakeKubelet:
         channel = grpc.insecure_channel(unix_target(self.plugin_dir / request.endpoint))
         stub = api_pb2_grpc.DevicePluginStub(channel)
         try:
-            options = stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=5)
+            # the kubelet dials a new endpoint blocking, for up to 10 s (grpc.WithBlock): a
+            # first connection attempt that fails under load is retried, not fatal
+            options = stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=10, wait_for_ready=True)
             stream = stub.ListAndWatch(api_pb2.Empty())
         except grpc.RpcError:
             channel.close()
@@ -239,6 +299,9 @@ class _Registration(api_pb2_grpc.RegistrationServicer):
         self._kubelet = kubelet
 
     def Register(self, request: api_pb2.RegisterRequest, context: Any) -> api_pb2.Empty:
+        refusal = self._kubelet._misbehave(request.resource_name)
+        if refusal is not None:
+            context.abort(grpc.StatusCode.UNAVAILABLE, refusal)
         problem = self._kubelet._on_register(request)
         if problem is not None:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)

@@ -392,3 +392,58 @@ def test_a_registration_socket_that_cannot_be_made_leaves_no_dra_socket(
     with pytest.raises(OSError):
         server.start()
     assert not server.socket.exists()
+
+
+def test_a_removed_dra_socket_is_served_again(
+    short_tmp: Path, agent: DraComponent, store: MemoryStore
+) -> None:
+    claim = make_claim(store, "after", [("gpu", "gpu-6")])
+    with FakeDraKubelet(short_tmp / "kubelet") as kubelet:
+        kubelet.wait_registered(DRIVER)
+        seen = kubelet.registrations
+        socket = agent.servers[DRIVER].socket
+        socket.unlink()  # the registration socket stays: only a re-registration tells
+        kubelet.wait_registered(DRIVER, after=seen)
+        assert socket.is_socket()
+        out = kubelet.prepare_until_done(DRIVER, [ref_of(claim)])
+        assert out[claim["metadata"]["uid"]]["error"] == ""
+
+
+def test_the_agent_publishes_its_slices_once_from_the_served_mig_layout(
+    short_tmp: Path, store: MemoryStore
+) -> None:
+    from kgpu.agent.daemon import Agent, AgentOptions
+    from kgpu.config import load_config_files
+    from kgpu.drivers.migpreview import machine_after_mig
+    from kgpu.hardware.profiles import load_machine
+    from kgpu.hardware.simulated import SimulatedBackend
+
+    repo = Path(__file__).resolve().parents[3]
+    opts = AgentOptions(
+        machine="p4de.24xlarge",
+        config_files=(repo / "examples" / "manifests" / "gpu-operator-values.yaml",),
+        labels={"nvidia.com/mig.config": "p4de-half-balanced"},
+        node_name=NODE,
+        kubelet_root=short_tmp / "kubelet",
+        cdi_root=short_tmp / "cdi",
+        dra=True,
+    )
+    # the GPUs as the MIG manager left them before the agent started
+    gpus = machine_after_mig(
+        load_machine("p4de.24xlarge", hostname=NODE),
+        load_config_files(list(opts.config_files)),
+        opts.labels,
+    )
+    agent = Agent(opts, store=store, backend=SimulatedBackend(gpus))
+    agent.start()
+    try:
+        slices = store.list("resource.k8s.io/v1", "ResourceSlice")
+        # generation 1: the first publication was the MIG layout, nothing replaced it
+        assert {s["spec"]["pool"]["generation"] for s in slices} == {1}
+        names = {d["name"] for s in slices for d in s["spec"]["devices"]}
+        served = agent.view().machine
+        # a MIG-enabled GPU is published as its MIG devices, a whole one as itself
+        assert len(names) == sum(len(g.mig_devices) or 1 for g in served.gpus) == 20
+        assert sum(1 for n in names if "-mig-" in n) == 16
+    finally:
+        agent.stop()

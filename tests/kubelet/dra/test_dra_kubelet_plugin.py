@@ -377,3 +377,36 @@ def test_mig_capability_minors_match_a_real_driver_table() -> None:
         gi = int(gi_entry.split("/")[1][2:])
         assert mig_cap_minors(gpu, gi, 0) == minors
     assert mig_cap_minors(0, 14, 7)[1] == 137  # the last CI of the last GI of gpu0
+
+
+def test_claim_references_and_results_are_checked_before_any_file_is_named(
+    tmp_path: Path, machine: Machine, store: MemoryStore
+) -> None:
+    plugin = new_plugin(tmp_path, machine, store)
+    twice = make_claim(store, "twice", [("a", "gpu-1"), ("b", "gpu-1")])
+    escaping = ClaimRef("default", "../../../escape", "x")
+    empty = ClaimRef("", "", "")
+    upper = ClaimRef("Default", "u-1", "x")
+    out = plugin.prepare([*refs(twice), escaping, empty, upper])
+    errors = {uid: r.error for uid, r in out.items()}
+    assert errors[twice["metadata"]["uid"]] == (
+        "claim default/twice: status.allocation.devices.results[1]: device node-a/gpu-1 of "
+        "gpu.nvidia.com is allocated twice (also results[0])"
+    )
+    assert "uid must be letters, digits" in errors["../../../escape"]
+    assert "a claim reference needs a namespace, a uid and a name" in errors[""]
+    assert "namespace must be a DNS label" in errors["u-1"]
+    assert not any("internal error" in e for e in errors.values())
+    assert plugin.unprepare([escaping])["../../../escape"].startswith("claim 'default'/'x'")
+    # nothing was named after the bad uids, inside the plugin dir or outside it
+    assert not list(tmp_path.parent.glob("escape*")) and not list(tmp_path.rglob("*escape*"))
+    assert plugin.checkpoint.records() == {}
+
+
+def test_a_device_name_that_is_not_a_dns_label_fails_its_claim(
+    tmp_path: Path, machine: Machine, store: MemoryStore
+) -> None:
+    plugin = new_plugin(tmp_path, machine, store)
+    claim = make_claim(store, "odd", [("gpu", "../gpu-1")])
+    (result,) = plugin.prepare(refs(claim)).values()
+    assert "results[0].device: must be a DNS label, got '../gpu-1'" in result.error

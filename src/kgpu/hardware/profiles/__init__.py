@@ -274,3 +274,16 @@ def describe_profiles() -> list[dict[str, object]]:
             }
         )
     return rows
+
+
+__all__ = [
+    "Product",
+    "describe_profiles",
+    "load_machine",
+    "parse_clique",
+    "product_by_name",
+    "products",
+    "profile_names",
+    "read_data",
+    "stable_uuid",
+]

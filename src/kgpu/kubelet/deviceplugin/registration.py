@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -25,10 +27,12 @@ def register(
     *,
     timeout_s: float = 5.0,
     preferred_allocation: bool = True,
+    channel: grpc.Channel | None = None,
 ) -> None:
     """Tell the kubelet that ``resource`` is served on ``endpoint`` (a bare socket file name in
     the kubelet's device-plugins directory). Call only once that socket serves: the kubelet
-    dials back right away."""
+    dials back right away. With ``channel`` (to ``kubelet_socket``) the caller can cut a hung
+    call short by closing it."""
     request = api_pb2.RegisterRequest(
         version=API_VERSION,
         endpoint=endpoint,
@@ -39,8 +43,13 @@ def register(
         ),
     )
     try:
-        with grpc.insecure_channel(unix_target(kubelet_socket)) as channel:
+        if channel is not None:
             api_pb2_grpc.RegistrationStub(channel).Register(
+                request, timeout=timeout_s, wait_for_ready=True
+            )
+            return
+        with grpc.insecure_channel(unix_target(kubelet_socket)) as own:
+            api_pb2_grpc.RegistrationStub(own).Register(
                 request, timeout=timeout_s, wait_for_ready=True
             )
     except grpc.RpcError as exc:
@@ -48,3 +57,28 @@ def register(
         raise RegistrationError(
             f"registering {resource} with {kubelet_socket} failed: {detail}"
         ) from None
+    except ValueError as exc:  # the channel was closed under us (the plugin is stopping)
+        raise RegistrationError(f"registering {resource} was cut short: {exc}") from None
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with jitter between attempts at one thing (registering one
+    resource): ``initial_s`` after the first failure, doubling up to ``maximum_s``, each delay
+    shortened by a random fraction up to ``jitter`` so that plugins refused together do not
+    retry in step. ``reset()`` after a success or when the situation changed (a new kubelet)."""
+
+    initial_s: float = 0.1
+    maximum_s: float = 10.0
+    factor: float = 2.0
+    jitter: float = 0.5
+    failures: int = 0
+
+    def next_delay(self, rng: random.Random | None = None) -> float:
+        """The wait before the next attempt, counting one more failure."""
+        base = min(self.maximum_s, self.initial_s * self.factor**self.failures)
+        self.failures += 1
+        return base * (1.0 - self.jitter * (rng or random).random())
+
+    def reset(self) -> None:
+        self.failures = 0

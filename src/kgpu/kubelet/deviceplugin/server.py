@@ -2,15 +2,15 @@
 
 The kubelet identifies a plugin by socket: it dials ``<kubelet-root>/device-plugins/<endpoint>``
 named in the registration, and after a restart it deletes every socket there. A
-:class:`PluginServer` therefore owns exactly one socket file, remembers its inode so it can tell
-"my socket was deleted" from "someone else's socket took the name", and can be restarted on its
-own without disturbing the other resources' streams.
+:class:`PluginServer` therefore owns exactly one socket file, remembers its identity (inode and
+change time, :func:`kgpu.kubelet.sockets.identity`) so it can tell "my socket was deleted" from
+"someone else's socket took the name", and can be restarted on its own without disturbing the
+other resources' streams.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,8 +18,9 @@ import grpc
 
 from kgpu.kubelet.deviceplugin.registration import DEVICE_PLUGINS_DIR, KUBELET_SOCKET, register
 from kgpu.kubelet.deviceplugin.servicer import DevicePluginServicer
+from kgpu.kubelet.nvidia_cdi import NodeDriver
 from kgpu.kubelet.proto.deviceplugin.v1beta1 import api_pb2_grpc
-from kgpu.kubelet.sockets import serve_unix, unix_target
+from kgpu.kubelet.sockets import Identity, identity, serve_unix, wait_listening
 from kgpu.node.model import NodeView
 
 log = logging.getLogger(__name__)
@@ -40,16 +41,17 @@ class PluginServer:
         kubelet_root: Path,
         *,
         max_workers: int = 4,
+        driver: Callable[[], NodeDriver | None] | None = None,
     ) -> None:
         self.resource = resource
         self.kubelet_root = Path(kubelet_root)
         self.plugin_dir = self.kubelet_root / DEVICE_PLUGINS_DIR
         self.endpoint = socket_name(resource)
         self.socket_path = self.plugin_dir / self.endpoint
-        self.servicer = DevicePluginServicer(resource, view)
+        self.servicer = DevicePluginServicer(resource, view, driver)
         self._max_workers = max_workers
         self._server: grpc.Server | None = None
-        self._inode: int | None = None
+        self._identity: Identity | None = None
         self.registered = False
 
     def start(self, ready_timeout_s: float = 5.0) -> None:
@@ -61,10 +63,9 @@ class PluginServer:
             thread_name_prefix="dp",
             options=[("grpc.so_reuseport", 0)],
         )
-        self._inode = self.socket_path.stat().st_ino
+        self._identity = identity(self.socket_path)
         try:
-            with grpc.insecure_channel(unix_target(self.socket_path)) as channel:
-                grpc.channel_ready_future(channel).result(timeout=ready_timeout_s)
+            wait_listening(self.socket_path, ready_timeout_s)
         except BaseException:  # the caller drops us: leave no server threads or socket behind
             self.stop(grace_s=0)
             raise
@@ -79,10 +80,7 @@ class PluginServer:
 
     def socket_intact(self) -> bool:
         """False once the socket file we created is gone or replaced (kubelet restart)."""
-        try:
-            return os.stat(self.socket_path).st_ino == self._inode
-        except FileNotFoundError:
-            return False
+        return self._identity is not None and identity(self.socket_path) == self._identity
 
     def notify(self) -> None:
         self.servicer.notify()

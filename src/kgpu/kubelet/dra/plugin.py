@@ -21,12 +21,14 @@ spec files on disk are exactly those of completed claims, and the kubelet's retr
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kgpu.dra.api import RESOURCE_API
 from kgpu.errors import FieldError
 from kgpu.kubelet import cdi
 from kgpu.kubelet.checkpoint import Checkpoint, ClaimRecord, ClaimState, PreparedDeviceRecord
@@ -38,11 +40,11 @@ from kgpu.kubelet.dra.handler import (
     OpaqueConfig,
     PreparedClaim,
 )
+from kgpu.kubelet.sockets import ensure_directory
 from kgpu.store import ObjectStore, StoreError
 
 log = logging.getLogger(__name__)
 
-RESOURCE_API = "resource.k8s.io/v1"
 
 #: Points at which ``crash_hook`` is called, in the order they happen.
 CRASH_POINTS = (
@@ -73,15 +75,68 @@ class ReconcileReport:
     removed_orphans: list[str] = field(default_factory=list)
 
 
+# What the API server lets through, checked again here because these strings become file
+# names (CDI specs, MPS directories, checkpoint keys): a UID of letters, digits, '-', '_' and
+# '.' (never '.' or '..', never a '/'), a namespace that is a DNS label, a name that is a DNS
+# subdomain, device names that are DNS labels and pools that are DNS subdomains joined by '/'.
+_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # lengths are checked beside each use
+_DNS_LABEL = re.compile(_LABEL)
+_SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*")
+_POOL = re.compile(rf"{_LABEL}(\.{_LABEL})*(/{_LABEL}(\.{_LABEL})*)*")
+
+
+def claim_ref_problem(ref: ClaimRef) -> str:
+    """Why the kubelet's reference to a claim cannot be used ("" when it can)."""
+    label = f"claim {ref.namespace!r}/{ref.name!r} (uid {ref.uid!r})"
+    if not (ref.namespace and ref.uid and ref.name):
+        return f"{label}: a claim reference needs a namespace, a uid and a name"
+    if not _UID.fullmatch(ref.uid):
+        return f"{label}: uid must be letters, digits, '-', '_' or '.' (at most 128)"
+    if len(ref.namespace) > 63 or not _DNS_LABEL.fullmatch(ref.namespace):
+        return f"{label}: namespace must be a DNS label (lowercase letters, digits, '-')"
+    if len(ref.name) > 253 or not _SUBDOMAIN.fullmatch(ref.name):
+        return f"{label}: name must be a DNS subdomain (lowercase letters, digits, '-', '.')"
+    return ""
+
+
+def _check_results(listed: Sequence[Any], label: str, driver: str) -> None:
+    """``driver``'s device and pool names usable as file-name parts, no device named twice."""
+    seen: dict[tuple[str, str, str], int] = {}
+    for i, result in enumerate(listed):
+        at = f"{label}: status.allocation.devices.results[{i}]"
+        if not isinstance(result, Mapping):
+            raise ClaimError(f"{at}: must be a mapping")
+        if result.get("driver") != driver:
+            continue
+        device, pool = result.get("device"), result.get("pool")
+        if not isinstance(device, str) or len(device) > 63 or not _DNS_LABEL.fullmatch(device):
+            raise ClaimError(f"{at}.device: must be a DNS label, got {device!r}")
+        if not isinstance(pool, str) or len(pool) > 253 or not _POOL.fullmatch(pool):
+            raise ClaimError(f"{at}.pool: must be DNS subdomains joined by '/', got {pool!r}")
+        key = (pool, device, str(result.get("shareID") or ""))
+        if key in seen:
+            raise ClaimError(
+                f"{at}: device {pool}/{device} of {driver} is allocated twice "
+                f"(also results[{seen[key]}])"
+            )
+        seen[key] = i
+
+
 def claim_info(claim: Mapping[str, Any], driver: str) -> ClaimInfo:
     """The part of a ResourceClaim that belongs to ``driver``; :class:`ClaimError` when it is
-    not allocated."""
+    not allocated, or its results name a device that is not a usable name or name one twice."""
     meta = claim.get("metadata") or {}
+    label = f"claim {meta.get('namespace')}/{meta.get('name')}"
     allocation = (claim.get("status") or {}).get("allocation")
     if not allocation:
-        raise ClaimError(f"claim {meta.get('namespace')}/{meta.get('name')} is not allocated")
+        raise ClaimError(f"{label} is not allocated")
     devices = allocation.get("devices") or {}
-    results = tuple(r for r in devices.get("results") or [] if r.get("driver") == driver)
+    listed = devices.get("results") or []
+    if not isinstance(listed, list):
+        raise ClaimError(f"{label}: status.allocation.devices.results must be a list")
+    _check_results(listed, label, driver)
+    results = tuple(r for r in listed if r.get("driver") == driver)
     configs: list[OpaqueConfig] = []
     for i, entry in enumerate(devices.get("config") or []):
         opaque = entry.get("opaque") or {}
@@ -125,7 +180,7 @@ class DraPlugin:
         self.store = store
         self._crash_hook = crash_hook
         self._lock = threading.RLock()
-        plugin_dir.mkdir(parents=True, exist_ok=True)
+        ensure_directory(plugin_dir)  # 0750 whatever the umask: it holds the checkpoint
         self.checkpoint = Checkpoint(plugin_dir / "checkpoint.json")
         self.last_reconcile = self.reconcile()
 
@@ -169,6 +224,10 @@ class DraPlugin:
         out: dict[str, PrepareResult] = {}
         with self._lock:
             for ref in refs:
+                problem = claim_ref_problem(ref)
+                if problem:  # before the uid names any file
+                    out[ref.uid] = PrepareResult(error=problem)
+                    continue
                 try:
                     given = (claims or {}).get(ref.uid)
                     out[ref.uid] = PrepareResult(devices=self._prepare_one(ref, given))
@@ -260,6 +319,10 @@ class DraPlugin:
         out: dict[str, str] = {}
         with self._lock:
             for ref in refs:
+                problem = claim_ref_problem(ref)
+                if problem:
+                    out[ref.uid] = problem
+                    continue
                 try:
                     self._unprepare_one(ref.uid)
                     out[ref.uid] = ""

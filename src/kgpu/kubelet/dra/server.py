@@ -27,7 +27,7 @@ from kgpu.kubelet.proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from kgpu.kubelet.proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from kgpu.kubelet.proto.pluginregistration.v1 import api_pb2 as reg_pb2
 from kgpu.kubelet.proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from kgpu.kubelet.sockets import serve_unix
+from kgpu.kubelet.sockets import Identity, identity, serve_unix
 
 log = logging.getLogger(__name__)
 
@@ -138,13 +138,20 @@ class DriverServer:
         self.registration = RegistrationServicer(self.driver, self.socket)
         self._dra: grpc.Server | None = None
         self._reg: grpc.Server | None = None
+        self._dra_id: Identity | None = None
+        self._reg_id: Identity | None = None
 
-    def start(self) -> None:
+    def _serve_dra(self) -> grpc.Server:
         def add_dra(server: grpc.Server) -> None:
             v1_grpc.add_DRAPluginServicer_to_server(V1Servicer(self.plugin), server)
             v1beta1_grpc.add_DRAPluginServicer_to_server(V1beta1Servicer(self.plugin), server)
 
-        self._dra = serve_unix(self.socket, add_dra, workers=4)
+        server = serve_unix(self.socket, add_dra, workers=4)
+        self._dra_id = identity(self.socket)
+        return server
+
+    def start(self) -> None:
+        self._dra = self._serve_dra()
         try:
             self._reg = self._serve_registration()
         except BaseException:  # the component never learns of us: leave nothing serving
@@ -156,28 +163,49 @@ class DriverServer:
             "%s: serving %s, registering at %s", self.driver, self.socket, self.registration_socket
         )
 
+    def ensure_serving(self) -> list[str]:
+        """Re-create whichever of our sockets something removed or replaced; the names of
+        those re-created ([] when both are intact).
+
+        A new DRAPlugin socket comes with a new registration socket too: the kubelet learns
+        about plugins only from registration sockets it sees appear, and registering again
+        makes it dial the endpoint anew."""
+        if self._dra is None or self._reg is None:
+            return []
+        redone = []
+        if identity(self.socket) != self._dra_id:
+            self._dra.stop(grace=None)
+            self._dra = self._serve_dra()
+            redone.append(self.socket.name)
+        if redone or identity(self.registration_socket) != self._reg_id:
+            self._reg.stop(grace=None)
+            self.registration.registered.clear()
+            self._reg = self._serve_registration()
+            redone.append(self.registration_socket.name)
+        return redone
+
     def ensure_registered(self) -> bool:
-        """Re-create the registration socket if something removed it (the kubelet only learns
-        about plugins from sockets it sees appear); True when it had to."""
-        if self._reg is None or self.registration_socket.exists():
-            return False
-        self._reg.stop(grace=None)
-        self.registration.registered.clear()
-        self._reg = self._serve_registration()
-        return True
+        """:meth:`ensure_serving`, True when anything had to be re-created."""
+        return bool(self.ensure_serving())
 
     def _serve_registration(self) -> grpc.Server:
-        return serve_unix(
+        server = serve_unix(
             self.registration_socket,
             lambda server: reg_grpc.add_RegistrationServicer_to_server(self.registration, server),
             workers=2,
         )
+        self._reg_id = identity(self.registration_socket)
+        return server
 
     def stop(self) -> None:
         """Deregister first (socket removed: the kubelet stops routing to us), then stop."""
-        for server, path in ((self._reg, self.registration_socket), (self._dra, self.socket)):
+        for server, path, ident in (
+            (self._reg, self.registration_socket, self._reg_id),
+            (self._dra, self.socket, self._dra_id),
+        ):
             if server is not None:
                 server.stop(grace=1.0).wait(2.0)
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            if ident is not None and identity(path) == ident:  # ours, not a successor's
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
         self._reg = self._dra = None

@@ -9,3 +9,6 @@ from pathlib import Path
 
 def quickstart_path() -> Path:
     return Path(str(resources.files(__name__).joinpath("quickstart.yaml")))
+
+
+__all__ = ["quickstart_path"]
