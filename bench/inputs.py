@@ -1,7 +1,8 @@
 """Input safety figures (issue 11): fuzz throughput and findings, a large Pod through
 ``kgpu validate``, and 200 concurrent scrapes of the /metrics server.
 
-    python bench/inputs.py --fuzz 2000     # 2,000 fuzzed runs per command, on past failures
+    python bench/inputs.py --fuzz 2000     # 2,000 fuzzed runs per command (and per input kind:
+                                           # counters CSV, ConfigMap dirs, expect files)
     python bench/inputs.py --pod           # a 1.3 MB Pod: kgpu validate vs 4 pure-Python parses
     python bench/inputs.py --scrapes 200   # 200 concurrent scrapes: kgpu's server vs stdlib's
 
@@ -42,6 +43,9 @@ def fuzz(runs: int, save: Path, commands: list[str]) -> dict[str, Any]:
         "sim": suite.test_sim_survives_mutated_scenarios,
         "allocate": suite.test_allocate_survives_mutated_inputs,
         "machines": suite.test_machines_and_plan_survive_mutated_snapshots,
+        "counters": suite.test_metrics_survives_mutated_counters,
+        "configmap-dirs": suite.test_plan_survives_mutated_configmap_volumes,
+        "expect": suite.test_sim_survives_mutated_expect_files,
     }
     results: dict[str, Any] = {}
     for name in commands:
@@ -197,7 +201,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fuzz", type=int, default=0, help="fuzzed runs per command")
     parser.add_argument(
-        "--commands", default="validate,plan,sim,allocate,machines", help="which commands"
+        "--commands",
+        default="validate,plan,sim,allocate,machines,counters,configmap-dirs,expect",
+        help="which commands",
     )
     parser.add_argument("--save", type=Path, default=Path("/tmp/kgpu-fuzz-bench"))
     parser.add_argument("--pod", action="store_true", help="the 1.3 MB Pod through validate")
