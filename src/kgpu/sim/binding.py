@@ -4,14 +4,30 @@ kube-scheduler's decisions come from :class:`kgpu.sim.scheduler.Scheduler`; this
 queue around it: FIFO by creation, an MPIJob's workers placed all or none, a pod naming
 ``spec.nodeName`` handed straight to its kubelet (which may reject it, as the real one does with
 ``OutOf<resource>``), and a pod that failed not retried until something in the cluster changed.
+
+A pod no node takes goes through the PostFilter plugins, as kube-scheduler's framework runs
+them: DynamicResources (``still not schedulable`` for a pod with claims; in 1.32 also ``no new
+claims to deallocate`` for one without), then DefaultPreemption (:mod:`kgpu.sim.preemption`),
+whose result ends the ``FailedScheduling`` message -- or, when it finds victims, evicts them and
+nominates the node, and the message is the filters' alone.
+
+Gangs are the simulator's own: kube-scheduler has no gang scheduling (clusters add the
+scheduler-plugins co-scheduling plugin or Kueue for it). An MPIJob's workers are placed all or
+none so that a job never holds half its GPUs; a gang does not preempt, and its pods' message is
+the filters' for the member that did not fit.
 """
 
 from __future__ import annotations
 
 from kgpu.errors import KgpuError
 from kgpu.sim.context import SimContext
-from kgpu.sim.pod_lifecycle import set_status, write_pod
+from kgpu.sim.pod_lifecycle import delete_pod, set_status, write_pod
+from kgpu.sim.preemption import PREFIX, Candidate, preempt
+from kgpu.sim.scheduler import Placement
 from kgpu.sim.state import PodRecord, SimNode
+
+NO_NEW_CLAIMS = "no new claims to deallocate"
+STILL_NOT_SCHEDULABLE = "still not schedulable"
 
 
 def schedule_pending(ctx: SimContext) -> bool:
@@ -41,7 +57,7 @@ def schedule_pending(ctx: SimContext) -> bool:
         placement = ctx.scheduler.find_node(rec)
         node = placement.node
         if node is None:
-            _unschedulable(ctx, rec, placement.message)
+            progress |= _post_filter(ctx, rec, placement)
             continue
         try:
             ctx.scheduler.reserve(rec, node)
@@ -51,6 +67,40 @@ def schedule_pending(ctx: SimContext) -> bool:
         _bind(ctx, rec, node)
         progress = True
     return progress
+
+
+def _post_filter(ctx: SimContext, rec: PodRecord, placement: Placement) -> bool:
+    """The PostFilter plugins for a pod no node took; True when preemption evicted pods."""
+    if placement.diagnosis is None:  # no nodes at all: no FitError, no PostFilter
+        _unschedulable(ctx, rec, placement.message)
+        return False
+    notes = []
+    if ctx.dra:
+        if rec.obj["spec"].get("resourceClaims"):
+            notes.append(STILL_NOT_SCHEDULABLE)
+        elif ctx.scheduler.version.dra_note_without_claims:
+            notes.append(NO_NEW_CLAIMS)
+    outcome = preempt(ctx.scheduler, rec, placement.diagnosis)
+    if outcome.candidate is not None:
+        _unschedulable(ctx, rec, placement.message, nominated=outcome.candidate.node.name)
+        _evict(ctx, rec, outcome.candidate)
+        return True
+    notes.append(PREFIX + outcome.message)
+    _unschedulable(ctx, rec, f"{placement.message} {', '.join(notes)}")
+    return False
+
+
+def _evict(ctx: SimContext, preemptor: PodRecord, candidate: Candidate) -> None:
+    """The victims are deleted (their controllers replace them) with upstream's event."""
+    uid = preemptor.obj["metadata"].get("uid", "")
+    for victim in candidate.victims:
+        ctx.emit(
+            "Normal",
+            "Preempted",
+            f"Pod/{victim.key}",
+            f"Preempted by pod {uid} on node {candidate.node.name}",
+        )
+        delete_pod(ctx, victim.key)
 
 
 def _schedule_gang(ctx: SimContext, gang: str) -> bool:
@@ -95,27 +145,26 @@ def _bind_direct(ctx: SimContext, rec: PodRecord) -> bool:
     return True
 
 
-def _unschedulable(ctx: SimContext, rec: PodRecord, message: str) -> None:
+def _unschedulable(ctx: SimContext, rec: PodRecord, message: str, nominated: str = "") -> None:
     rec.failed_epoch = ctx.epoch
-    if message == rec.last_message:
+    if message == rec.last_message and not nominated:
         return
     rec.last_message = message
     ctx.emit("Warning", "FailedScheduling", f"Pod/{rec.key}", message)
-    set_status(
-        ctx,
-        rec,
-        {
-            "phase": "Pending",
-            "conditions": [
-                {
-                    "type": "PodScheduled",
-                    "status": "False",
-                    "reason": "Unschedulable",
-                    "message": message,
-                }
-            ],
-        },
-    )
+    status = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+            }
+        ],
+    }
+    if nominated:
+        status["nominatedNodeName"] = nominated
+    set_status(ctx, rec, status)
 
 
 def _bind(ctx: SimContext, rec: PodRecord, node: SimNode, scheduled: bool = True) -> None:

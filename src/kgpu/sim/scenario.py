@@ -18,6 +18,7 @@ import yaml
 
 from kgpu.config.plugin import MIG_STRATEGIES
 from kgpu.errors import FieldError, FieldProblem, join_path
+from kgpu.sim.kubeversion import DEFAULT_VERSION, KubeVersion, parse_version, version_problem
 from kgpu.sim.manifests import Manifest
 from kgpu.sim.scenario_parts import (
     Errors,
@@ -44,6 +45,7 @@ TOP_KEYS = (
     "steps",
     "runtimes",
     "seed",
+    "kubernetesVersion",
 )
 #: The actions a step may take (:data:`kgpu.sim.steps.STEP_TYPES`).
 STEP_ACTIONS = tuple(STEP_TYPES)
@@ -65,6 +67,8 @@ class Scenario:
     steps: tuple[Step, ...] = ()
     runtimes: dict[str, float] = field(default_factory=dict)
     seed: int = 0
+    #: the kube-scheduler release whose wording and behaviour the cluster has
+    kubernetes_version: KubeVersion = field(default_factory=parse_version)
 
 
 def parse_step(
@@ -168,6 +172,11 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
     if isinstance(seed, bool) or not isinstance(seed, int):
         err.add("must be an integer", "seed")
         seed = 0
+    raw_version = data.get("kubernetesVersion", DEFAULT_VERSION)
+    version_error = version_problem(raw_version)
+    if version_error:
+        err.add(version_error, "kubernetesVersion")
+        raw_version = DEFAULT_VERSION
     if err.problems:
         raise FieldError(err.problems)
     return Scenario(
@@ -185,6 +194,7 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         steps=tuple(steps),
         runtimes=runtimes,
         seed=seed,
+        kubernetes_version=parse_version(raw_version),
     )
 
 
