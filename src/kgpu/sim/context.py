@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from kgpu.config.loader import ConfigSet
+from kgpu.sim.admission import Admission
 from kgpu.sim.journal import SimStore
 from kgpu.sim.names import Suffixes
 from kgpu.sim.plugins import Event, KubeletPlugin, SchedulerPlugin
@@ -59,6 +60,8 @@ class SimContext:
         self.kubelet_plugins: list[KubeletPlugin] = list(kubelet_plugins)
         self.release_listeners: list[ReleaseListener] = []
         self.dra = any(p.name == "DynamicResources" for p in self.scheduler.plugins)
+        #: the API server's admission of pods (Priority, kgpu's clique placement webhook)
+        self.admission = Admission(self.store, webhook=self.dra)
         self.configs = configs
         self.inline_configs: dict[str, str] = {}  # "ConfigMap ns/name" -> its YAML text
         #: what ``kubectl apply`` last applied, per object (its last-applied-configuration)

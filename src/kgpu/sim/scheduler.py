@@ -97,14 +97,65 @@ def static_reasons(
 ) -> tuple[str, ...]:
     """The first label/taint filter that rejects the node, in kube-scheduler's order (all three
     reject UnschedulableAndUnresolvable: preemption cannot change labels or taints)."""
-    if unschedulable and not any(tolerates(t, _UNSCHEDULABLE_TAINT) for t in req.tolerations):
-        return (UNSCHEDULABLE,)
-    taint = first_untolerated(req.tolerations, taints)
-    if taint is not None:
-        return (taint_reason(taint, version),)
-    if not node_affinity_matches(req, labels, node_name):
-        return (AFFINITY,)
+    for _, check in STATIC_FILTERS:
+        why = check(req, labels, taints, unschedulable, node_name, version)
+        if why:
+            return (why,)
     return ()
+
+
+def _node_unschedulable(
+    req: PodRequirements,
+    labels: Mapping[str, str],
+    taints: Sequence[Taint],
+    unschedulable: bool,
+    node_name: str,
+    version: KubeVersion,
+) -> str | None:
+    if unschedulable and not any(tolerates(t, _UNSCHEDULABLE_TAINT) for t in req.tolerations):
+        return UNSCHEDULABLE
+    return None
+
+
+def _taint_toleration(
+    req: PodRequirements,
+    labels: Mapping[str, str],
+    taints: Sequence[Taint],
+    unschedulable: bool,
+    node_name: str,
+    version: KubeVersion,
+) -> str | None:
+    taint = first_untolerated(req.tolerations, taints)
+    return None if taint is None else taint_reason(taint, version)
+
+
+def _node_affinity(
+    req: PodRequirements,
+    labels: Mapping[str, str],
+    taints: Sequence[Taint],
+    unschedulable: bool,
+    node_name: str,
+    version: KubeVersion,
+) -> str | None:
+    return None if node_affinity_matches(req, labels, node_name) else AFFINITY
+
+
+StaticFilter = Callable[
+    [PodRequirements, Mapping[str, str], Sequence[Taint], bool, str, KubeVersion], str | None
+]
+#: The label/taint filters by plugin name, in the framework's order.
+STATIC_FILTERS: tuple[tuple[str, StaticFilter], ...] = (
+    ("NodeUnschedulable", _node_unschedulable),
+    ("TaintToleration", _taint_toleration),
+    ("NodeAffinity", _node_affinity),
+)
+#: Every filter the simulated kube-scheduler runs, in order (plugins last).
+FILTER_ORDER = (
+    *(name for name, _ in STATIC_FILTERS),
+    "NodeResourcesFit",
+    "PodTopologySpread",
+    "InterPodAffinity",
+)
 
 
 def fit_reasons(requests: Iterable[tuple[str, int]], free: dict[str, int]) -> list[str]:
@@ -433,6 +484,41 @@ class Scheduler:
                 diagnosis.reasons[why_plugin] += 1  # DRA filters reject unresolvably
         return Placement(None, fit_error(total, diagnosis.reasons), diagnosis)
 
+    def node_verdict(
+        self, rec: PodRecord, node: SimNode, cycle: Cycle | None, only: str | None = None
+    ) -> Rejection | None:
+        """Every filter on one node in order, or only the plugin named ``only`` (one of
+        :data:`FILTER_ORDER` or a scheduler plugin's name), as upstream's plugin tests call one
+        plugin's Filter; ``cycle`` is :meth:`cycle`'s result for the pod."""
+        req = rec.req
+        for name, check in STATIC_FILTERS:
+            if only in (None, name):
+                why = check(
+                    req, node.labels, node.taints, node.unschedulable, node.name, self.version
+                )
+                if why:
+                    return Rejection((why,), False)
+        if only in (None, "NodeResourcesFit"):
+            free = {r: v - node.requested.get(r, 0) for r, v in node.allocatable.items()}
+            fit = fit_rejection(req.requests, free, node.allocatable, self.version)
+            if fit is not None:
+                return fit
+        if cycle is not None and cycle.spread is not None and only in (None, "PodTopologySpread"):
+            why_spread = cycle.spread.check(node.labels)
+            if why_spread is not None:
+                return why_spread
+        if cycle is not None and cycle.affinity is not None and only in (None, "InterPodAffinity"):
+            why_affinity = cycle.affinity.check(node.labels)
+            if why_affinity is not None:
+                return why_affinity
+        info = node.info
+        for plugin in self.plugins:
+            if only in (None, plugin.name) and info is not None:
+                reason = plugin.filter(rec.obj, info, self.store)
+                if reason:
+                    return Rejection((reason,), False)
+        return None
+
     def _plugin_reason(self, pod: dict[str, Any], node: SimNode) -> str | None:
         info = node.info
         assert info is not None
@@ -501,6 +587,8 @@ class Scheduler:
 
 __all__ = [
     "AFFINITY",
+    "FILTER_ORDER",
+    "STATIC_FILTERS",
     "TOO_MANY_PODS",
     "UNSCHEDULABLE",
     "UNTOLERATED_TAINTS",
