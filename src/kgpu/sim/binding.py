@@ -31,9 +31,12 @@ STILL_NOT_SCHEDULABLE = "still not schedulable"
 
 
 def schedule_pending(ctx: SimContext) -> bool:
-    """One pass over the scheduling queue; True when any pod was bound or rejected."""
+    """One pass over the scheduling queue; True when any pod was bound or rejected. A pod
+    placed can make a pod waiting on pod affinity or topology spread schedulable (upstream
+    requeues those on pod events), so binding one then counts as a change for them."""
     progress = False
     seen_gangs: set[str] = set()
+    follows_pods = any(r.req.affinity_terms or r.req.spread for r in ctx.pending.values())
     for rec in list(ctx.pending.values()):
         if rec.key not in ctx.pending or rec.failed_epoch == ctx.epoch:
             continue
@@ -66,6 +69,8 @@ def schedule_pending(ctx: SimContext) -> bool:
             continue
         _bind(ctx, rec, node)
         progress = True
+    if progress and follows_pods:
+        ctx.epoch += 1
     return progress
 
 
