@@ -188,3 +188,50 @@ def test_admission_puts_a_domains_workers_in_a_clique_with_room(
         assert term["matchExpressions"] == [
             {"key": "nvidia.com/gpu.clique", "operator": "In", "values": [RACK_B]}
         ]
+
+
+def test_selectors_the_api_server_refuses_are_refused_before_the_run() -> None:
+    """The upstream PreFilter cases with an invalid label value cannot reach kube-scheduler: the
+    API server refuses such a pod, and so does kgpu, naming the field."""
+    from kgpu.manifests import validate_manifest
+
+    bad = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "x"},
+        "spec": {
+            "containers": [{"name": "c", "image": "i"}],
+            "affinity": {
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "labelSelector": {
+                                "matchExpressions": [
+                                    {
+                                        "key": "service",
+                                        "operator": "In",
+                                        "values": ["{{.bad-value.}}"],
+                                    }
+                                ]
+                            },
+                            "topologyKey": "zone",
+                        }
+                    ]
+                }
+            },
+            "topologySpreadConstraints": [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "zone",
+                    "whenUnsatisfiable": "ScheduleAnyway",
+                    "minDomains": 2,
+                }
+            ],
+        },
+    }
+    paths = {p.path for p in validate_manifest(bad)}
+    assert paths == {
+        "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+        ".labelSelector.matchExpressions[0].values[0]",
+        "spec.topologySpreadConstraints[0].minDomains",
+    }
