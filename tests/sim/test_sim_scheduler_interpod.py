@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kgpu.computedomain.admission import WORKLOAD_LABEL
+from kgpu.computedomain.api import WORKLOAD_LABEL
 from kgpu.sim.scenario import scenario_from_dict
 from kgpu.sim.simulation import Simulation
 

@@ -31,13 +31,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgpu.computedomain.api import CHANNEL_CONFIG_KIND, CLIQUE_LABEL, DRIVER, ComputeDomain
+from kgpu.computedomain.api import (
+    CHANNEL_CONFIG_KIND,
+    CLIQUE_LABEL,
+    DRIVER,
+    WORKLOAD_LABEL,
+    ComputeDomain,
+)
 from kgpu.computedomain.placement import node_clique, node_healthy, place, room_view
 
 Obj = dict[str, Any]
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
-#: The label admission puts on a domain's workload pods (value: the domain's uid).
-WORKLOAD_LABEL = "resource.nvidia.com/computeDomainWorkload"
 
 
 @dataclass(frozen=True)
@@ -237,7 +241,6 @@ def apply_patch(obj: Mapping[str, Any], ops: Sequence[Mapping[str, Any]]) -> Obj
 
 
 __all__ = [
-    "WORKLOAD_LABEL",
     "Mutation",
     "apply_patch",
     "channel_claim_domain",

@@ -36,6 +36,9 @@ TARGET_WORKLOAD = "Workload"
 TARGET_DAEMON = "Daemon"
 #: The NVLink clique of a node (``<clusterUUID>.<cliqueId>``), set by GPU feature discovery.
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
+#: Set by kgpu's admission webhook on a pod that uses a domain's channel claim (value: the
+#: domain's uid); the pod's clique affinity selects its siblings by it.
+WORKLOAD_LABEL = "resource.nvidia.com/computeDomainWorkload"
 
 ALLOCATION_MODES = ("Single", "All")
 STATUSES = ("Ready", "NotReady")

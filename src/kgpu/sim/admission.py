@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kgpu.computedomain.admission import WORKLOAD_LABEL, apply_patch, mutate_pod
+from kgpu.computedomain.admission import apply_patch, mutate_pod
 from kgpu.computedomain.api import API_VERSION as CD_API_VERSION
 from kgpu.computedomain.api import KIND as CD_KIND
-from kgpu.computedomain.api import ComputeDomain, parse_compute_domain
+from kgpu.computedomain.api import WORKLOAD_LABEL, ComputeDomain, parse_compute_domain
 from kgpu.dra.api import RESOURCE_API
 from kgpu.errors import FieldError, KgpuError
 from kgpu.store import NotFound, ObjectStore, namespace_of

@@ -183,11 +183,16 @@ def preempt(sched: Scheduler, rec: PodRecord, diagnosis: Diagnosis) -> Outcome:
     total = len(sched.nodes)
     statuses: Counter[str] = Counter()
     judged = 0  # nodes with a status of their own; the rest are "not helpful"
-    potential = [] if diagnosis.prefilter else [n for group in diagnosis.potential for n in group]
+    potential: list[SimNode] = []
     lowest = sched.pods.lowest_priority()
-    if potential and (lowest is None or lowest >= rec.req.priority):
-        statuses[NO_VICTIMS] = judged = len(potential)  # no pod anywhere has a lower priority
-        potential = []
+    if diagnosis.prefilter:
+        pass  # every node is unresolvable
+    elif lowest is None or lowest >= rec.req.priority:
+        judged = diagnosis.potential_count  # no pod anywhere has a lower priority
+        if judged:
+            statuses[NO_VICTIMS] = judged
+    else:
+        potential = [n for group in diagnosis.potential for n in group]
     wanted = max(MIN_CANDIDATES, len(potential) * MIN_CANDIDATE_PERCENT // 100)
     candidates: list[Candidate] = []
     for node in potential:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,11 +205,11 @@ class Diagnosis:
     rejected only ``Unschedulable`` (in groups, so a thousand full nodes are one list)."""
 
     reasons: Counter[str] = field(default_factory=Counter)
-    potential: list[Sequence[SimNode]] = field(default_factory=list)
+    potential: list[Collection[SimNode]] = field(default_factory=list)
     prefilter: str | None = None  # a PreFilter rejected the pod on every node
     cycle: Cycle | None = None  # the inter-pod filters' state, for preemption's dry runs
 
-    def reject(self, rejection: Rejection, nodes: Sequence[SimNode]) -> None:
+    def reject(self, rejection: Rejection, nodes: Collection[SimNode]) -> None:
         for r in rejection.reasons:
             self.reasons[r] += len(nodes)
         if rejection.resolvable:
@@ -456,7 +456,7 @@ class Scheduler:
                 continue
             fit = self._fit(req, bucket)
             if fit is not None:
-                diagnosis.reject(fit, list(bucket.nodes.values()))
+                diagnosis.reject(fit, bucket.nodes.values())  # read before anything changes
                 continue
             candidates.append((-self._score(req, bucket), order, bucket))
         candidates.sort(key=lambda c: (c[0], c[1]))
@@ -468,7 +468,7 @@ class Scheduler:
                     class_verdicts[cid] = cycle.check(self._class_members[cid][0])
                 verdict = class_verdicts[cid]
                 if verdict is not None:
-                    diagnosis.reject(verdict, list(bucket.nodes.values()))
+                    diagnosis.reject(verdict, bucket.nodes.values())
                     continue
             for node in bucket.nodes.values():
                 if identity and self._static(req, bucket.class_id, node):
