@@ -29,7 +29,7 @@ from kgpu.computedomain.api import KIND as CD_KIND
 from kgpu.computedomain.api import WORKLOAD_LABEL, ComputeDomain, parse_compute_domain
 from kgpu.dra.api import RESOURCE_API
 from kgpu.errors import FieldError, KgpuError
-from kgpu.store import NotFound, ObjectStore, namespace_of
+from kgpu.store import MemoryStore, NotFound, ObjectStore, namespace_of
 
 Obj = dict[str, Any]
 SCHEDULING_API = "scheduling.k8s.io/v1"
@@ -46,8 +46,10 @@ class AdmissionDenied(KgpuError):
 
 
 def _revision(store: ObjectStore, api_version: str, kind: str) -> int:
-    probe = getattr(store, "kind_revision", None)
-    return int(probe(api_version, kind)) if probe is not None else -1
+    """The store's revision of a kind (-1, never cached, for a store that does not keep one)."""
+    if isinstance(store, MemoryStore):
+        return store.kind_revision(api_version, kind)
+    return -1
 
 
 class Admission:

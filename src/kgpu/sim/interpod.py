@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from kgpu.sim.podindex import IndexedPod, PodIndex, term_namespaces
+from kgpu.sim.podindex import IndexedPod, PodIndex, simple_lookup, term_namespaces
 from kgpu.sim.podspec import AffinityTerm, PodRequirements
 from kgpu.sim.rejection import Rejection, resolvable, unresolvable
 
@@ -136,6 +136,17 @@ def _add_incoming(
     groups = [terms] if every else [(t,) for t in terms]
     for group in groups:
         first = group[0]
+        lookup = simple_lookup(first.selector) if len(group) == 1 else None
+        if lookup is not None:  # every indexed pod with the label matches: count per node
+            key, values = lookup
+            for ns in term_namespaces(first, index, ns_labels):
+                for wanted in values:
+                    for node, n in index.nodes_with_label(ns, key, wanted).items():
+                        labels = node_labels(node)
+                        topology = labels.get(first.topology_key) if labels else None
+                        if topology is not None:
+                            counts[(first.topology_key, topology)] += n
+            continue
         seen: set[str] = set()
         for pod in index.matching(first.selector, term_namespaces(first, index, ns_labels)):
             if pod.key in seen:
@@ -157,18 +168,18 @@ def prefilter(
 ) -> AffinityState | None:
     """InterPodAffinity's PreFilter; None when it would return Skip (the pod has no required
     terms and no existing pod's anti-affinity names it)."""
-    if not req.inter_pod and not index.with_anti_affinity:
+    if not req.inter_pod and not index.anti_terms:
         return None
     state = AffinityState(req, ns_labels)
     labels = req.label_map
-    for pod in index.with_anti_affinity.values():
-        node = node_labels(pod.node)
-        if node is None:
+    for term, per_node in index.anti_terms.items():
+        if not term.matches(req.namespace, labels, state.own_ns_labels):
             continue
-        for t in pod.anti_affinity_terms:
-            value = node.get(t.topology_key)
-            if value is not None and t.matches(req.namespace, labels, state.own_ns_labels):
-                state.existing_anti[(t.topology_key, value)] += 1
+        for name, n in per_node.items():
+            node = node_labels(name)
+            value = node.get(term.topology_key) if node is not None else None
+            if value is not None:
+                state.existing_anti[(term.topology_key, value)] += n
     _add_incoming(state, req.affinity_terms, state.affinity, True, index, node_labels, ns_labels)
     _add_incoming(state, req.anti_affinity_terms, state.anti, False, index, node_labels, ns_labels)
     if not state.existing_anti and not req.inter_pod:

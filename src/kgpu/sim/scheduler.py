@@ -376,12 +376,15 @@ class Scheduler:
 
     def cycle(self, req: PodRequirements) -> Cycle | None:
         """PreFilter of PodTopologySpread and InterPodAffinity; None when both skip."""
-        spread_state = spread.prefilter(
-            req,
-            self.pods,
-            ((n.name, n.labels, n.taints) for n in self.nodes.values()),
-            self.node_view,
-        )
+        spread_state = None
+        if req.spread:
+            by_class: dict[int, list[spread.NodeView]] = {}
+            for n in self.nodes.values():
+                by_class.setdefault(n.class_id, []).append((n.name, n.labels, n.taints))
+            identity = needs_node_identity(req)
+            spread_state = spread.prefilter(
+                req, self.pods, ((group, identity) for group in by_class.values()), self.node_view
+            )
         affinity_state = interpod.prefilter(req, self.pods, self.node_labels, self.namespace_labels)
         if spread_state is None and affinity_state is None:
             return None

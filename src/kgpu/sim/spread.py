@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from kgpu.node.selectors import Taint, first_untolerated
-from kgpu.sim.podindex import IndexedPod, PodIndex
+from kgpu.sim.podindex import IndexedPod, PodIndex, simple_lookup
 from kgpu.sim.podspec import HONOR, PodRequirements, SpreadConstraint, node_affinity_matches
 from kgpu.sim.rejection import Rejection, resolvable, unresolvable
 
@@ -33,6 +33,9 @@ _MISSING = unresolvable(MISSING_LABEL)
 Pair = tuple[str, str]
 #: (name, labels, taints) of one node
 NodeView = tuple[str, Mapping[str, str], Sequence[Taint]]
+#: nodes grouped by what the inclusion policies read (labels but the hostname, taints): the
+#: policies are judged once per group unless the pod's node affinity names nodes
+NodeGroups = Iterable[tuple[Sequence[NodeView], bool]]
 
 
 def _included(c: SpreadConstraint, req: PodRequirements, node: NodeView) -> bool:
@@ -89,24 +92,39 @@ class SpreadState:
 def prefilter(
     req: PodRequirements,
     index: PodIndex,
-    nodes: Iterable[NodeView],
+    groups: NodeGroups,
     node_of: Callable[[str], NodeView | None],
 ) -> SpreadState | None:
-    """PodTopologySpread's PreFilter; None for a pod without ``DoNotSchedule`` constraints."""
+    """PodTopologySpread's PreFilter; None for a pod without ``DoNotSchedule`` constraints.
+    ``groups`` are the nodes in groups of equal labels (hostname aside) and taints, with
+    whether the pod's node affinity must be judged node by node."""
     if not req.spread:
         return None
     state = SpreadState(req)
     eligible: dict[str, list[bool]] = {}
-    for node in nodes:
-        name, labels, _ = node
-        if not state._has_keys(labels):
-            continue
-        admitted = [_included(c, req, node) for c in req.spread]
-        eligible[name] = admitted
-        for c, ok in zip(req.spread, admitted, strict=True):
-            if ok:
-                state.counts.setdefault((c.topology_key, labels[c.topology_key]), 0)
+    for members, per_node in groups:
+        shared: list[bool] | None = None
+        for node in members:
+            name, labels, _ = node
+            if not state._has_keys(labels):
+                break  # the group shares its keys: none of its nodes counts
+            if shared is None or per_node:
+                shared = [_included(c, req, node) for c in req.spread]
+            eligible[name] = shared
+            for c, ok in zip(req.spread, shared, strict=True):
+                if ok:
+                    state.counts.setdefault((c.topology_key, labels[c.topology_key]), 0)
     for i, c in enumerate(req.spread):
+        lookup = simple_lookup(c.selector)
+        if lookup is not None and not index.terminating:  # count per node from the index
+            key, values = lookup
+            for wanted in values:
+                for name, n in index.nodes_with_label(req.namespace, key, wanted).items():
+                    where = node_of(name)
+                    if where is not None and eligible.get(name, [False] * (i + 1))[i]:
+                        pair = (c.topology_key, where[1][c.topology_key])
+                        state.counts[pair] = state.counts.get(pair, 0) + n
+            continue
         for pod in index.matching(c.selector, (req.namespace,)):
             if pod.terminating or not eligible.get(pod.node, [False] * (i + 1))[i]:
                 continue
