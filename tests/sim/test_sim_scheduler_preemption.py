@@ -239,3 +239,19 @@ def test_unsupported_kubernetes_version_is_refused_with_the_range(value: object)
     text = str(err.value)
     assert "kubernetesVersion" in text
     assert "1.32 to 1.35" in text or "such as" in text
+
+
+def test_the_preemption_example_tells_its_story() -> None:
+    from pathlib import Path
+
+    from kgpu.sim.scenario import load_scenario
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "priority-and-preemption.yaml"
+    sim = Simulation(load_scenario(example)).run()
+    phases: dict[str, list[str]] = {}
+    for key, rec in sim.pods.items():
+        phases.setdefault(key.split("/")[1].rsplit("-", 2)[0], []).append(rec.phase)
+    assert phases["inference"] == ["Running"]
+    assert sorted(phases["trainer"]) == ["Pending", "Pending", "Running", "Running"]
+    assert sum(e.reason == "Preempted" for e in sim.events) == 2
+    sim.close()
