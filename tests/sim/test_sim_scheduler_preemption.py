@@ -255,3 +255,19 @@ def test_the_preemption_example_tells_its_story() -> None:
     assert sorted(phases["trainer"]) == ["Pending", "Pending", "Running", "Running"]
     assert sum(e.reason == "Preempted" for e in sim.events) == 2
     sim.close()
+
+
+def test_the_queue_takes_higher_priority_first() -> None:
+    sim = simulate(
+        [{"name": "t4", "machine": "t4"}],
+        priority_class("low", 10),
+        priority_class("high", 50),
+        pod("busy", priorityClassName="high"),
+        pod("early-low", priorityClassName="low"),
+        pod("late-high", priorityClassName="high"),
+    )
+    assert sim.pods["default/early-low"].phase == sim.pods["default/late-high"].phase == "Pending"
+    sim.delete_pod("default/busy")
+    sim.settle()
+    assert sim.pods["default/late-high"].node == "t4"  # created last, scheduled first
+    assert sim.pods["default/early-low"].phase == "Pending"

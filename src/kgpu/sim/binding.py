@@ -1,7 +1,8 @@
 """The scheduling cycle the simulator runs each round: pending pods to nodes.
 
 kube-scheduler's decisions come from :class:`kgpu.sim.scheduler.Scheduler`; this module is the
-queue around it: FIFO by creation, an MPIJob's workers placed all or none, a pod naming
+queue around it: higher priority first, then by creation (the PrioritySort queue), an MPIJob's
+workers placed all or none, a pod naming
 ``spec.nodeName`` handed straight to its kubelet (which may reject it, as the real one does with
 ``OutOf<resource>``), and a pod that failed not retried until something in the cluster changed.
 
@@ -9,7 +10,9 @@ A pod no node takes goes through the PostFilter plugins, as kube-scheduler's fra
 them: DynamicResources (``still not schedulable`` for a pod with claims; in 1.32 also ``no new
 claims to deallocate`` for one without), then DefaultPreemption (:mod:`kgpu.sim.preemption`),
 whose result ends the ``FailedScheduling`` message -- or, when it finds victims, evicts them and
-nominates the node, and the message is the filters' alone.
+nominates the node, and the message is the filters' alone. The pass then ends, so that the
+preemptor, first in the queue by its priority, takes the room it made before pods of lower
+priority can (upstream keeps it for the nominated pod).
 
 Gangs are the simulator's own: kube-scheduler has no gang scheduling (clusters add the
 scheduler-plugins co-scheduling plugin or Kueue for it). An MPIJob's workers are placed all or
@@ -37,7 +40,10 @@ def schedule_pending(ctx: SimContext) -> bool:
     progress = False
     seen_gangs: set[str] = set()
     follows_pods = any(r.req.affinity_terms or r.req.spread for r in ctx.pending.values())
-    for rec in list(ctx.pending.values()):
+    queue = list(ctx.pending.values())
+    if any(r.req.priority for r in queue):
+        queue.sort(key=lambda r: -r.req.priority)  # stable: by creation within a priority
+    for rec in queue:
         if rec.key not in ctx.pending or rec.failed_epoch == ctx.epoch:
             continue
         if rec.req.node_name:
@@ -60,7 +66,8 @@ def schedule_pending(ctx: SimContext) -> bool:
         placement = ctx.scheduler.find_node(rec)
         node = placement.node
         if node is None:
-            progress |= _post_filter(ctx, rec, placement)
+            if _post_filter(ctx, rec, placement):
+                return True  # pods were preempted for this one: it goes first next pass
             continue
         try:
             ctx.scheduler.reserve(rec, node)

@@ -9,7 +9,8 @@ an ``In`` expression, the ComputeDomain clique term) looks only at the pods carr
 The index follows the scheduler's assume/forget: a pod is in it from the moment it is reserved
 on a node (so later members of a gang see the earlier ones) until the kubelet releases it. The
 label lookups are built the first time something asks for them (a pod with affinity terms or
-spread constraints) and kept up to date from then on.
+spread constraints) and kept up to date from then on. A pod's labels count as they were when it
+was bound (a label written onto a running pod afterwards is not seen).
 """
 
 from __future__ import annotations
