@@ -82,12 +82,23 @@ def schedule_pending(ctx: SimContext) -> bool:
 
 
 def _post_filter(ctx: SimContext, rec: PodRecord, placement: Placement) -> bool:
-    """The PostFilter plugins for a pod no node took; True when preemption evicted pods."""
+    """The PostFilter plugins for a pod no node took, in the framework's order (DynamicResources,
+    then DefaultPreemption); True when preemption evicted pods. A scheduler plugin with a
+    ``post_filter(pod, store)`` hook speaks for DynamicResources when it frees something (its
+    message, e.g. ``deallocation of ResourceClaim completed``)."""
     if placement.diagnosis is None:  # no nodes at all: no FitError, no PostFilter
         _unschedulable(ctx, rec, placement.message)
         return False
     notes = []
-    if ctx.dra:
+    said = None
+    for plugin in ctx.scheduler.plugins:
+        hook = getattr(plugin, "post_filter", None)
+        said = hook(rec.obj, ctx.store) if hook is not None else None
+        if said:
+            break
+    if said:
+        notes.append(str(said))
+    elif ctx.dra:
         if rec.obj["spec"].get("resourceClaims"):
             notes.append(STILL_NOT_SCHEDULABLE)
         elif ctx.scheduler.version.dra_note_without_claims:
