@@ -22,6 +22,11 @@ health latency with a hung kubelet, re-registration after kubelet restarts, RSS 
    again; against one ``Register`` round trip measured on the same kubelet.
 5. RSS under chaos (``--chaos-seconds N``): :mod:`kgpu.testing.chaos` without the crash action
    (one agent process lives through the run), VmRSS sampled every 30 s.
+6. The whole agent on a cluster (``--only cluster``): an in-process agent with every component
+   the chart runs (device plugin, NFD labels, DRA on a GB200 tray, the MIG manager) against the
+   API-server stand-in (Kubernetes 1.35); requests by phase (start, a config-label switch on
+   the Node, ``--idle-seconds`` of idle) counted by the stand-in, and ``/healthz`` latency
+   (``--calls`` GETs while the agent serves).
 
 Targets: Allocate p99 within 2x the no-op p99; RSS under 80 MiB (issue 3). Health with a hung
 kubelet <= 100 ms; re-registration of 4 resources <= 2x one Register round trip + 0.3 s; no
@@ -317,15 +322,102 @@ def bench_chaos_rss(seconds: float) -> dict[str, object]:
     return summary
 
 
+def bench_cluster(idle_s: float, calls: int) -> dict[str, object]:
+    """The whole agent against the API-server stand-in: requests per phase; /healthz latency."""
+    import shutil
+    import urllib.request
+    from collections import Counter
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from cluster.conftest import TOKEN, write_kubeconfig  # type: ignore[import-not-found]
+
+    from kgpu.agent.daemon import Agent, AgentOptions
+    from kgpu.cluster.kube import KubeStore
+    from kgpu.hardware.profiles import load_machine
+    from kgpu.hardware.simulated import SimulatedBackend
+    from kgpu.testing.apiserver import FakeApiServer
+    from kgpu.testing.fake_kubelet import FakeKubelet
+
+    root = Path(tempfile.mkdtemp(prefix="kgc", dir="/tmp"))
+    clique = "c0ffee00-0000-4000-8000-000000000001.0"
+    server = FakeApiServer(token=TOKEN, release="1.35").start()
+    kubeconfig = write_kubeconfig(root / "kc", server.url)
+    admin = KubeStore.from_config(str(kubeconfig), qps=None, user_agent="bench-admin")
+    label = "nvidia.com/device-plugin.config"
+    admin.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "tray-0", "labels": {label: "a100-40gb"}},
+        }
+    )
+    opts = AgentOptions(
+        machine="gb200",
+        clique=clique,
+        config_files=tuple(CONFIGS),
+        node_name="tray-0",
+        kubelet_root=root,
+        cdi_root=root / "cdi",
+        nfd_features_dir=root / "features.d",
+        kubeconfig=kubeconfig,
+        mig_manager=True,
+        health_address="127.0.0.1:0",
+        status_file=root / "status.json",
+    )
+    backend = SimulatedBackend(load_machine("gb200", hostname="tray-0", clique=clique))
+    agent = Agent(opts, backend=backend)
+
+    def phase(mark: int) -> dict[str, int]:
+        counts: Counter[str] = Counter()
+        for r in server.requests[mark:]:
+            if r.user_agent.startswith("kgpu-agent/"):
+                counts[f"{r.verb} {r.resource}" if r.resource else f"GET {r.path}"] += 1
+        return dict(sorted(counts.items()))
+
+    out: dict[str, object] = {}
+    try:
+        with FakeKubelet(root) as kubelet:
+            agent.start()
+            kubelet.wait_for(lambda: bool(kubelet.resources()), 20)
+            time.sleep(2.0)  # the MIG manager's first pass, the slices published
+            out["start"] = phase(0)
+            mark = len(server.requests)
+            admin.patch("v1", "Node", "tray-0", {"metadata": {"labels": {label: "tesla-t4"}}})
+            deadline = time.monotonic() + 10
+            while agent.view().config_name != "tesla-t4" and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(1.0)
+            out["config_label_switch"] = phase(mark)
+            mark = len(server.requests)
+            time.sleep(idle_s)
+            out[f"idle_{idle_s:g}s"] = phase(mark)
+            assert agent.health_server is not None
+            url = f"http://127.0.0.1:{agent.health_server.port}/healthz"
+
+            def get() -> None:
+                with urllib.request.urlopen(url, timeout=5) as answer:
+                    answer.read()
+
+            out["healthz"] = percentiles(time_calls(get, calls, warmup=20))
+            out["open_watches"] = server.open_watches()
+    finally:
+        agent.stop()
+        admin.close()
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--chaos-seconds", type=float, default=0.0)
+    parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument(
         "--only",
         nargs="*",
-        choices=["allocate", "rss", "health", "hung", "restart", "chaos"],
+        choices=["allocate", "rss", "health", "hung", "restart", "chaos", "cluster"],
         help="run only these parts",
     )
     args = parser.parse_args()
@@ -343,6 +435,7 @@ def main() -> None:
         "hung": bench_health_hung_kubelet,
         "restart": bench_reregistration,
         "chaos": lambda: bench_chaos_rss(args.chaos_seconds or 60.0),
+        "cluster": lambda: bench_cluster(args.idle_seconds, min(args.calls, 1000)),
     }
     result = {name: run() for name, run in parts.items() if name in wanted}
     if args.json or not {"allocate", "rss", "health"} <= wanted:
@@ -357,7 +450,7 @@ def main() -> None:
         print(f"agent RSS     {rss} MiB (dra={dra}, {res})  (target < 80 MiB)")
     h = result["health"]
     print(f"XID -> Unhealthy in ListAndWatch: {h['samples_ms']} ms (target < 100 ms)")
-    for name in ("hung", "restart", "chaos"):
+    for name in ("hung", "restart", "chaos", "cluster"):
         if name in result:
             print(f"{name}: {json.dumps(result[name])}")
 

@@ -20,12 +20,19 @@
    reflector timeout, i.e. 1 request per 7.5 minutes per watch on average; bookmarks travel on
    the open stream and are not requests).
 
-2. **ComputeDomain reconcile** (:func:`kgpu.computedomain.reconcile.reconcile`, what the
-   simulator's controller runs and ``kgpu controller`` will run): ``--cluster-nodes`` nodes, two
-   domains; requests per reconcile pass in steady state, with a plain ``KubeStore`` (every pass
-   lists) and with a ``CachedStore`` whose informers hold the kinds reconcile reads.
+2. **ComputeDomain reconcile, full pass** (:func:`kgpu.computedomain.reconcile.reconcile`, what
+   the simulator's controller loop runs): ``--cluster-nodes`` nodes, two domains; requests per
+   pass in steady state with a plain ``KubeStore`` (every pass lists every kind).
 
-3. **Before**: the ComputeDomain driver's background sync before this change, from its code
+3. **``kgpu controller``** (:class:`kgpu.controller.Controller`, informers, work queue, Lease with
+   client-go's default timings): ``--cluster-nodes`` nodes in two cliques and ``--domains``
+   ComputeDomains already there; requests at start, at idle (``--controller-idle`` seconds), and
+   per domain event: a domain created, a node joining it (its agent labels the Node, its daemon
+   pod runs), a second node joining (the domain is Ready), a node failing, the domain deleted.
+   Counted from the stand-in's record for user agent ``kgpu-controller/...`` until the
+   controller is quiet again.
+
+4. **Before**: the ComputeDomain driver's background sync before this change, from its code
    (commit 49c105e, ``drivers/dra.py`` + ``drivers/computedomain.py``): every 2 s, per IMEX
    domain hosted, ``GET`` its own Node and ``LIST`` all Nodes.
 
@@ -50,15 +57,16 @@ from typing import Any
 
 from kgpu.cluster.kube import KubeStore
 from kgpu.computedomain.api import API_VERSION as CD_API
-from kgpu.computedomain.api import CLIQUE_LABEL
+from kgpu.computedomain.api import CLIQUE_LABEL, DOMAIN_LABEL
 from kgpu.computedomain.reconcile import reconcile
+from kgpu.controller import Controller, ControllerOptions
 from kgpu.dra.classes import device_classes
 from kgpu.drivers.computedomain import compute_domain_driver
 from kgpu.drivers.dra import DraComponent
 from kgpu.hardware.profiles import load_machine
 from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.kubelet.dra.handler import ClaimRef
-from kgpu.store import CachedStore, Obj
+from kgpu.store import Obj
 from kgpu.testing.apiserver import FakeApiServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -280,18 +288,8 @@ def bench_reconcile(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             }
         )
     out: dict[str, Any] = {"cluster_nodes": args.cluster_nodes, "domains": 2}
-    for mode in ("plain", "cached"):
+    for mode in ("plain",):
         store: Any = KubeStore.from_config(kc, qps=None, user_agent=f"kgpu-controller/{mode}")
-        if mode == "cached":
-            store = CachedStore(store)
-            for api, kind in (
-                (CD_API, "ComputeDomain"),
-                ("v1", "Node"),
-                ("v1", "Pod"),
-                ("apps/v1", "DaemonSet"),
-                (DRA, "ResourceClaimTemplate"),
-            ):
-                store.informers.acquire(api, kind)
         for _ in range(3):  # reach the steady state (objects created, status written)
             reconcile(store)
             time.sleep(0.3)
@@ -306,11 +304,149 @@ def bench_reconcile(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             "requests_per_pass": round(len(reqs) / passes, 2),
             "by_verb_per_pass": {k: round(v / passes, 2) for k, v in sorted(by.items())},
         }
-        if mode == "cached":
-            out[mode]["watches"] = len(store.informers.informers())
-            store.close()
-        else:
-            store.close()
+        store.close()
+    admin.close()
+    server.stop()
+    return out
+
+
+def _quiet(server: FakeApiServer, ctl: Controller, agent: str, quiet_s: float = 0.5) -> None:
+    """Wait until the controller's queue is empty and it sent nothing for ``quiet_s``."""
+    deadline = time.monotonic() + 60
+    seen, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        mine = sum(1 for r in server.requests if r.user_agent.startswith(agent))
+        busy = len(ctl.queue) or ctl.queue.waiting()
+        if mine != seen or busy:
+            seen, since = mine, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+        time.sleep(0.05)
+
+
+def _count(reqs: list[Any], agent: str, lease_only: bool = False) -> dict[str, Any]:
+    mine = [r for r in reqs if r.user_agent.startswith(agent)]
+    by = Counter(
+        f"{r.verb} {r.resource}{'/' + r.subresource if r.subresource else ''}" for r in mine
+    )
+    work = {k: v for k, v in by.items() if k != "update leases"}
+    return {
+        "requests": len(mine),
+        "without_lease_renewals": sum(work.values()),
+        "by_verb": dict(sorted(by.items())),
+    }
+
+
+def bench_controller(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    server = FakeApiServer(bookmark_interval_s=60.0, validate=False).start()
+    kc = str(kubeconfig(root / "ctl", server.url))
+    admin = KubeStore.from_config(kc, qps=None, user_agent="bench-admin")
+    cliques = [CLIQUE, CLIQUE.replace(".0", ".1")]
+    names = [f"n{i:04d}" for i in range(args.cluster_nodes)]
+    for i, name in enumerate(names):
+        obj = node(name, f"10.1.{i // 250}.{i % 250 + 1}")
+        obj["metadata"]["labels"][CLIQUE_LABEL] = cliques[i % 2]
+        admin.create(obj)
+    for d in range(args.domains):
+        admin.create(
+            {
+                "apiVersion": CD_API,
+                "kind": "ComputeDomain",
+                "metadata": {"name": f"bg-{d}", "namespace": "ml"},
+                "spec": {"channel": {"resourceClaimTemplate": {"name": f"bg-{d}-ch"}}},
+            }
+        )
+    agent = "kgpu-controller/bench"
+    # kgpu controller's default client-side limit (kube-controller-manager's): 20 QPS / burst 30
+    store = KubeStore.from_config(kc, user_agent=agent, qps=20.0, burst=30)
+    ctl = Controller(store, ControllerOptions(namespace="kgpu-system", identity="bench"))
+    t0 = time.monotonic()
+    ctl.start()
+    while not ctl.leading and time.monotonic() - t0 < 60:
+        time.sleep(0.05)
+    _quiet(server, ctl, agent)
+    out: dict[str, Any] = {
+        "cluster_nodes": args.cluster_nodes,
+        "domains_before": args.domains,
+        "start": {**_count(server.requests, agent), "seconds": round(time.monotonic() - t0, 2)},
+        "watches": sorted(i.scope.describe() for i in ctl.informers.informers()),
+    }
+    mark = len(server.requests)
+    t0 = time.monotonic()
+    time.sleep(args.controller_idle)
+    idle = _count(server.requests[mark:], agent)
+    idle["seconds"] = round(time.monotonic() - t0, 1)
+    out["idle"] = idle
+
+    events: dict[str, Any] = {}
+
+    def measure(name: str, act: Any) -> None:
+        mark = len(server.requests)
+        syncs = ctl.domains.syncs
+        t0 = time.monotonic()
+        act()
+        _quiet(server, ctl, agent)
+        events[name] = {
+            **_count(server.requests[mark:], agent),
+            "syncs": ctl.domains.syncs - syncs,
+            "seconds": round(time.monotonic() - t0, 2),
+        }
+
+    def create() -> None:
+        admin.create(
+            {
+                "apiVersion": CD_API,
+                "kind": "ComputeDomain",
+                "metadata": {"name": "job", "namespace": "ml"},
+                "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "job-ch"}}},
+            }
+        )
+
+    measure("domain created", create)
+    uid = admin.get(CD_API, "ComputeDomain", "job", "ml")["metadata"]["uid"]
+
+    def join(i: int) -> Any:
+        def act() -> None:
+            name = names[2 * i]  # same clique
+            admin.patch(
+                "v1", "Node", name, {"metadata": {"labels": {f"{DOMAIN_LABEL}.{uid}": "true"}}}
+            )
+            pod = admin.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"daemon-{i}",
+                        "namespace": "kgpu-system",
+                        "labels": {DOMAIN_LABEL: uid},
+                    },
+                    "spec": {"nodeName": name, "containers": [{"name": "c", "image": "i"}]},
+                }
+            )
+            pod["status"] = {"phase": "Running", "podIP": f"192.168.0.{i + 1}"}
+            admin.update(pod)
+
+        return act
+
+    measure("node joins", join(0))
+    measure("second node joins (Ready)", join(1))
+
+    def fail() -> None:
+        admin.patch(
+            "v1",
+            "Node",
+            names[0],
+            {"status": {"conditions": [{"type": "Ready", "status": "False"}]}},
+            subresource="status",
+        )
+
+    measure("node fails", fail)
+    measure("domain deleted", lambda: admin.delete(CD_API, "ComputeDomain", "job", "ml"))
+    out["events"] = events
+    status = admin.list(CD_API, "ComputeDomain")
+    out["background_domains_with_status"] = sum(1 for d in status if d.get("status"))
+    ctl.stop()
+    store.close()
     admin.close()
     server.stop()
     return out
@@ -426,6 +562,9 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=30.0)
     ap.add_argument("--claims", type=int, default=20)
     ap.add_argument("--cluster-nodes", type=int, default=200)
+    ap.add_argument("--domains", type=int, default=20, help="domains there before the controller")
+    ap.add_argument("--controller-idle", type=float, default=30.0)
+    ap.add_argument("--only", choices=("agent", "reconcile", "controller"), default=None)
     ap.add_argument(
         "--baseline",
         default="",
@@ -435,8 +574,13 @@ def main() -> None:
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="kb", dir="/tmp"))  # short: unix socket paths
     try:
+        if args.only == "controller":
+            result = {"controller": bench_controller(args, root)}
+            print(json.dumps(result, indent=2))
+            return
         agent = bench_agent(args, root)
         controller = bench_reconcile(args, root)
+        ctl = bench_controller(args, root)
         baseline = bench_baseline(args, root) if args.baseline else None
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -448,6 +592,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         "agent": agent,
         "reconcile": controller,
+        "controller": ctl,
         "before": before(args),
         "baseline_measured": baseline,
         "at_5000_nodes": {
@@ -472,8 +617,13 @@ def main() -> None:
     print(f"  idle window {a['idle']['seconds']} s; open watches per node: {first}")
     print(f"  watch renewals: {renew} req/node/min; storm: {a['storm']['per_claim']} req per claim")
     r = result["reconcile"]
-    print(f"reconcile, {r['cluster_nodes']} nodes, {r['domains']} domains: plain {r['plain']}")
-    print(f"                                   cached {r['cached']}")
+    print(f"reconcile full pass, {r['cluster_nodes']} nodes, {r['domains']} domains: {r['plain']}")
+    c = result["controller"]
+    print(f"controller, {c['cluster_nodes']} nodes, {c['domains_before']} domains before:")
+    print(f"  start {c['start']}")
+    print(f"  idle  {c['idle']}")
+    for name, e in c["events"].items():
+        print(f"  {name:28s} {e}")
     print(f"before: {result['before']}")
     if baseline is not None:
         print(f"baseline measured: {baseline}")

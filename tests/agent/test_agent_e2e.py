@@ -1,5 +1,9 @@
 """``kgpu agent`` end to end: a subprocess on a simulated machine, the fake kubelet on real
-sockets. Each scenario checks that allocations made before it still hold afterwards."""
+sockets. Each scenario checks that allocations made before it still hold afterwards.
+
+The p4de runs the seed guide's layout: its GPUs are recorded as the MIG manager leaves them
+(a snapshot the agent reads with ``--machine file.json``), since the agent's view advertises
+the MIG devices that exist and applies no layout itself."""
 
 from __future__ import annotations
 
@@ -11,7 +15,10 @@ from pathlib import Path
 import pytest
 
 from kgpu.config import load_config_files
+from kgpu.drivers.migpreview import machine_after_mig
+from kgpu.hardware.model import Machine
 from kgpu.hardware.profiles import load_machine
+from kgpu.hardware.serialize import dump_snapshot
 from kgpu.node.view import build_node_view
 from kgpu.testing.agent_process import AgentProcess
 from kgpu.testing.fake_kubelet import FakeKubelet
@@ -34,8 +41,21 @@ def seed(acceptance: Path) -> list[Path]:
     return [guides / "gpu-operator-values.yaml", guides / "time-slicing-config-t4-a100.yaml"]
 
 
-def p4de_args(acceptance: Path, *extra: str) -> list[str]:
-    args = ["--machine", "p4de.24xlarge", "--config-name", "a100-40gb"]
+def partitioned(acceptance: Path) -> Machine:
+    """The p4de's GPUs once the MIG manager applied p4de-half-balanced."""
+    machine = load_machine("p4de.24xlarge", hostname=NODE)
+    return machine_after_mig(machine, load_config_files(seed(acceptance)), P4DE_LABELS)
+
+
+def p4de_snapshot(acceptance: Path, root: Path) -> str:
+    path = root / "p4de-half-balanced.json"
+    if not path.exists():
+        dump_snapshot(partitioned(acceptance), path)
+    return str(path)
+
+
+def p4de_args(acceptance: Path, root: Path, *extra: str) -> list[str]:
+    args = ["--machine", p4de_snapshot(acceptance, root), "--config-name", "a100-40gb"]
     for path in seed(acceptance):
         args += ["--config", str(path)]
     for key, value in P4DE_LABELS.items():
@@ -45,11 +65,12 @@ def p4de_args(acceptance: Path, *extra: str) -> list[str]:
 
 def expected_ids(acceptance: Path) -> dict[str, set[str]]:
     view = build_node_view(
-        load_machine("p4de.24xlarge", hostname=NODE),
+        partitioned(acceptance),
         load_config_files(seed(acceptance)),
         P4DE_LABELS,
         config_name="a100-40gb",
     )
+    assert view.mig_pending == ""
     return {r.name: {d.id for d in r.devices} for r in view.resources}
 
 
@@ -72,7 +93,9 @@ def test_p4de_seed_guides_serve_the_planned_devices(
     start_agent: Callable[..., AgentProcess],
     root: Path,
 ) -> None:
-    agent = start_agent(*p4de_args(acceptance, "--nfd-features-dir", str(root / "features.d")))
+    agent = start_agent(
+        *p4de_args(acceptance, root, "--nfd-features-dir", str(root / "features.d"))
+    )
     serving(kubelet, agent, RESOURCES)
     want = expected_ids(acceptance)
     assert sorted(want) == RESOURCES
@@ -94,7 +117,9 @@ def test_p4de_seed_guides_serve_the_planned_devices(
     mig = sorted(kubelet.devices("nvidia.com/mig-3g.40gb"))[0]
     assert kubelet.allocate("nvidia.com/mig-3g.40gb", [mig]).envs["NVIDIA_VISIBLE_DEVICES"] == mig
 
-    features = (root / "features.d" / "kgpu-features").read_text().splitlines()
+    features_file = root / "features.d" / "kgpu-features"
+    assert _wait(features_file.exists), agent.log()  # written just after the kubelet is told
+    features = features_file.read_text().splitlines()
     labels = dict(line.split("=", 1) for line in features)
     assert labels["nvidia.com/mig.strategy"] == "mixed"
     assert labels["nvidia.com/gpu.replicas"] == "8"
@@ -104,9 +129,9 @@ def test_p4de_seed_guides_serve_the_planned_devices(
 
 
 def test_kubelet_restart_reregisters_every_resource(
-    acceptance: Path, kubelet: FakeKubelet, start_agent: Callable[..., AgentProcess]
+    acceptance: Path, kubelet: FakeKubelet, start_agent: Callable[..., AgentProcess], root: Path
 ) -> None:
-    agent = start_agent(*p4de_args(acceptance))
+    agent = start_agent(*p4de_args(acceptance, root))
     serving(kubelet, agent, RESOURCES)
     before = {r: kubelet.devices(r) for r in RESOURCES}
     made = kubelet.allocate("nvidia.com/mig-1g.10gb", sorted(before["nvidia.com/mig-1g.10gb"])[:1])
@@ -125,7 +150,7 @@ def test_kubelet_restart_reregisters_every_resource(
 def test_sigterm_removes_sockets_and_exits_zero(
     acceptance: Path, kubelet: FakeKubelet, start_agent: Callable[..., AgentProcess], root: Path
 ) -> None:
-    agent = start_agent(*p4de_args(acceptance))
+    agent = start_agent(*p4de_args(acceptance, root))
     serving(kubelet, agent, RESOURCES)
     plugin_dir = root / "device-plugins"
     assert len(list(plugin_dir.glob("kgpu-*.sock"))) == 4
@@ -138,12 +163,14 @@ def test_sigterm_removes_sockets_and_exits_zero(
 
 
 def test_xid_marks_devices_and_recovers(
-    acceptance: Path, kubelet: FakeKubelet, start_agent: Callable[..., AgentProcess]
+    acceptance: Path, kubelet: FakeKubelet, start_agent: Callable[..., AgentProcess], root: Path
 ) -> None:
-    machine = load_machine("p4de.24xlarge", hostname=NODE)
+    machine = partitioned(acceptance)
     gpu4, gpu5, gpu0 = (machine.gpu(i).uuid for i in (4, 5, 0))
     agent = start_agent(
-        *p4de_args(acceptance, "--health-quiet-period", "1.5", "--health-probe-interval", "0.2")
+        *p4de_args(
+            acceptance, root, "--health-quiet-period", "1.5", "--health-probe-interval", "0.2"
+        )
     )
     serving(kubelet, agent, RESOURCES)
     held = replicas_of(kubelet, gpu5)[:1]
@@ -162,7 +189,7 @@ def test_xid_marks_devices_and_recovers(
     assert kubelet.allocate("nvidia.com/gpu", held).envs["NVIDIA_VISIBLE_DEVICES"] == gpu5
 
     # An XID attributed to one MIG device of GPU 0 marks only that MIG device.
-    migs = [m for m in load_view_machine(acceptance).gpu(0).mig_devices]
+    migs = list(machine.gpu(0).mig_devices)
     target = migs[0]
     agent.inject({"xid": 94, "gpu": 0, "gi_id": target.gi_id, "ci_id": target.ci_id})
     resource = f"nvidia.com/mig-{target.profile}"
@@ -183,22 +210,15 @@ def test_xid_marks_devices_and_recovers(
     assert agent.terminate() == 0
 
 
-def load_view_machine(acceptance: Path):  # type: ignore[no-untyped-def]
-    return build_node_view(
-        load_machine("p4de.24xlarge", hostname=NODE),
-        load_config_files(seed(acceptance)),
-        P4DE_LABELS,
-        config_name="a100-40gb",
-    ).machine
-
-
 def test_nvml_failure_on_one_gpu(
-    acceptance: Path, kubelet: FakeKubelet, start_agent: Callable[..., AgentProcess]
+    acceptance: Path, kubelet: FakeKubelet, start_agent: Callable[..., AgentProcess], root: Path
 ) -> None:
     machine = load_machine("p4de.24xlarge", hostname=NODE)
     gpu6, gpu7 = machine.gpu(6).uuid, machine.gpu(7).uuid
     agent = start_agent(
-        *p4de_args(acceptance, "--health-quiet-period", "0.5", "--health-probe-interval", "0.2")
+        *p4de_args(
+            acceptance, root, "--health-quiet-period", "0.5", "--health-probe-interval", "0.2"
+        )
     )
     serving(kubelet, agent, RESOURCES)
     held = replicas_of(kubelet, gpu7)[:2]
@@ -235,7 +255,7 @@ def test_invalid_config_keeps_last_good_and_label_switch_restarts_only_changed(
     labels = root / "labels"
     labels.write_text("nvidia.com/mig.config=p4de-half-balanced\n")
     args = [
-        "--machine", "p4de.24xlarge", "--config-name", "a100-40gb",
+        "--machine", p4de_snapshot(acceptance, root), "--config-name", "a100-40gb",
         "--config", str(acceptance / "seed-guides" / "gpu-operator-values.yaml"),
         "--config", str(config), "--labels-file", str(labels),
     ]  # fmt: skip

@@ -36,19 +36,46 @@ def test_plan_json_for_the_2080ti_guide(acceptance: Path) -> None:
 
 
 def test_plan_p4de_from_helm_values_and_label(acceptance: Path) -> None:
-    out = _plan(
+    """Row 7: the GPUs of a p4de are not partitioned yet; the plan says what the MIG manager
+    would do and what the node advertises after it, without pretending it already does."""
+    args = (
         "--machine", "p4de.24xlarge",
         "--config", str(acceptance / "seed-guides/gpu-operator-values.yaml"),
         "--label", "nvidia.com/mig.config=p4de-half-balanced",
     )  # fmt: skip
-    assert out["resources"] == {
+    out = _plan(*args)
+    assert out["resources"] == {"nvidia.com/gpu": 8}
+    assert "p4de-half-balanced" in out["migPending"]
+    assert "nvidia.com/mig.config.state" not in out["labels"]
+    manager = out["migManager"]
+    assert manager["config"] == "p4de-half-balanced"
+    assert [(row["gpu"], row["from"]) for row in manager["plan"]] == [
+        (gpu, "MIG disabled") for gpu in range(4)
+    ]
+    assert {row["to"] for row in manager["plan"]} == {"2 x 1g.10gb, 1 x 2g.20gb, 1 x 3g.40gb"}
+    assert [s["description"] for s in manager["plan"][0]["steps"]] == [
+        "enable MIG mode",
+        "create 3g.40gb at memory slice 4",
+        "create 2g.20gb at memory slice 0",
+        "create 1g.10gb at memory slice 2",
+        "create 1g.10gb at memory slice 3",
+    ]
+    assert manager["unchanged"] == [4, 5, 6, 7]
+    assert manager["labels"] == {"nvidia.com/mig.config.state": "success"}
+    after = manager["after"]
+    assert after["resources"] == {
         "nvidia.com/gpu": 4,
         "nvidia.com/mig-1g.10gb": 8,
         "nvidia.com/mig-2g.20gb": 4,
         "nvidia.com/mig-3g.40gb": 4,
     }
-    mig = [d for d in out["devices"] if d["migProfile"] == "2g.20gb"]
+    assert "migPending" not in after
+    mig = [d for d in after["devices"] if d["migProfile"] == "2g.20gb"]
     assert len(mig) == 4 and all(d["migUUID"] == d["id"] for d in mig)
+    table = runner.invoke(app, ["plan", *args], env={"COLUMNS": "120"}).stdout
+    assert "Resources now, before the MIG manager" in table
+    assert "MIG manager plan: p4de-half-balanced (the GPUs do not have it yet)" in table
+    assert "Resources after the MIG manager applies p4de-half-balanced" in table
 
 
 def test_plan_multiple_sharing_by_label(acceptance: Path) -> None:
@@ -121,14 +148,15 @@ def test_validate_reports_field_errors_with_document_index(tmp_path: Path) -> No
         "  template: {metadata: {labels: {a: b}}, spec: {containers: [{name: a, image: b}]}}\n"
         "---\n"
         "apiVersion: resource.nvidia.com/v1beta1\nkind: ComputeDomain\nmetadata: {name: cd}\n"
-        "spec: {channel: {resourceClaimTemplate: {name: x}}}\n"
+        "spec: {numNodes: -1, channel: {resourceClaimTemplate: {name: x}}}\n"
         "---\n"
         "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n"
     )
     result = runner.invoke(app, ["validate", str(bad)])
     assert result.exit_code == 1
     assert f"{bad}: document 1: spec.replicas:" in result.output
-    assert f"{bad}: document 2: spec.numNodes: is required" in result.output
+    # numNodes is optional (deprecated upstream), but never negative
+    assert f"{bad}: document 2: spec.numNodes: must be zero or greater" in result.output
     assert f"{bad}: document 3: kind: unknown kind Widget" in result.output
     assert "document 0" not in result.output.replace("ok", "")
 

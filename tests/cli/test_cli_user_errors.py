@@ -349,11 +349,13 @@ def test_plan_tables_fit_and_keep_warnings(acceptance: Path, columns: int) -> No
     table_lines = [line for line in out.splitlines() if not line.startswith("warning:")]
     assert all(len(line) <= columns for line in table_lines)
     assert "warning:" in out
-    # one row per MIG device; its replicas are a range (-o json lists every id)
+    # after the MIG manager applies all-balanced: one row per MIG device; its replicas are a
+    # range (-o json lists every id)
+    assert "Devices after the MIG manager applies all-balanced" in out
     assert "<device>::0..1 (time-slicing)" in out
     if columns >= 120:
         code, raw = _run(*args, "-o", "json")
-        for device in json.loads(raw)["devices"]:
+        for device in json.loads(raw)["migManager"]["after"]["devices"]:
             assert (device["migUUID"] or device["gpuUUID"]) in out
 
 

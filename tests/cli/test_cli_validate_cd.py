@@ -41,7 +41,7 @@ def test_validate_reports_each_compute_domain_problem_once(tmp_path: Path) -> No
     bad = tmp_path / "cd.yaml"
     bad.write_text(
         "apiVersion: resource.nvidia.com/v1beta1\nkind: ComputeDomain\nmetadata: {name: cd}\n"
-        "spec: {channel: {resourceClaimTemplate: {name: x}}}\n"
+        "spec: {numNodes: -1, channel: {resourceClaimTemplate: {name: x}}}\n"
     )
     result = runner.invoke(app, ["validate", str(bad)])
     assert result.exit_code == 1

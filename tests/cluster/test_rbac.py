@@ -14,17 +14,15 @@ from typing import Any
 
 import pytest
 
+from kgpu.agent.daemon import Agent, AgentOptions
 from kgpu.cluster.kube import KubeStore
 from kgpu.computedomain.api import API_VERSION as CD_API
-from kgpu.computedomain.api import CLIQUE_LABEL, node_label
-from kgpu.computedomain.reconcile import reconcile
+from kgpu.computedomain.api import CLIQUE_ID_LABEL, CLIQUE_LABEL, DOMAIN_LABEL, node_label
 from kgpu.dra.classes import device_classes
-from kgpu.drivers.computedomain import compute_domain_driver
 from kgpu.drivers.dra import DraComponent
 from kgpu.hardware.profiles import load_machine
 from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.kubelet.dra.handler import ClaimRef
-from kgpu.store import CachedStore
 from kgpu.testing.apiserver import FakeApiServer
 
 from .conftest import TOKEN, write_kubeconfig
@@ -33,6 +31,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "cluster.md"
 CLIQUE = "c0ffee00-0000-4000-8000-000000000001.0"
 DRA = "resource.k8s.io/v1"
 CD_DRIVER = "compute-domain.nvidia.com"
+MIG_LABEL = "nvidia.com/mig.config"
+MIG_STATE = "nvidia.com/mig.config.state"
 
 
 def documented(name: str) -> set[tuple[str, str, str]]:
@@ -121,40 +121,86 @@ def test_the_agent_uses_exactly_its_documented_rules(server: FakeApiServer, root
         made = admin.create(_claim(name, driver, device, config))
         refs.append((driver, ClaimRef("ml", made["metadata"]["uid"], name)))
 
-    store = KubeStore.from_config(kubeconfig, qps=None, user_agent="kgpu-agent/tray-0")
-    component = DraComponent(
-        root / "kubelet",
-        root / "cdi",
-        "tray-0",
-        SimulatedBackend(load_machine("gb200", hostname="tray-0", clique=CLIQUE)),
-        store,
-        driver_factories=(compute_domain_driver,),
+    # the whole agent, as the chart runs it: device plugin, NFD labels (a NodeFeature), DRA
+    # (both drivers on a fabric tray) and the MIG manager, its state on the Node, its events
+    admin.patch("v1", "Node", "tray-0", {"metadata": {"labels": {MIG_LABEL: "all-disabled"}}})
+    agent = Agent(
+        AgentOptions(
+            machine="gb200",
+            clique=CLIQUE,
+            node_name="tray-0",
+            kubelet_root=root / "kubelet",
+            cdi_root=root / "cdi",
+            nfd_features_dir=root / "features.d",
+            kubeconfig=Path(kubeconfig),
+            namespace="kgpu-system",
+            mig_manager=True,
+            dra=True,
+            status_file=root / "status.json",
+        ),
+        backend=SimulatedBackend(load_machine("gb200", hostname="tray-0", clique=CLIQUE)),
     )
-    component.start()
+    agent.start()
     try:
+        (component,) = [c for c in agent.components if isinstance(c, DraComponent)]
         for driver, ref in refs:
             assert not component.plugins[driver].prepare([ref])[ref.uid].error
-        # the peer joins the domain: the daemon's config follows from the watch
-        admin.patch("v1", "Node", "tray-1", {"metadata": {"labels": {node_label(uid): "true"}}})
-        config = next((root / "kubelet").rglob("nodes_config.cfg"))
+        # the controller lists the domain's daemons in the clique: the daemon's hosts mapping
+        # follows from the watch
+        daemons = [
+            {
+                "nodeName": f"tray-{i}",
+                "ipAddress": f"10.0.0.{i + 1}",
+                "cliqueID": CLIQUE,
+                "index": i,
+            }
+            for i in range(2)
+        ]
+        admin.create(
+            {
+                "apiVersion": CD_API,
+                "kind": "ComputeDomainClique",
+                "metadata": {
+                    "name": f"{uid}.{CLIQUE}",
+                    "namespace": "kgpu-system",
+                    "labels": {DOMAIN_LABEL: uid, CLIQUE_ID_LABEL: CLIQUE},
+                },
+                "daemons": daemons,
+            }
+        )
+        config = next((root / "kubelet").rglob("hosts"))
+        want = "10.0.0.1\tcompute-domain-daemon-0000\n10.0.0.2\tcompute-domain-daemon-0001\n"
         deadline = time.monotonic() + 10
-        while config.read_text() != "10.0.0.1\n10.0.0.2\n" and time.monotonic() < deadline:
+        while config.read_text() != want and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert config.read_text() == "10.0.0.1\n10.0.0.2\n"
+        assert config.read_text() == want
         for driver, ref in refs:
             component.plugins[driver].unprepare([ref])
         assert component.publisher is not None
         component.publisher.publish("gpu.nvidia.com", [])  # a pool that shrank to nothing
+        deadline = time.monotonic() + 10
+        while (
+            admin.get("v1", "Node", "tray-0")["metadata"]["labels"].get(MIG_STATE) != "success"
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+        events = admin.list("v1", "Event", namespace="default")
+        assert [e["reason"] for e in events] == ["MigConfigApplied"]
+        assert admin.list("nfd.k8s-sigs.io/v1alpha1", "NodeFeature", namespace="kgpu-system")
     finally:
-        component.stop()
-        store.close()
+        agent.stop()
         admin.close()
     assert server.rules("kgpu-agent") == documented("agent")
 
 
-def test_compute_domain_reconcile_uses_exactly_its_documented_rules(
+def test_the_controller_uses_exactly_its_documented_rules(
     server: FakeApiServer, root: Path
 ) -> None:
+    """``kgpu controller`` through a domain's life (created, nodes joining, daemons listed,
+    drift repaired, a node failing, deleted), DeviceClasses deleted and changed, a pod
+    admitted by the webhook that names its channel claim, and a clean stop (Lease released)."""
+    from kgpu.controller import Controller, ControllerOptions
+
     kubeconfig = str(write_kubeconfig(root / "kc", server.url))
     admin = KubeStore.from_config(kubeconfig, qps=None, user_agent="test-admin")
     for i in range(3):
@@ -167,34 +213,126 @@ def test_compute_domain_reconcile_uses_exactly_its_documented_rules(
             "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "job-ch"}}},
         }
     )
-    store = CachedStore(KubeStore.from_config(kubeconfig, qps=None, user_agent="kgpu-controller"))
-    for api, kind in (
-        (CD_API, "ComputeDomain"),
-        ("v1", "Node"),
-        ("v1", "Pod"),
-        ("apps/v1", "DaemonSet"),
-        (DRA, "ResourceClaimTemplate"),
-    ):
-        store.informers.acquire(api, kind)
+    store = KubeStore.from_config(kubeconfig, qps=None, user_agent="kgpu-controller/r0")
+    options = ControllerOptions(
+        namespace="kgpu-system",
+        identity="r0",
+        lease_duration_s=1.5,
+        renew_deadline_s=1.0,
+        retry_period_s=0.2,
+    )
+    ctl = Controller(store, options).start()
 
-    def passes(n: int = 3) -> None:
-        for _ in range(n):
-            reconcile(store)
-            time.sleep(0.1)
+    def until(check: Any) -> Any:
+        deadline = time.monotonic() + 10
+        while not (value := check()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return value
+
+    def cd() -> dict[str, Any]:
+        return dict(admin.get(CD_API, "ComputeDomain", "job", "ml"))
 
     try:
-        passes()
-        uid = admin.get(CD_API, "ComputeDomain", "job", "ml")["metadata"]["uid"]
-        for i in range(2):  # the agents label the nodes their channels landed on
+        assert until(lambda: cd().get("status"))
+        uid = cd()["metadata"]["uid"]
+        (ds,) = admin.list("apps/v1", "DaemonSet", namespace="kgpu-system")
+        for i in range(2):  # the agents label the nodes; the daemons run
             admin.patch("v1", "Node", f"n{i}", {"metadata": {"labels": {node_label(uid): "true"}}})
-        passes()
-        status = admin.get(CD_API, "ComputeDomain", "job", "ml").get("status") or {}
-        assert status, "reconcile wrote the domain's status"
+            pod = admin.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"daemon-{i}",
+                        "namespace": "kgpu-system",
+                        "labels": {DOMAIN_LABEL: uid},
+                    },
+                    "spec": {"nodeName": f"n{i}", "containers": [{"name": "c", "image": "i"}]},
+                }
+            )
+            pod["status"] = {"phase": "Running", "podIP": f"192.168.0.{i + 1}"}
+            admin.update(pod)
+        assert until(lambda: cd()["status"]["status"] == "Ready")
+        # someone edits the DaemonSet: it is patched back
+        ds = admin.get("apps/v1", "DaemonSet", ds["metadata"]["name"], "kgpu-system")
+        ds["spec"]["template"]["spec"]["tolerations"] = []
+        admin.update(ds)
+        assert until(
+            lambda: admin.get("apps/v1", "DaemonSet", ds["metadata"]["name"], "kgpu-system")[
+                "spec"
+            ]["template"]["spec"]["tolerations"]
+        )
+        # a DeviceClass deleted, another changed
+        admin.delete(DRA, "DeviceClass", "gpu.nvidia.com")
+        changed = admin.get(DRA, "DeviceClass", "mig.nvidia.com")
+        changed["spec"]["selectors"] = [{"cel": {"expression": "true"}}]
+        admin.update(changed)
+        assert until(lambda: len(admin.list(DRA, "DeviceClass")) == 4)
+        assert until(
+            lambda: (
+                admin.get(DRA, "DeviceClass", "mig.nvidia.com")["spec"]["selectors"][0]["cel"][
+                    "expression"
+                ]
+                != "true"
+            )
+        )
+        # a pod naming a channel claim is admitted (the webhook reads the claim)
+        claim = {
+            "apiVersion": DRA,
+            "kind": "ResourceClaim",
+            "metadata": {"name": "mine", "namespace": "ml"},
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "c", "exactly": {"deviceClassName": "x"}}],
+                    "config": [
+                        {
+                            "requests": ["c"],
+                            "opaque": {
+                                "driver": CD_DRIVER,
+                                "parameters": {
+                                    "apiVersion": CD_API,
+                                    "kind": "ComputeDomainChannelConfig",
+                                    "domainID": uid,
+                                },
+                            },
+                        }
+                    ],
+                }
+            },
+        }
+        admin.create(claim)
+        pod = {
+            "metadata": {"name": "w"},
+            "spec": {"resourceClaims": [{"name": "c", "resourceClaimName": "mine"}]},
+        }
+        assert ctl.admit(pod, "ml").domain is not None
+        # n0 fails: its label is dropped; the daemon pod goes, the clique follows
+        admin.patch(
+            "v1",
+            "Node",
+            "n0",
+            {"status": {"conditions": [{"type": "Ready", "status": "False"}]}},
+            subresource="status",
+        )
+        assert until(
+            lambda: node_label(uid) not in admin.get("v1", "Node", "n0")["metadata"]["labels"]
+        )
+        admin.delete("v1", "Pod", "daemon-0", "kgpu-system")
+        assert until(
+            lambda: (
+                [
+                    d["nodeName"]
+                    for c in admin.list(CD_API, "ComputeDomainClique")
+                    for d in c["daemons"]
+                ]
+                == ["n1"]
+            )
+        )
         admin.delete(CD_API, "ComputeDomain", "job", "ml")  # the finalizer holds it for cleanup
-        passes()
-        assert admin.list(CD_API, "ComputeDomain") == []
-        assert not any(node_label(uid) in n["metadata"]["labels"] for n in admin.list("v1", "Node"))
+        assert until(lambda: admin.list(CD_API, "ComputeDomain") == [])
+        assert until(lambda: admin.list("v1", "Pod", namespace="kgpu-system") == [])
     finally:
+        ctl.stop()
         store.close()
         admin.close()
-    assert server.rules("kgpu-controller") == documented("reconcile")
+    assert server.rules("kgpu-controller") == documented("controller")

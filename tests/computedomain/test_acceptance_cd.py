@@ -9,6 +9,7 @@ import yaml
 from cd_cluster import RACK_A, RACK_B, load_docs  # type: ignore[import-not-found]
 
 from kgpu.computedomain.api import CLIQUE_LABEL
+from kgpu.computedomain.imex import hosts_addresses
 
 CHANNEL0 = "/dev/nvidia-caps-imex-channels/channel0"
 
@@ -43,12 +44,23 @@ def test_row9_imex_channel_injection(acceptance: Path, cluster_factory: Any) -> 
     assert cd["status"]["nodes"][0]["ipAddress"] == ip
     assert cd["status"]["nodes"][0]["cliqueID"] == RACK_A
 
+    assert cd["status"]["nodes"][0]["index"] == 0
+
+    # The IMEX daemon's config, as upstream's DNS-name mode writes it: the node list names
+    # compute-domain-daemon-0000..0017, and the hosts mapping gives daemon 0 the node's IP.
     handler = cluster.handler(node)
     uid = cd["metadata"]["uid"]
-    nodes_cfg = (handler.domain_dir(uid) / "nodes_config.cfg").read_text()
-    assert nodes_cfg == f"{ip}\n"
-    imex_cfg = (handler.domain_dir(uid) / "config.cfg").read_text()
-    assert "IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg" in imex_cfg
+    directory = handler.domain_dir(uid)
+    assert (directory / "hosts").read_text() == f"{ip}\tcompute-domain-daemon-0000\n"
+    names = (directory / "nodes.cfg").read_text().split()
+    assert names[0] == "compute-domain-daemon-0000" and len(names) == 18
+    template = (directory / "imexd.cfg.tmpl").read_text()
+    assert "IMEX_NODE_CONFIG_FILE={{ .IMEXDaemonNodesConfigPath }}" in template
+    (clique,) = cluster.store.list("resource.nvidia.com/v1beta1", "ComputeDomainClique")
+    assert clique["metadata"]["name"] == f"{uid}.{RACK_A}"
+    assert clique["daemons"] == [
+        {"nodeName": node, "ipAddress": ip, "cliqueID": RACK_A, "index": 0, "status": "Ready"}
+    ]
 
 
 def _fill(cluster: Any, nodes: list[str]) -> None:
@@ -95,8 +107,8 @@ def test_row10_nvbandwidth_workers_share_one_clique(acceptance: Path, cluster_fa
     ips = sorted(n["ipAddress"] for n in cd["status"]["nodes"])
     uid = cd["metadata"]["uid"]
     for node in nodes:
-        text = (cluster.handler(node).domain_dir(uid) / "nodes_config.cfg").read_text()
-        assert sorted(text.split()) == ips
+        text = (cluster.handler(node).domain_dir(uid) / "hosts").read_text()
+        assert sorted(hosts_addresses(text)) == ips
 
 
 def test_row10_explains_when_no_clique_has_room(acceptance: Path, cluster_factory: Any) -> None:

@@ -7,6 +7,8 @@ from typing import Any
 
 from cd_cluster import RACK_A, RACK_B, load_docs  # type: ignore[import-not-found]
 
+from kgpu.computedomain.imex import hosts_addresses
+
 EXAMPLE = (
     Path(__file__).resolve().parents[2]
     / "examples"
@@ -25,7 +27,8 @@ def _workers(cluster: Any) -> dict[str, str]:
 
 
 def _nodes_config(cluster: Any, node: str, uid: str) -> list[str]:
-    return (cluster.handler(node).domain_dir(uid) / "nodes_config.cfg").read_text().split()
+    """The peer addresses a node's IMEX daemon resolves (its hosts mapping)."""
+    return hosts_addresses((cluster.handler(node).domain_dir(uid) / "hosts").read_text())
 
 
 def test_failed_node_is_replaced_within_the_clique(cluster_factory: Any) -> None:

@@ -8,8 +8,14 @@ from typing import Any
 import pytest
 import yaml
 
-from kgpu.computedomain.api import API_VERSION, node_label
-from kgpu.computedomain.imex import assign_channel, render_nodes_config
+from kgpu.computedomain.api import API_VERSION, DomainNode, node_label
+from kgpu.computedomain.imex import (
+    assign_channel,
+    hosts_addresses,
+    render_hosts,
+    render_imex_config_template,
+    render_nodes_config,
+)
 from kgpu.drivers.computedomain import ComputeDomainHandler
 from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
 from kgpu.kubelet.dra.plugin import DraPlugin, claim_info
@@ -39,6 +45,29 @@ def _domain(store: MemoryStore, name: str) -> str:
         }
     )
     return str(obj["metadata"]["uid"])
+
+
+def _clique(
+    store: MemoryStore, uid: str, daemons: list[tuple[str, str, int]], clique: str = CLIQUE
+) -> None:
+    """The domain's ComputeDomainClique as the controller writes it."""
+    obj = {
+        "apiVersion": API_VERSION,
+        "kind": "ComputeDomainClique",
+        "metadata": {
+            "name": f"{uid}.{clique}",
+            "namespace": "nvidia-dra-driver-gpu",
+            "labels": {
+                "resource.nvidia.com/computeDomain": uid,
+                "resource.nvidia.com/computeDomain.cliqueID": clique,
+            },
+        },
+        "daemons": [
+            {"nodeName": n, "ipAddress": ip, "cliqueID": clique, "index": i, "status": "Ready"}
+            for n, ip, i in daemons
+        ],
+    }
+    store.apply(obj)
 
 
 def _claim(name: str, uid: str, device: str, domain: str, kind: str) -> dict[str, Any]:
@@ -118,17 +147,20 @@ def test_two_domains_on_one_node_get_distinct_channels_and_daemon_configs(
     _prepare(plugin, _claim("a-ch2", "u3", "channel-2", a, "ComputeDomainChannelConfig"))
     assert _channel_paths(tmp_path, "u3") == ["/dev/nvidia-caps-imex-channels/channel0"]
 
-    # Domain b also runs on n1: b's daemon lists both nodes, a's only n0.
-    n1 = store.get("v1", "Node", "n1")
-    n1["metadata"]["labels"][node_label(b)] = "true"
-    store.update(n1)
+    # The controller lists a's daemon on n0 and b's on n0 and n1 (their cliques): each
+    # daemon's hosts mapping names its own domain's peers only.
+    _clique(store, a, [("n0", "10.0.0.1", 0)])
+    _clique(store, b, [("n0", "10.0.0.1", 0), ("n1", "10.0.0.2", 1)])
     _prepare(plugin, _claim("a-d", "u4", "daemon-0", a, "ComputeDomainDaemonConfig"))
     _prepare(plugin, _claim("b-d", "u5", "daemon-1", b, "ComputeDomainDaemonConfig"))
     da, db = handler.domain_dir(a), handler.domain_dir(b)
     assert da != db
-    assert (da / "nodes_config.cfg").read_text() == "10.0.0.1\n"
-    assert (db / "nodes_config.cfg").read_text() == "10.0.0.1\n10.0.0.2\n"
-    assert "IMEX_CMD_BIND_INTERFACE_IP=10.0.0.1" in (da / "config.cfg").read_text()
+    assert (da / "hosts").read_text() == "10.0.0.1\tcompute-domain-daemon-0000\n"
+    assert (db / "hosts").read_text() == (
+        "10.0.0.1\tcompute-domain-daemon-0000\n10.0.0.2\tcompute-domain-daemon-0001\n"
+    )
+    assert (da / "nodes.cfg").read_text() == render_nodes_config()
+    assert (da / "imexd.cfg.tmpl").read_text() == render_imex_config_template()
 
     # Channels survive an agent restart (state comes back from the checkpoint).
     again = ComputeDomainHandler("n0", store, tmp_path / "plugin", clique=CLIQUE)
@@ -142,17 +174,22 @@ def test_two_domains_on_one_node_get_distinct_channels_and_daemon_configs(
     assert handler.channels() == {b: 1}
 
 
-def test_daemon_config_follows_the_domain_nodes(setup: Any) -> None:
+def test_daemon_config_follows_the_domain_clique(setup: Any) -> None:
     store, plugin, handler = setup
     a = _domain(store, "a")
     _prepare(plugin, _claim("a-ch", "u1", "channel-0", a, "ComputeDomainChannelConfig"))
     _prepare(plugin, _claim("a-d", "u2", "daemon-0", a, "ComputeDomainDaemonConfig"))
     assert handler.sync_daemons() == []
-    n1 = store.get("v1", "Node", "n1")
-    n1["metadata"]["labels"][node_label(a)] = "true"
-    store.update(n1)
+    assert (handler.domain_dir(a) / "hosts").read_text() == ""  # no daemon listed yet
+    _clique(store, a, [("n0", "10.0.0.1", 0), ("n1", "10.0.0.2", 1)])
     assert handler.sync_daemons() == [a]
-    assert (handler.domain_dir(a) / "nodes_config.cfg").read_text() == "10.0.0.1\n10.0.0.2\n"
+    assert hosts_addresses((handler.domain_dir(a) / "hosts").read_text()) == [
+        "10.0.0.1",
+        "10.0.0.2",
+    ]
+    # another clique of the same domain is not this daemon's business
+    _clique(store, a, [("x0", "10.9.0.1", 0)], clique="other.0")
+    assert handler.sync_daemons() == []
 
 
 def test_bad_opaque_config_fails_only_that_claim(setup: Any) -> None:
@@ -188,8 +225,18 @@ def test_assign_channel() -> None:
         assign_channel({"a": 0, "b": 1}, "c", limit=2)
 
 
-def test_nodes_config_is_sorted_numerically_and_deduplicated() -> None:
-    assert render_nodes_config(["10.0.0.10", "10.0.0.9", "10.0.0.9"]) == "10.0.0.9\n10.0.0.10\n"
+def test_hosts_mapping_orders_by_index_and_skips_what_no_name_can_hold() -> None:
+    daemons = [
+        DomainNode("b", "10.0.0.10", CLIQUE, 1),
+        DomainNode("a", "10.0.0.9", CLIQUE, 0),
+        DomainNode("c", "10.0.0.11", "other.0", 2),  # another clique
+        DomainNode("d", "", CLIQUE, 3),  # no address yet
+        DomainNode("e", "10.0.0.12", CLIQUE, 18),  # beyond the 18 names
+    ]
+    assert render_hosts(daemons, CLIQUE) == (
+        "10.0.0.9\tcompute-domain-daemon-0000\n10.0.0.10\tcompute-domain-daemon-0001\n"
+    )
+    assert render_nodes_config(2) == "compute-domain-daemon-0000\ncompute-domain-daemon-0001\n"
 
 
 def test_all_mode_injects_every_channel(setup: Any, tmp_path: Path) -> None:
@@ -203,6 +250,25 @@ def test_all_mode_injects_every_channel(setup: Any, tmp_path: Path) -> None:
     assert len(paths) == 2048
     assert paths[0] == "/dev/nvidia-caps-imex-channels/channel0"
     assert paths[-1] == "/dev/nvidia-caps-imex-channels/channel2047"
+    assert handler.channels() == {a: 0}
+    # every channel of the node is visible to a's pods: no other domain may run here now
+    b = _domain(store, "b")
+    refused = _prepare(plugin, _claim("b-ch", "u2", "channel-1", b, "ComputeDomainChannelConfig"))
+    assert f"every IMEX channel of this node is given to ComputeDomain {a}" in refused.error
+
+
+def test_all_mode_is_refused_where_another_domain_holds_a_channel(setup: Any) -> None:
+    store, plugin, handler = setup
+    a, b = _domain(store, "a"), _domain(store, "b")
+    assert not _prepare(
+        plugin, _claim("a-ch", "u1", "channel-0", a, "ComputeDomainChannelConfig")
+    ).error
+    claim = _claim("b-ch", "u2", "channel-1", b, "ComputeDomainChannelConfig")
+    params = claim["status"]["allocation"]["devices"]["config"][0]["opaque"]["parameters"]
+    params["allocationMode"] = "All"
+    refused = _prepare(plugin, claim)
+    assert "allocationMode: All gives the pod every IMEX channel of the node" in refused.error
+    assert a in refused.error
     assert handler.channels() == {a: 0}
 
 

@@ -218,3 +218,116 @@ def test_placement_needs_a_clique_with_room_for_num_nodes() -> None:
     assert full.reason and "already spans 1 of 1 node(s) (a1)" in full.reason
     unbounded = place("ns/d", 0, {"b0": "B.0"}, nodes)
     assert unbounded.allowed == frozenset({"b0", "b1"})
+
+
+def test_one_rule_decides_which_pods_are_members_of_a_domain() -> None:
+    from kgpu.computedomain.api import WORKLOAD_LABEL
+    from kgpu.computedomain.members import domain_members, holds_channel, pending_pods
+
+    domain = parse_compute_domain(
+        {**_cd(), "metadata": {"name": "dom", "namespace": "team", "uid": "u1"}}
+    )
+
+    def pod(name: str, node: str | None = None, ns: str = "team", **extra: Any) -> dict[str, Any]:
+        meta = {"name": name, "namespace": ns, **extra.pop("meta", {})}
+        spec: dict[str, Any] = {
+            "resourceClaims": [{"name": "c", "resourceClaimTemplateName": "dom-ch"}]
+        }
+        if node:
+            spec["nodeName"] = node
+        return {"metadata": meta, "spec": spec, **extra}
+
+    ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    nodes = {
+        "n0": {"metadata": {"name": "n0", "labels": {"nvidia.com/gpu.clique": "A.0"}}, **ready},
+        "n1": {"metadata": {"name": "n1", "labels": {"nvidia.com/gpu.clique": "A.0"}}, **ready},
+        "n2": {
+            "metadata": {"name": "n2"},
+            "status": {"conditions": [{"type": "Ready", "status": "False"}]},
+        },
+    }
+    by_label = pod("named-claim", "n1")
+    by_label["spec"]["resourceClaims"] = [{"name": "c", "resourceClaimName": "mine"}]
+    by_label["metadata"]["labels"] = {WORKLOAD_LABEL: "u1"}
+    pods = [
+        pod("running", "n0"),
+        by_label,  # counted through the webhook's label
+        pod("done", "n0", status={"phase": "Succeeded"}),  # finished: not a member
+        pod("leaving", "n0", meta={"deletionTimestamp": "2025-01-01T00:00:00Z"}),
+        pod("elsewhere", "n0", ns="other"),  # another namespace's template of that name
+        pod("on-failed-node", "n2"),  # its node is NotReady
+        pod("waiting"),
+    ]
+    assert [p["metadata"]["name"] for p in pods if holds_channel(p, domain)] == [
+        "running",
+        "named-claim",
+        "on-failed-node",
+        "waiting",
+    ]
+    assert domain_members(domain, pods, nodes.get) == {"n0": "A.0", "n1": "A.0"}
+    assert [p["metadata"]["name"] for p in pending_pods(domain, pods)] == ["waiting"]
+
+
+def test_daemons_are_listed_per_clique_and_status_goes_through_the_status_subresource() -> None:
+    store = MemoryStore()
+    store.create(_cd())
+    for i in range(2):
+        store.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": f"n{i}", "labels": {"nvidia.com/gpu.clique": "A.0"}},
+                "status": {"addresses": [{"type": "InternalIP", "address": f"10.0.0.{i + 1}"}]},
+            }
+        )
+    reconcile(store)
+    cd = store.get(API_VERSION, "ComputeDomain", "dom", "team")
+    uid = cd["metadata"]["uid"]
+    for i in range(2):
+        store.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"d{i}",
+                    "namespace": DRIVER_NAMESPACE,
+                    "labels": {"resource.nvidia.com/computeDomain": uid},
+                },
+                "spec": {"nodeName": f"n{i}"},
+                "status": {"phase": "Running", "podIP": f"192.168.0.{i + 1}"},
+            }
+        )
+    reconcile(store)
+    (clique,) = store.list(API_VERSION, "ComputeDomainClique")
+    assert clique["metadata"]["name"] == f"{uid}.A.0"
+    assert clique["metadata"]["namespace"] == DRIVER_NAMESPACE
+    assert [(d["nodeName"], d["ipAddress"], d["index"]) for d in clique["daemons"]] == [
+        ("n0", "192.168.0.1", 0),
+        ("n1", "192.168.0.2", 1),
+    ]
+    validate_object(clique)
+    cd = store.get(API_VERSION, "ComputeDomain", "dom", "team")
+    assert cd["status"]["status"] == "Ready"
+    validate_object(cd)
+    revision = store.revision
+    assert reconcile(store) == [] and store.revision == revision  # nothing changed: no write
+
+
+def test_num_nodes_is_optional_as_upstream_ships_it_now() -> None:
+    upstream = {
+        "apiVersion": API_VERSION,
+        "kind": "ComputeDomain",
+        "metadata": {"name": "d", "namespace": "team"},
+        "spec": {"channel": {"resourceClaimTemplate": {"name": "d-ch"}, "allocationMode": "All"}},
+    }
+    validate_object(upstream)
+    parsed = parse_compute_domain(upstream)
+    assert parsed.spec.num_nodes == 0 and parsed.spec.allocation_mode == "All"
+    schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert schema["required"] == ["channel"]
+    assert schema["properties"]["numNodes"]["default"] == 0
+    store = MemoryStore()
+    store.create(upstream)
+    reconcile(store)
+    status = store.get(API_VERSION, "ComputeDomain", "d", "team")["status"]
+    assert status["conditions"][0]["message"] == "0 of 1 IMEX daemon(s) Ready"

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kgpu.computedomain.imex import hosts_addresses
 from kgpu.dra.classes import device_classes
 from kgpu.sim.scenario import scenario_from_dict
 from kgpu.sim.simulation import Simulation
@@ -36,8 +37,9 @@ def _domain(sim: Simulation, name: str) -> dict[str, Any]:
 
 
 def _nodes_config(tmp: Path, node: str, uid: str) -> list[str]:
-    (path,) = (tmp / "work" / "computedomain" / node).rglob(f"domains/{uid}/nodes_config.cfg")
-    return path.read_text().split()
+    """The peer addresses a node's IMEX daemon resolves (its hosts mapping)."""
+    (path,) = (tmp / "work" / "computedomain" / node).rglob(f"domains/{uid}/hosts")
+    return hosts_addresses(path.read_text())
 
 
 def test_row9_in_the_simulator(acceptance: Path, tmp_path: Path) -> None:
@@ -102,6 +104,11 @@ def test_failed_node_heals_in_the_simulator(tmp_path: Path, step: str) -> None:
     assert len(set(ips)) == 4  # every node keeps its own address after rack-a-0 goes
     for node in names:
         assert sorted(_nodes_config(tmp_path, node, cd["metadata"]["uid"])) == ips
+    rewrites = [e for e in sim.events if e.reason == "IMEXNodesConfigUpdated"]
+    assert rewrites and all(
+        e.message == "IMEX daemon of ComputeDomain default/train-4 rewrote its hosts mapping"
+        for e in rewrites
+    )
     reasons = [e.reason for e in sim.events if e.object == "ComputeDomain/default/train-4"]
     assert "ComputeDomainNotReady" in reasons
     assert reasons.index("ComputeDomainNotReady") < len(reasons) - 1 - reasons[::-1].index(
@@ -126,7 +133,7 @@ def test_two_domains_on_one_node_in_the_simulator(tmp_path: Path) -> None:
     }
     uids = [_domain(sim, n)["metadata"]["uid"] for n in ("dom-a", "dom-b")]
     dirs = [
-        p.parent for uid in uids for p in (tmp_path / "work").rglob(f"domains/{uid}/config.cfg")
+        p.parent for uid in uids for p in (tmp_path / "work").rglob(f"domains/{uid}/imexd.cfg.tmpl")
     ]
     assert len(dirs) == 2 and dirs[0] != dirs[1]
     assert all(_domain(sim, n)["status"]["status"] == "Ready" for n in ("dom-a", "dom-b"))

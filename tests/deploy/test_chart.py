@@ -23,7 +23,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kgpu.computedomain.crd import crd
+from kgpu.computedomain.crd import crds
 from kgpu.config import load_config_strings
 from kgpu.dra.classes import device_classes
 
@@ -218,8 +218,10 @@ def test_chart_data_is_generated_from_kgpu() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_rendered_crd_is_kgpus(render: Render) -> None:
-    assert render("1.34", "default").one("CustomResourceDefinition") == crd()
+def test_rendered_crds_are_kgpus(render: Render) -> None:
+    rendered = render("1.34", "default").of_kind("CustomResourceDefinition")
+    by_name = {c["metadata"]["name"]: c for c in rendered}
+    assert by_name == {c["metadata"]["name"]: c for c in crds()}
 
 
 # -- the agent DaemonSet -------------------------------------------------------------------------
@@ -375,7 +377,7 @@ def test_init_container_links_the_driver_before_the_agent_starts(render: Render)
 def test_metrics_service_selects_the_agents_metrics_port(render: Render, values: str) -> None:
     rendered = render("1.34", values)
     ds = rendered.one("DaemonSet", "agent")
-    (svc,) = rendered.of_kind("Service")
+    svc = rendered.one("Service", "agent")
     (port,) = svc["spec"]["ports"]
     assert port["name"] == "metrics"
     labels = ds["spec"]["template"]["metadata"]["labels"]
@@ -394,7 +396,7 @@ def test_service_monitor(render: Render, values: str) -> None:
     if not monitors:
         return
     (sm,) = monitors
-    (svc,) = rendered.of_kind("Service")
+    svc = rendered.one("Service", "agent")
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     assert sm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
     (endpoint,) = sm["spec"]["endpoints"]
@@ -497,7 +499,8 @@ def test_rbac_is_least_privilege(render: Render, values: str) -> None:
     # leases only in the release namespace: the controller cannot take another's lock
     for role in rendered.of_kind("ClusterRole"):
         assert all("leases" not in r["resources"] for r in role["rules"])
-    # the agent writes only ResourceSlices and Nodes (its own labels and annotations)
+    # the agent writes only ResourceSlices, Nodes (the labels kgpu owns) and the MIG manager's
+    # Events cluster-wide (its NodeFeature: in its namespace)
     agent_role = rendered.one("ClusterRole", "agent")
     writes = {
         res
@@ -505,4 +508,4 @@ def test_rbac_is_least_privilege(render: Render, values: str) -> None:
         if set(r["verbs"]) & {"create", "update", "patch", "delete"}
         for res in r["resources"]
     }
-    assert writes <= {"resourceslices", "nodes"}
+    assert writes <= {"resourceslices", "nodes", "events"}

@@ -19,7 +19,6 @@ import typer
 
 from kgpu.cli import app
 from kgpu.config import load_config_files
-from kgpu.errors import FieldError
 
 from .conftest import VALUES_SETS, Rendered
 
@@ -27,12 +26,6 @@ Render = Callable[[str, str], Rendered]
 
 #: (subcommand, flag) -> what it is and who adds it. "*" stands for the whole subcommand.
 PENDING: dict[tuple[str, str], str] = {
-    ("agent", "--health-address"): "agent: serve GET /healthz on HOST:PORT for the chart's "
-    "startup and liveness probes (issue 13, agent)",
-    ("agent", "--no-device-plugin"): "agent: --device-plugin/--no-device-plugin for "
-    "devicePlugin.enabled=false, a DRA-only node (issue 13, agent)",
-    ("controller", "*"): "kgpu controller --in-cluster --namespace --health-address --log-level "
-    "(issue 12, controller)",
 }
 
 #: the click group ``kgpu`` runs (typer ships its own copy of click, hence Any below)
@@ -91,12 +84,6 @@ def _configmap_volume(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-@pytest.mark.xfail(
-    raises=FieldError,
-    strict=False,
-    reason="pending: `--config DIR` reads each key of a mounted ConfigMap as one config named "
-    "by the key, as the GPU Operator's config-manager does (issue 13, agent/node)",
-)
 def test_config_directory_from_a_configmap_volume(tmp_path: Path) -> None:
     """devicePlugin.config.name: the chart mounts that ConfigMap and passes the directory."""
     volume = _configmap_volume(
@@ -109,3 +96,22 @@ def test_config_directory_from_a_configmap_volume(tmp_path: Path) -> None:
     )
     configs = load_config_files([volume])
     assert set(configs.plugin_configs) == {"a100.80gb", "default"}
+
+
+@pytest.mark.parametrize("values", VALUES_SETS)
+def test_the_agents_environment_reads_as_upstreams_variables(render: Render, values: str) -> None:
+    """The env the chart gives the agent (NODE_NAME, NVIDIA_DRIVER_ROOT, MPS_ROOT, ...) is
+    valid for ``kgpu agent`` and lands where upstream's daemons put it."""
+    from kgpu.agent.upstream import read_environment
+
+    from .test_chart import load_values
+
+    (daemonset,) = render("1.34", values).of_kind("DaemonSet")
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value", "from-the-downward-api") for e in container["env"]}
+    settings, problems = read_environment(env, {})
+    assert problems == [], [str(p) for p in problems]
+    flags = dict(settings.flags)
+    assert flags["plugin.containerDriverRoot"] == "/driver-root"  # the mount
+    assert flags["nvidiaDriverRoot"] == load_values(values)["nvidiaDriverRoot"]
+    assert flags["mpsRoot"] == load_values(values)["mps"]["root"]

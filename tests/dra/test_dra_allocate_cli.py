@@ -9,6 +9,7 @@ import yaml
 from typer.testing import CliRunner
 
 from kgpu.cli import app
+from kgpu.dra.versions import convert
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "dra" / "allocate-gb200.yaml"
@@ -52,7 +53,11 @@ def test_unsatisfiable_claims_give_null_allocations(tmp_path: Path) -> None:
     f.write_text(json.dumps(data))
     code, out = run(str(f), "-o", "json")
     assert code == 2
-    assert json.loads(out) == {"allocations": None, "error": "cannot allocate all claims"}
+    answer = json.loads(out)
+    assert answer["allocations"] is None and answer["error"] is None
+    # the scheduler's words first, then why, per claim and request
+    assert answer["unsatisfiable"].startswith("cannot allocate all claims: claim default/")
+    assert "request gpus: wants 4 devices of class gpu.nvidia.com" in answer["unsatisfiable"]
 
 
 def test_allocation_errors_are_reported(tmp_path: Path) -> None:
@@ -61,7 +66,7 @@ def test_allocation_errors_are_reported(tmp_path: Path) -> None:
     f = tmp_path / "in.yaml"
     f.write_text(yaml.safe_dump(data))
     code, out = run(str(f), "-o", "json")
-    assert code == 2
+    assert code == 3
     answer = json.loads(out)
     assert answer["allocations"] is None
     assert "could not retrieve device class tpu" in answer["error"]
@@ -104,3 +109,44 @@ def test_bad_input_names_the_field(tmp_path: Path) -> None:
     assert "claims[0].spec.devices.requests[0].exactly.allocationMode" in out
     assert "slices: must be a list of ResourceSlice objects" in out
     assert "extra: unknown key" in out
+
+
+def test_feature_gates_from_flag_and_file(tmp_path: Path) -> None:
+    data = yaml.safe_load(EXAMPLE.read_text())
+    f = tmp_path / "in.yaml"
+    f.write_text(yaml.safe_dump(data))
+    # the example's second claim uses firstAvailable: with the gate off it is an error (exit 3)
+    code, out = run(str(f), "-o", "json", "--feature-gates", "DRAPrioritizedList=false")
+    assert code == 3
+    assert "has subrequests, but the DRAPrioritizedList feature is disabled" in out
+    data["featureGates"] = {"DRAPrioritizedList": False}
+    f.write_text(yaml.safe_dump(data))
+    assert run(str(f), "-o", "json")[0] == 3
+    # the flag wins over the file
+    assert run(str(f), "-o", "json", "--feature-gates", "DRAPrioritizedList=true")[0] == 0
+    code, out = run(str(f), "--feature-gates", "DRAPrioritised=false")
+    assert code == 1 and "unknown feature gate 'DRAPrioritised'" in out
+    data["featureGates"] = {"DRAPrioritizedList": "no"}
+    f.write_text(yaml.safe_dump(data))
+    code, out = run(str(f))
+    assert (
+        code == 1 and "featureGates.DRAPrioritizedList: DRAPrioritizedList: must be true or" in out
+    )
+
+
+def test_objects_in_older_versions_are_read_in_their_own_shape(tmp_path: Path) -> None:
+    data = yaml.safe_load(EXAMPLE.read_text())
+    for key in ("slices", "classes", "claims", "allocated"):
+        data[key] = [convert(obj, "v1beta1") for obj in data[key]]
+    f = tmp_path / "in.yaml"
+    f.write_text(yaml.safe_dump(data))
+    code, out = run(str(f), "-o", "json")
+    assert code == 0
+    first, second = json.loads(out)["allocations"]
+    assert [r["device"] for r in first["results"]] == ["gpu-1", "gpu-2"]
+    assert second["results"][0]["request"] == "gpu/any-new-driver"
+    # problems are reported at v1beta1 paths
+    data["claims"][0]["spec"]["devices"]["requests"][0]["count"] = 0
+    f.write_text(yaml.safe_dump(data))
+    code, out = run(str(f))
+    assert code == 1 and "claims[0].spec.devices.requests[0].count: must be at least 1" in out

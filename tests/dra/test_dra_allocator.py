@@ -149,7 +149,9 @@ class Case:
     node: dict = dataclasses.field(default_factory=lambda: NODE)
 
 
-def counter_slice() -> dict:
+def counter_slices() -> list[dict]:
+    """A MIG-capable GPU as 1.35 publishes it: the counter set in a slice of its own, the
+    partitions consuming it in another slice of the same pool."""
     cset = [
         {
             "name": "gpu-0-counter-set",
@@ -175,7 +177,10 @@ def counter_slice() -> dict:
         part("3g-0", 0, 4, "mig"),
         part("3g-4", 4, 4, "mig"),
     ]
-    return slice_(devices, counters=cset)
+    return [
+        slice_([], counters=cset, count=2, name="node-a-counters"),
+        slice_(devices, count=2, name="node-a-devices"),
+    ]
 
 
 CASES = [
@@ -454,13 +459,13 @@ CASES = [
     ),
     Case(
         "shared counters keep partitions apart",
-        [counter_slice()],
+        counter_slices(),
         [claim("c1", req("m", cls="mig.nvidia.com")), claim("c2", req("m", cls="mig.nvidia.com"))],
         [[("m", "4g-0")], [("m", "3g-4")]],
     ),
     Case(
         "a partition in use blocks the whole GPU",
-        [counter_slice()],
+        counter_slices(),
         [claim("c", req("g"))],
         None,
         allocated=[held("3g-4")],
@@ -471,8 +476,7 @@ CASES = [
         [claim("c", req("g", sel="device.attributes['gpu.nvidia.com'].uuid == 'x'"))],
         (
             "error",
-            "claim default/c: selector #0 on device gpu.nvidia.com/node-a/gpu-0: CEL runtime "
-            "error: no such key: uuid",
+            "claim default/c: selector #0: CEL runtime error: no such key: uuid",
         ),
     ),
     Case(
@@ -481,8 +485,7 @@ CASES = [
         [claim("c", req("g", cls="needs-uuid"))],
         (
             "error",
-            "class needs-uuid: selector #0 on device gpu.nvidia.com/node-a/gpu-0: CEL "
-            "runtime error: no such key: uuid",
+            "class needs-uuid: selector #0: CEL runtime error: no such key: uuid",
         ),
     ),
     Case(
@@ -615,7 +618,11 @@ def test_class_and_claim_config_are_passed_on() -> None:
     got = allocate(NODE, [c], classes=classes, slices=[FOUR])
     assert got is not None
     assert got[0]["devices"]["config"] == [
-        {"source": "FromClass", "opaque": {"driver": DRV, "parameters": {"kind": "GpuConfig"}}},
+        {
+            "source": "FromClass",
+            "requests": ["a", "b"],  # the requests using the class, as kube-scheduler lists them
+            "opaque": {"driver": DRV, "parameters": {"kind": "GpuConfig"}},
+        },
         {
             "source": "FromClaim",
             "requests": ["b"],
@@ -735,7 +742,8 @@ def test_identical_devices_share_one_cel_evaluation(monkeypatch: pytest.MonkeyPa
         return original(self, device)
 
     monkeypatch.setattr(cel.Selector, "evaluate", counting)
-    monkeypatch.setattr("kgpu.dra.allocator._SIG_CACHE", {})
+    monkeypatch.setattr(cel, "_RESULTS", {})
+    monkeypatch.setattr(cel, "_RAW_RESULTS", {})
     nodes = [f"n{i}" for i in range(50)]
     slices = [s for n in nodes for s in resource_slices(load_machine("gb200", hostname=n), n)]
     alloc = Allocator({c["metadata"]["name"]: c for c in CLASSES}, SliceIndex(slices))

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
+from kgpu.dra import cel
 from kgpu.dra.cel import (
     CelCompileError,
     CelRuntimeError,
@@ -103,7 +106,7 @@ def test_kubernetes_cel_semantics(expr: str, want: bool) -> None:
             "device.attributes['gpu.nvidia.com'].driverVersion.isGreaterThan(quantity('1'))",
             "no such overload",
         ),
-        ("semver('1.2') == semver('1.2.0')", "invalid semantic version"),
+        ("semver('1.2') == semver('1.2.0')", "No Major.Minor.Patch elements found"),
         ("quantity('12 apples').sign() == 1", "quantities must match"),
         ("device.attributes['gpu.nvidia.com'].index", "could not be converted to bool"),
     ],
@@ -120,7 +123,7 @@ def test_missing_key_error_has_kubernetes_hint() -> None:
 
 
 def test_compile_error_and_cache() -> None:
-    with pytest.raises(CelCompileError, match="compilation failed"):
+    with pytest.raises(CelCompileError, match="Syntax error"):
         compile_selector("device.driver ==")
     a = compile_selector("device.driver == 'x'")
     assert compile_selector("device.driver == 'x'") is a  # compiled once
@@ -143,6 +146,47 @@ def test_signature_keeps_only_names_the_expression_reads() -> None:
     dyn = compile_selector("device.attributes['gpu.nvidia.com'].exists(k, k == 'uuid')")
     assert dyn.dynamic
     assert dyn.signature(one) != dyn.signature(two)
+
+
+def test_raw_signature_reads_published_devices_without_a_view(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cel, "_RAW_RESULTS", {})
+    sel = compile_selector("device.attributes['gpu.nvidia.com'].productName == 'A'")
+    one = {"attributes": {"productName": {"string": "A"}, "uuid": {"string": "GPU-1"}}}
+    two = {"attributes": {"uuid": {"string": "GPU-2"}, "productName": {"string": "A"}}}
+    qualified = {"attributes": {"gpu.nvidia.com/productName": {"string": "A"}}}
+    other = {"attributes": {"productName": {"string": "B"}}}
+    typed = {"attributes": {"productName": {"version": "1.0.0"}}}
+    sig = sel.raw_signature
+    assert sig("gpu.nvidia.com", one) == sig("gpu.nvidia.com", {**one, "name": "gpu-9"})
+    assert sig("gpu.nvidia.com", one) != sig("gpu.nvidia.com", other)
+    assert sig("gpu.nvidia.com", one) != sig("gpu.nvidia.com", typed)
+    assert sig("gpu.nvidia.com", one) != sig("other.example.com", one)
+    # the same content listed in another order or spelled qualified only misses the cache
+    assert sel.raw_signature("gpu.nvidia.com", two) is not None
+    assert sel.raw_signature("gpu.nvidia.com", qualified) is not None
+    views: list[str] = []
+
+    def view_of(driver: str, dev: dict) -> Callable[[], dict]:
+        def build() -> dict:
+            views.append(driver)
+            return device_view(driver, dev)
+
+        return build
+
+    results = [
+        sel.evaluate_raw("gpu.nvidia.com", d, view_of("gpu.nvidia.com", d))
+        for d in (one, dict(one), other, qualified)
+    ]
+    assert results == [True, True, False, True]
+    assert len(views) == 3  # the second device reused the first one's answer
+    assert (
+        compile_selector("device.attributes['gpu.nvidia.com'].exists(k, k == 'x')").raw_signature(
+            "gpu.nvidia.com", one
+        )
+        is None
+    )  # iterating selectors use the whole view
 
 
 def test_bind_rewrite_respects_strings_and_nesting() -> None:

@@ -26,6 +26,7 @@ from kgpu.drivers.migmanager import (
     store_label_writer,
     withhold,
 )
+from kgpu.drivers.migpreview import preview_mig
 from kgpu.hardware.nvml import NvmlBackend
 from kgpu.hardware.profiles import load_machine
 from kgpu.hardware.simulated import SimulatedBackend
@@ -413,25 +414,27 @@ def test_labels_events_and_evictions_through_the_store() -> None:
 def test_acceptance_row_7_the_manager_applies_p4de_half_balanced(acceptance: Path) -> None:
     """Row 7: Helm values with the p4de configs, node labelled p4de-half-balanced: the MIG
     manager splits GPUs 0-3 on the simulated backend, and the node view built from what the
-    hardware then has (no layout applied by the view) advertises the row's resources."""
+    hardware then has (the view applies no layout) advertises the row's resources -- the same
+    devices ``kgpu plan`` promises from its dry run before the GPUs were touched."""
     values = acceptance / "seed-guides" / "gpu-operator-values.yaml"
     configs = load_config_files([values])
     sim = SimulatedBackend(load_machine("p4de.24xlarge", hostname="p4de"))
     node = Node(sim, sim, None, configs, labels={"nvidia.com/mig.config": "p4de-half-balanced"})
+    promised = preview_mig(sim.snapshot(), configs.mig_configs["p4de-half-balanced"])
     attempt = node.manager().reconcile()
     assert attempt.state == "success", attempt.reason
     assert node.writes == ["pending", "success"]
-    as_is = replace(configs, default_mig_config=None)  # the view reads, it does not apply
-    view = build_node_view(sim.snapshot(), as_is, {})
+    view = build_node_view(sim.snapshot(), configs, node.labels)
+    assert view.mig_pending == ""  # the GPUs have the layout now
     assert view.counts() == {
         "nvidia.com/mig-1g.10gb": 8,
         "nvidia.com/mig-2g.20gb": 4,
         "nvidia.com/mig-3g.40gb": 4,
         "nvidia.com/gpu": 4,
     }
-    # the same devices, UUIDs included, as the view's own application gives
-    applied = build_node_view(load_machine("p4de.24xlarge", hostname="p4de"), configs, node.labels)
-    assert view.resources == applied.resources
+    # the same GPUs, MIG UUIDs and placements included, as the dry run on a copy gave
+    assert sim.snapshot() == promised.after
+    assert [c.index for c in promised.plan.changes] == [0, 1, 2, 3]
 
 
 def test_podresources_tells_which_pods_hold_which_gpu(tmp_path: Path) -> None:

@@ -50,5 +50,5 @@ def test_unknown_machine_is_a_clean_error() -> None:
     assert result.exit_code == 1
     assert "unknown machine profile 'rtx-9090'" in result.output
     assert "Traceback" not in result.output
-    bad = runner.invoke(app, ["machines", "-o", "yaml"])
-    assert bad.exit_code == 1 and "allowed: table, json" in bad.output
+    bad = runner.invoke(app, ["machines", "-o", "xml"])
+    assert bad.exit_code == 1 and "allowed: table, wide, json, yaml" in bad.output

@@ -17,6 +17,7 @@ from kgpu.agent.daemon import Agent, AgentOptions
 from kgpu.cli import app
 from kgpu.config import load_config_strings
 from kgpu.config.plugin import parse_plugin_config
+from kgpu.drivers.migpreview import machine_after_mig
 from kgpu.errors import FieldError
 from kgpu.hardware.model import MigEngines
 from kgpu.hardware.nvml import NvmlBackend
@@ -99,10 +100,11 @@ def test_imex_channel_ids_other_than_zero_are_refused_with_upstreams_reason(
 
 def test_mig_enabled_gpus_under_strategy_none_are_labelled_unshared() -> None:
     configs = load_config_strings({"ts.yaml": TIME_SLICED})
+    labels = {"nvidia.com/mig.config": "all-1g.10gb"}
     view = build_node_view(
-        load_machine("a100-80gb"),
+        machine_after_mig(load_machine("a100-80gb"), configs, labels),
         configs,
-        {"nvidia.com/mig.config": "all-1g.10gb"},
+        labels,
         mig_strategy="none",
     )
     # upstream's plugin still advertises (and time-slices) the MIG-enabled GPU whole...
@@ -129,7 +131,10 @@ def test_single_strategy_on_an_invalid_node_labels_it_and_serves_nothing(
         "-l", f"nvidia.com/mig.config={mig_config}", "-o", "json",
     )  # fmt: skip
     assert code == 0
+    # the GPUs are whole now (nothing to refuse); after the MIG manager applies the layout
     plan = json.loads(out)
+    assert plan["resources"] == {"nvidia.com/gpu": 8} and "refused" not in plan
+    plan = plan["migManager"]["after"]
     assert plan["resources"] == {}
     assert plan["refused"][0]["resource"] == "nvidia.com/gpu"
     assert reason in plan["refused"][0]["reason"]
@@ -145,15 +150,17 @@ def test_single_strategy_on_an_invalid_node_labels_it_and_serves_nothing(
 def test_the_agent_serves_nothing_for_a_refused_resource_and_says_why(tmp_path: Path) -> None:
     config = tmp_path / "single.yaml"
     config.write_text("version: v1\nflags: {migStrategy: single}\n")
+    labels = {"nvidia.com/mig.config": "all-balanced"}
+    machine = machine_after_mig(load_machine("a100-80gb"), load_config_strings({}), labels)
     agent = Agent(
         AgentOptions(
             machine="a100-80gb",
             kubelet_root=tmp_path,
             config_files=(config,),
-            labels={"nvidia.com/mig.config": "all-balanced"},
+            labels=labels,
             dra=False,
         ),
-        backend=SimulatedBackend(load_machine("a100-80gb")),
+        backend=SimulatedBackend(machine),  # as the MIG manager left it
     )
     assert agent.reload("test")
     status = agent.status()
@@ -168,10 +175,10 @@ def test_mps_on_a_node_with_a_mig_enabled_gpu_fails_as_gfd_does() -> None:
     configs = load_config_strings(
         {"mps.yaml": "sharing: {mps: {resources: [{name: nvidia.com/gpu, replicas: 2}]}}\n"}
     )
+    labels = {"nvidia.com/mig.config": "all-1g.10gb"}
+    machine = machine_after_mig(load_machine("a100-80gb"), configs, labels)
     with pytest.raises(FieldError) as info:
-        build_node_view(
-            load_machine("a100-80gb"), configs, {"nvidia.com/mig.config": "all-1g.10gb"}
-        )
+        build_node_view(machine, configs, labels)
     assert "sharing.mps: MPS sharing is not supported for mig devices: GPU 0 has MIG enabled" in (
         str(info.value)
     )
@@ -198,8 +205,9 @@ def test_an_mps_entry_for_a_resource_the_node_lacks_is_ignored(tmp_path: Path) -
 
 def test_mig_labels_carry_engines_multiprocessors_and_ci_slices() -> None:
     configs = load_config_strings({"f.yaml": "flags: {migStrategy: mixed}\n"})
+    labels = {"nvidia.com/mig.config": "all-balanced"}
     view = build_node_view(
-        load_machine("dgx-h100"), configs, {"nvidia.com/mig.config": "all-balanced"}
+        machine_after_mig(load_machine("dgx-h100"), configs, labels), configs, labels
     )
     labels = view.labels
     # H100's published table: a 3g.40gb instance has 3 copy engines, 3 decoders, 3 JPEG, no OFA
@@ -294,21 +302,33 @@ def test_plan_on_a_recorded_mig_snapshot_plans_the_seven_devices_with_a_warning(
     plan = json.loads(out)
     assert plan["resources"] == {"nvidia.com/mig-1g.10gb": 7}
     assert "all-3g.40gb" in plan["migPending"]
-    assert any("never changes MIG on real GPUs" in w for w in plan["warnings"])
+    assert any("until the MIG manager applies the layout" in w for w in plan["warnings"])
+    # what the MIG manager would make of the recorded GPU, on a simulated copy of it
+    manager = plan["migManager"]
+    assert [(row["gpu"], row["from"], row["to"]) for row in manager["plan"]] == [
+        (0, "7 x 1g.10gb", "2 x 3g.40gb")
+    ]
+    assert manager["after"]["resources"] == {"nvidia.com/mig-3g.40gb": 2}
     code, table = _plan("-m", str(SNAPSHOT_7X1G), "-l", "nvidia.com/mig.config=all-3g.40gb")
-    assert code == 0 and "mig config all-3g.40gb (not applied: real GPUs)" in table
+    table = " ".join(table.split())  # the header wraps at the terminal's width
+    assert code == 0 and "mig config all-3g.40gb (the MIG manager has not applied it" in table
+    assert "MIG manager plan: all-3g.40gb (the GPUs do not have it yet)" in table
+    assert "Resources after the MIG manager applies all-3g.40gb" in table
 
 
-def test_a_matching_layout_on_real_gpus_is_quiet_and_simulated_ones_still_apply() -> None:
+def test_a_matching_layout_is_quiet_and_simulated_gpus_are_not_applied_either() -> None:
     machine = load_snapshot(SNAPSHOT_7X1G)
     view = build_node_view(
         machine, load_config_strings({}), {"nvidia.com/mig.config": "all-1g.10gb"},
         mig_strategy="mixed",
     )  # fmt: skip
     assert view.mig_pending == "" and view.counts() == {"nvidia.com/mig-1g.10gb": 7}
+    # a simulated machine is no different: the MIG manager, not the view, changes its GPUs
+    dgx = load_machine("dgx-h100")
     simulated = build_node_view(
-        load_machine("dgx-h100"), load_config_strings({}),
+        dgx, load_config_strings({}),
         {"nvidia.com/mig.config": "all-3g.40gb"}, mig_strategy="mixed",
     )  # fmt: skip
-    assert simulated.counts() == {"nvidia.com/mig-3g.40gb": 16}
-    assert simulated.labels["nvidia.com/mig.config.state"] == "success"
+    assert simulated.machine == dgx and simulated.counts() == {"nvidia.com/gpu": 8}
+    assert "GPU 7: 3g.40gb x 2 wanted, MIG disabled present" in simulated.mig_pending
+    assert "nvidia.com/mig.config.state" not in simulated.labels

@@ -1,5 +1,9 @@
 """What the guides saw on real clusters, reproduced from their files unchanged (README rows 2,
-4, 5, 7, 8), plus the upstream rejections users hit."""
+4, 5, 7, 8), plus the upstream rejections users hit.
+
+The node view never applies a MIG layout: a MIG row is the view of the GPUs as the MIG manager
+leaves them (:func:`kgpu.drivers.migpreview.machine_after_mig` runs the manager's plan on a
+simulated copy), and of the GPUs before, which only report the layout as pending."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import pytest
 
 from kgpu.config import load_config_files
 from kgpu.config.loader import EMPTY
+from kgpu.drivers.migpreview import machine_after_mig, preview_mig
 from kgpu.errors import FieldError
 from kgpu.hardware.profiles import load_machine
 from kgpu.node.model import Sharing
@@ -65,9 +70,14 @@ def test_row5_label_selects_time_slicing_or_mps_per_node(acceptance: Path) -> No
 
 def test_row7_p4de_half_balanced_mixed(acceptance: Path) -> None:
     configs = load_config_files([acceptance / "seed-guides/gpu-operator-values.yaml"])
-    view = build_node_view(
-        load_machine("p4de.24xlarge"), configs, {"nvidia.com/mig.config": "p4de-half-balanced"}
-    )
+    labels = {"nvidia.com/mig.config": "p4de-half-balanced"}
+    before = build_node_view(load_machine("p4de.24xlarge"), configs, labels)
+    # the GPUs are whole until the MIG manager splits them: the view says so, applies nothing
+    assert before.counts() == {"nvidia.com/gpu": 8}
+    assert "GPU 0: 1g.10gb x 2 + 2g.20gb x 1 + 3g.40gb x 1 wanted" in before.mig_pending
+    assert "nvidia.com/mig.config.state" not in before.labels
+    view = build_node_view(machine_after_mig(before.machine, configs, labels), configs, labels)
+    assert view.mig_pending == ""
     assert view.mig_strategy == "mixed"
     assert view.counts() == {
         "nvidia.com/mig-1g.10gb": 8,
@@ -80,6 +90,7 @@ def test_row7_p4de_half_balanced_mixed(acceptance: Path) -> None:
     assert view.labels["nvidia.com/mig.strategy"] == "mixed"
     assert view.labels["nvidia.com/mig-1g.10gb.count"] == "8"
     assert view.labels["nvidia.com/mig-3g.40gb.product"] == "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb"
+    assert "nvidia.com/mig.config.state" not in view.labels  # the MIG manager's label
     mig_dev = view.resource("nvidia.com/mig-3g.40gb").devices[0]
     assert mig_dev.id == mig_dev.mig_uuid and mig_dev.gpu_index in (0, 1, 2, 3)
 
@@ -105,10 +116,14 @@ def test_row8_t4_and_a100_mig_profiles_times_replicas(acceptance: Path) -> None:
     configs = load_config_files([acceptance / "seed-guides/time-slicing-config-t4-a100.yaml"])
     t4 = build_node_view(load_machine("t4"), configs, {}, config_name="tesla-t4")
     assert t4.counts() == {"nvidia.com/gpu": 4}
+    labels = {
+        "nvidia.com/device-plugin.config": "a100-40gb",
+        "nvidia.com/mig.config": "all-balanced",
+    }
     a100 = build_node_view(
-        load_machine("a100-40gb"),
+        machine_after_mig(load_machine("a100-40gb"), configs, labels),
         configs,
-        {"nvidia.com/device-plugin.config": "a100-40gb", "nvidia.com/mig.config": "all-balanced"},
+        labels,
         mig_strategy="mixed",
     )
     # all-balanced on an A100 40GB: 2 x 1g.5gb + 1 x 2g.10gb + 1 x 3g.20gb, each times its replicas
@@ -121,20 +136,26 @@ def test_row8_t4_and_a100_mig_profiles_times_replicas(acceptance: Path) -> None:
     assert any("mig-7g.40gb is not advertised" in w for w in a100.warnings)
 
 
-def test_impossible_mig_layout_is_rejected_with_the_reason() -> None:
-    configs = load_config_files([])
-    too_many = {
-        "m.yaml": "version: v1\nmig-configs:\n  greedy:\n    - devices: all\n"
-        "      mig-enabled: true\n"
-        "      mig-devices: {'3g.40gb': 3}\n"
-    }
+def test_impossible_mig_layout_is_reported_by_the_view_and_refused_by_the_manager() -> None:
     from kgpu.config import load_config_strings
 
-    configs = load_config_strings(too_many)
+    configs = load_config_strings(
+        {
+            "m.yaml": "version: v1\nmig-configs:\n  greedy:\n    - devices: all\n"
+            "      mig-enabled: true\n"
+            "      mig-devices: {'3g.40gb': 3}\n"
+        }
+    )
+    a100 = load_machine("a100-80gb")
+    view = build_node_view(a100, configs, {"nvidia.com/mig.config": "greedy"})
+    assert view.machine == a100 and view.counts() == {"nvidia.com/gpu": len(a100.gpus)}
+    assert "mig config 'greedy' cannot be applied" in view.mig_pending
+    assert "3g.40gb" in view.mig_pending
     with pytest.raises(FieldError) as info:
-        build_node_view(load_machine("a100-80gb"), configs, {"nvidia.com/mig.config": "greedy"})
+        preview_mig(a100, configs.mig_configs["greedy"])
     message = str(info.value)
-    assert "greedy" in message and "3g.40gb" in message
+    assert message.startswith("m.yaml: mig-configs.greedy: cannot apply mig config 'greedy'")
+    assert "3g.40gb" in message
     wrong_product = load_config_strings(
         {
             "m.yaml": "version: v1\nmig-configs:\n  odd:\n    - devices: all\n"
@@ -143,9 +164,11 @@ def test_impossible_mig_layout_is_rejected_with_the_reason() -> None:
         }
     )
     with pytest.raises(FieldError, match=r"1g\.5gb does not exist"):
-        build_node_view(load_machine("a100-80gb"), wrong_product, {"nvidia.com/mig.config": "odd"})
+        machine_after_mig(a100, wrong_product, {"nvidia.com/mig.config": "odd"})
+    t4 = build_node_view(load_machine("t4"), configs, {"nvidia.com/mig.config": "greedy"})
+    assert "not MIG capable" in t4.mig_pending
     with pytest.raises(FieldError, match="not MIG capable"):
-        build_node_view(load_machine("t4"), configs, {"nvidia.com/mig.config": "greedy"})
+        machine_after_mig(load_machine("t4"), configs, {"nvidia.com/mig.config": "greedy"})
 
 
 def test_mps_rejected_under_mixed_strategy_from_helm_values(acceptance: Path) -> None:
@@ -179,26 +202,26 @@ def test_mps_on_mig_devices_under_single_rejected() -> None:
         }
     )
     # GFD refuses MPS on any node with a MIG-enabled GPU, before the plugin looks at devices
+    labels = {"nvidia.com/mig.config": "all-1g.10gb"}
+    machine = machine_after_mig(load_machine("a100-80gb"), configs, labels)
     with pytest.raises(FieldError, match="MPS sharing is not supported for mig devices"):
-        build_node_view(
-            load_machine("a100-80gb"), configs, {"nvidia.com/mig.config": "all-1g.10gb"}
-        )
+        build_node_view(machine, configs, labels)
 
 
 def test_single_strategy_needs_one_profile() -> None:
     from kgpu.config import load_config_strings
 
     single = load_config_strings({"s.yaml": "flags: {migStrategy: single}\n"})
-    view = build_node_view(
-        load_machine("a100-80gb"), single, {"nvidia.com/mig.config": "all-1g.10gb"}
-    )
+    ones = {"nvidia.com/mig.config": "all-1g.10gb"}
+    view = build_node_view(machine_after_mig(load_machine("a100-80gb"), single, ones), single, ones)
     assert view.counts() == {"nvidia.com/gpu": 7}
     assert view.labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"
     assert view.labels["nvidia.com/gpu.count"] == "7"
     assert view.labels["nvidia.com/gpu.slices.gi"] == "1"
     # several profiles: the plugin refuses to serve (labels still written, MIG-INVALID)
+    mixed = {"nvidia.com/mig.config": "all-balanced"}
     balanced = build_node_view(
-        load_machine("a100-80gb"), single, {"nvidia.com/mig.config": "all-balanced"}
+        machine_after_mig(load_machine("a100-80gb"), single, mixed), single, mixed
     )
     assert balanced.counts() == {}
     assert "more than one MIG device type present on node" in balanced.refused[0].reason

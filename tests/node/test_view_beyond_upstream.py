@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kgpu.config import load_config_strings
+from kgpu.drivers.migpreview import machine_after_mig
 from kgpu.hardware.profiles import load_machine
 from kgpu.node.model import Sharing
 from kgpu.node.view import build_node_view
@@ -76,10 +77,10 @@ def test_devices_count_uuid_and_mig_index_select_what_they_name() -> None:
         "flags: {migStrategy: mixed}\nsharing:\n  timeSlicing:\n    resources:\n"
         "    - {name: nvidia.com/mig-1g.10gb, devices: ['0:1'], replicas: 2}\n"
     )
+    mig_configs = load_config_strings({"m.yaml": mig_text})
+    ones = {"nvidia.com/mig.config": "all-1g.10gb"}
     mig_view = build_node_view(
-        load_machine("a100-80gb"),
-        load_config_strings({"m.yaml": mig_text}),
-        {"nvidia.com/mig.config": "all-1g.10gb"},
+        machine_after_mig(load_machine("a100-80gb"), mig_configs, ones), mig_configs, ones
     )
     res = mig_view.resource("nvidia.com/mig-1g.10gb")
     assert res.count == 6 + 2  # six whole MIG devices, one split in two
@@ -97,8 +98,10 @@ def test_index_id_strategy_changes_visible_ids_not_device_ids() -> None:
 
 
 def test_none_strategy_advertises_mig_enabled_gpus_whole_with_a_warning() -> None:
+    configs = load_config_strings({})
+    labels = {"nvidia.com/mig.config": "all-1g.10gb"}
     view = build_node_view(
-        load_machine("a100-80gb"), load_config_strings({}), {"nvidia.com/mig.config": "all-1g.10gb"}
+        machine_after_mig(load_machine("a100-80gb"), configs, labels), configs, labels
     )
     assert view.counts() == {"nvidia.com/gpu": 1}
     assert any("migStrategy is none" in w for w in view.warnings)

@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kgpu.config import load_config_strings
+from kgpu.drivers.migpreview import machine_after_mig
 from kgpu.errors import FieldError
 from kgpu.hardware.profiles import load_machine, profile_names
 from kgpu.node.labels import is_valid_label_key, is_valid_label_value
@@ -69,8 +70,11 @@ def test_ids_unique_counts_add_up_labels_valid(
     text, wanted = config
     machine = load_machine(profile, hostname=host)
     labels = {"nvidia.com/mig.config": mig} if mig else {}
+    configs = load_config_strings({"p.yaml": text})
     try:
-        view = build_node_view(machine, load_config_strings({"p.yaml": text}), labels)
+        # the GPUs as the MIG manager leaves them: the view itself applies no layout
+        machine = machine_after_mig(machine, configs, labels)
+        view = build_node_view(machine, configs, labels)
     except FieldError as exc:
         # Only the rejections upstream has: impossible layouts, single with several profiles or
         # empty MIG GPUs, MPS limits. They must say why.

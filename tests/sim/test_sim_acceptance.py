@@ -43,7 +43,10 @@ def test_row1_no_device_plugin_pod_stays_pending(tmp_path: Path, acceptance: Pat
         tmp_path,
         {
             "nodes": [{"name": "cpu-node"}, {"name": "gpu-node", "machine": "rtx-2080ti"}],
+            # the guide's cluster had neither the device plugin nor a DRA driver (with one,
+            # its DeviceClass would serve nvidia.com/gpu: see test_sim_dra_extended.py)
             "devicePlugin": False,
+            "draDriver": False,
             "apply": [str(acceptance / "seed-guides/gpu-operator-test-pod.yaml")],
         },
     )
@@ -217,7 +220,8 @@ def test_row7_mig_half_balanced_on_a100_80gb(tmp_path: Path, acceptance: Path) -
             "configs": [str(acceptance / "seed-guides/gpu-operator-values.yaml")],
         },
     )
-    n = node(sim.report(), "p4de")
+    report = sim.report()
+    n = node(report, "p4de")
     assert {k: v for k, v in n["capacity"].items() if k.startswith("nvidia.com/")} == {
         "nvidia.com/mig-1g.10gb": "8",
         "nvidia.com/mig-2g.20gb": "4",
@@ -225,6 +229,12 @@ def test_row7_mig_half_balanced_on_a100_80gb(tmp_path: Path, acceptance: Path) -
         "nvidia.com/gpu": "4",
     }
     assert n["labels"]["nvidia.com/mig.strategy"] == "mixed"
+    # the node's MIG manager split the GPUs on its simulated backend when the node joined
+    assert n["labels"]["nvidia.com/mig.config.state"] == "success"
+    assert [e["reason"] for e in report["events"] if e["reason"].startswith("MigConfig")] == [
+        "MigConfigPending",
+        "MigConfigApplied",
+    ]
 
 
 def test_row8_t4_and_a100_mig_replicas(tmp_path: Path, acceptance: Path) -> None:
@@ -258,3 +268,5 @@ def test_row8_t4_and_a100_mig_replicas(tmp_path: Path, acceptance: Path) -> None
     assert cap["nvidia.com/mig-1g.5gb"] == str(2 * 2)
     assert cap["nvidia.com/mig-2g.10gb"] == str(1 * 2)
     assert cap["nvidia.com/mig-3g.20gb"] == str(1 * 3)
+    assert node(report, "a100")["labels"]["nvidia.com/mig.config.state"] == "success"
+    assert "nvidia.com/mig.config.state" not in node(report, "t4")["labels"]  # no MIG there

@@ -3,31 +3,39 @@
 The agent is a composition: it keeps the node view (configs, labels, health) and hands every
 view to each component in :data:`FACTORIES` order; the components do the rest. A factory gets an
 :class:`AgentContext` and returns its component, or None when the options turn it off. A new
-component (a MIG manager, say) is one more factory in :data:`FACTORIES` (or passed to
-``Agent(factories=...)``). Everything ships in one wheel, so these are plain imports: a broken
-module fails the agent at start, loudly.
+component is one more factory in :data:`FACTORIES` (or passed to ``Agent(factories=...)``).
+Everything ships in one wheel, so these are plain imports: a broken module fails the agent at
+start, loudly.
 
 Order matters only where one component's work is another's input: the MPS daemons are started
-before the device-plugin servers advertise the replicas that use them, and the device plugin
-comes before the components that may talk to the API server, so a health change reaches
-ListAndWatch first.
+before the device-plugin servers advertise the replicas that use them; the device plugin comes
+before the components that may talk to the API server, so a health change reaches ListAndWatch
+first; the NFD labels come before the MIG manager, which writes its state label through them
+when there is no API server; the MIG manager comes last, so its first look at the GPUs happens
+with everything else serving.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kgpu.agent.nfd import FeaturesComponent
 from kgpu.agent.options import HOSTNAME_LABELS, AgentOptions
+from kgpu.config.loader import EMPTY, ConfigSet
 from kgpu.drivers.component import Component
 from kgpu.drivers.computedomain import compute_domain_driver
 from kgpu.drivers.deviceplugin import DevicePluginComponent
 from kgpu.drivers.dra import DraComponent
 from kgpu.drivers.metrics import MetricsComponent
+from kgpu.drivers.migmanager import MIG_STATE_LABEL, MigManagerOptions, mig_manager
 from kgpu.drivers.mps import MpsComponent
 from kgpu.hardware.backend import Backend
+from kgpu.kubelet.nvidia_cdi import NodeDriver
+from kgpu.metrics.counters import DEFAULT as DEFAULT_COUNTERS
+from kgpu.metrics.counters import CounterSet
+from kgpu.node.model import NodeView
 from kgpu.store import ObjectStore
 
 
@@ -39,12 +47,26 @@ class AgentContext:
     backend: Backend
     store: Callable[[], ObjectStore | None]  # the API server, connected on first use
     on_change: Callable[[], None]  # a component's own state changed: rewrite the status file
+    # the node's driver for CDI specs and device specs (None on simulated machines)
+    driver: Callable[[], NodeDriver | None] = lambda: None
+    kubernetes_version: str | None = None  # the API server's (``v1.35.2``), when there is one
+    namespace: str = "default"  # the agent's own (its NodeFeature lives there)
+    node_uid: Callable[[], str | None] = lambda: None  # from the watched Node
+    # the configs and node labels the current view was built from (the MIG manager's inputs)
+    inputs: Callable[[], tuple[ConfigSet, Mapping[str, str]]] = lambda: (EMPTY, {})
+    view: Callable[[], NodeView | None] = lambda: None  # the view served right now
+    # something the view depends on changed (the MIG manager's withheld GPUs, the hardware):
+    # rebuild and re-serve it soon
+    refresh: Callable[[], None] = lambda: None
+    components: Callable[[], list[Component]] = field(default=lambda: [])  # started so far
 
 
 ComponentFactory = Callable[[AgentContext], Component | None]
 
 
-def mps(ctx: AgentContext) -> Component:
+def mps(ctx: AgentContext) -> Component | None:
+    if not ctx.options.device_plugin:  # MPS daemons serve the device plugin's replicas
+        return None
     return MpsComponent(
         use_binary=ctx.options.machine == "nvml",
         refresh_interval_s=ctx.options.health_probe_interval_s,
@@ -52,26 +74,50 @@ def mps(ctx: AgentContext) -> Component:
     )
 
 
-def device_plugin(ctx: AgentContext) -> Component:
+def device_plugin(ctx: AgentContext) -> Component | None:
+    if not ctx.options.device_plugin:
+        return None
     return DevicePluginComponent(
         ctx.options.kubelet_root,
         poll_s=ctx.options.kubelet_poll_s,
         register_timeout_s=ctx.options.register_timeout_s,
         on_change=ctx.on_change,
+        cdi_root=ctx.options.cdi_root,
+        driver=ctx.driver,
     )
 
 
 def nfd(ctx: AgentContext) -> Component | None:
-    directory = ctx.options.nfd_features_dir
-    return FeaturesComponent(directory) if directory is not None else None
+    opts = ctx.options
+    if opts.nfd_features_dir is None:
+        return None
+    return FeaturesComponent(
+        opts.nfd_features_dir,
+        store=ctx.store(),
+        node_name=opts.node_name,
+        namespace=ctx.namespace,
+        node_uid=ctx.node_uid,
+        # the MIG manager owns the state label: the view's guess must not race its writes
+        drop=(MIG_STATE_LABEL,) if opts.mig_manager else (),
+    )
 
 
 def metrics(ctx: AgentContext) -> Component | None:
     opts = ctx.options
     if not opts.metrics_address:
         return None
+    counters = DEFAULT_COUNTERS
+    if opts.collectors is not None:
+        from kgpu.metrics.counters import load_counters
+
+        counters = load_counters(opts.collectors)  # checked with the options: it loads
     return load_metrics(
-        opts.metrics_address, ctx.backend, opts.kubelet_root, opts.node_name, opts.hostname_label
+        opts.metrics_address,
+        ctx.backend,
+        opts.kubelet_root if opts.metrics_pods is not False else None,
+        opts.node_name,
+        opts.hostname_label,
+        counters=counters,
     )
 
 
@@ -80,20 +126,50 @@ def dra(ctx: AgentContext) -> Component | None:
     if opts.dra is False:
         return None
     return load_dra(
-        opts.kubelet_root, opts.cdi_root, opts.node_name, ctx.backend, store=ctx.store()
+        opts.kubelet_root,
+        opts.cdi_root,
+        opts.node_name,
+        ctx.backend,
+        store=ctx.store(),
+        kubernetes_version=ctx.kubernetes_version,
+        driver=ctx.driver,
+    )
+
+
+def migmanager(ctx: AgentContext) -> Component | None:
+    """``--mig-manager``: nothing else ever changes a GPU's MIG layout. Its state label goes
+    to the Node through the API server, else through the NFD features (when those are
+    written), else nowhere (``kgpu agent --status`` still shows it)."""
+    opts = ctx.options
+    if not opts.mig_manager:
+        return None
+    store = ctx.store()
+    features = next((c for c in ctx.components() if isinstance(c, FeaturesComponent)), None)
+    return mig_manager(
+        ctx.backend,
+        ctx.inputs,
+        MigManagerOptions(default_config=opts.mig_config_name),
+        node_name=opts.node_name,
+        kubelet_root=opts.kubelet_root,
+        view=ctx.view,
+        store=store,
+        on_change=ctx.refresh,
+        write_labels=features.set_labels if store is None and features is not None else None,
     )
 
 
 #: The agent's components, in the order views reach them.
-FACTORIES: tuple[ComponentFactory, ...] = (mps, device_plugin, nfd, metrics, dra)
+FACTORIES: tuple[ComponentFactory, ...] = (mps, device_plugin, nfd, metrics, dra, migmanager)
 
 
 def load_metrics(
     address: str,
     backend: Backend,
-    kubelet_root: Path,
+    kubelet_root: Path | None,
     node_name: str,
     hostname_label: str = HOSTNAME_LABELS[0],
+    *,
+    counters: CounterSet = DEFAULT_COUNTERS,
 ) -> Component:
     return MetricsComponent(
         address=address,
@@ -101,6 +177,7 @@ def load_metrics(
         kubelet_root=kubelet_root,
         node_name=node_name,
         hostname_label=hostname_label,
+        counters=counters,
     )
 
 
@@ -111,7 +188,11 @@ def load_dra(
     backend: Backend,
     *,
     store: ObjectStore | None = None,
+    kubernetes_version: str | None = None,
+    driver: Callable[[], NodeDriver | None] | None = None,
 ) -> Component:
+    from kgpu.kubelet.nvidia_cdi import for_backend
+
     return DraComponent(
         kubelet_root=kubelet_root,
         cdi_root=cdi_root,
@@ -119,4 +200,6 @@ def load_dra(
         backend=backend,
         store=store,
         driver_factories=(compute_domain_driver,),
+        kubernetes_version=kubernetes_version,
+        node_driver_for=(lambda _backend: driver()) if driver is not None else for_backend,
     )

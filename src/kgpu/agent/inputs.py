@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from kgpu.config.loader import configmap_volume_files
 from kgpu.errors import FieldError, FieldProblem
 
 
@@ -49,12 +50,24 @@ def read_labels_file(path: Path) -> dict[str, str]:
 
 
 def fingerprint(paths: Iterable[Path]) -> tuple[tuple[str, str], ...]:
-    """Content digests of the files (missing ones included), to notice any change."""
+    """Content digests of the files (missing ones included), to notice any change. A
+    directory (a mounted ConfigMap) is digested key by key, through its ``..data`` link, so the
+    kubelet's atomic swap of that link is a change like any edit."""
     out = []
     for path in paths:
+        if path.is_dir():
+            digest = hashlib.sha256()
+            for key in configmap_volume_files(path):
+                digest.update(key.name.encode() + b"\0")
+                try:
+                    digest.update(hashlib.sha256(key.read_bytes()).digest())
+                except OSError:
+                    digest.update(b"-")
+            out.append((str(path), digest.hexdigest()))
+            continue
         try:
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            file_digest = hashlib.sha256(path.read_bytes()).hexdigest()
         except OSError:
-            digest = "-"
-        out.append((str(path), digest))
+            file_digest = "-"
+        out.append((str(path), file_digest))
     return tuple(out)

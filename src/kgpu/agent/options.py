@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kgpu.cluster.ratelimit import DEFAULT_BURST, DEFAULT_QPS
+from kgpu.config.plugin import MIG_STRATEGIES
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.kubelet.cdi import DEFAULT_CDI_ROOT
 from kgpu.node import health
@@ -48,6 +50,25 @@ class AgentOptions:
     hostname_label: str = HOSTNAME_LABELS[0]
     cdi_root: Path = DEFAULT_CDI_ROOT
     dra: bool | None = None  # None: on
+    device_plugin: bool = True  # False: no device-plugin servers (and no MPS daemons): DRA only
+    health_address: str | None = None  # GET /healthz on HOST:PORT
+    mig_strategy: str | None = None  # beats Helm values' mig.strategy and flags.migStrategy
+    mig_manager: bool = False  # apply mig-parted layouts to the GPUs (nothing else changes them)
+    collectors: Path | None = None  # a counters CSV in dcgm-exporter's format
+    metrics_pods: bool | None = None  # None/True: metrics name the pods holding devices
+    # None: the selected device-plugin config's flags.failOnInitError, else true
+    fail_on_init_error: bool | None = None
+    cdi_disabled_hooks: frozenset[str] | None = None  # CDI_DISABLE_HOOKS
+    # device-plugin config flags set from upstream's environment variables, over every config
+    # file's (``DevicePluginConfig.with_flags``)
+    plugin_flags: tuple[tuple[str, Any], ...] = ()
+    # which upstream environment variable set which option or flag, and what was not used
+    environment: Mapping[str, str] = field(default_factory=dict)
+    environment_notes: tuple[str, ...] = ()
+    kube_qps: float = DEFAULT_QPS
+    kube_burst: int = DEFAULT_BURST
+    kube_sync_timeout_s: float = 10.0  # at start, for the first list of the agent's Node
+    namespace: str | None = None  # for the NodeFeature; default: the pod's (service account)
     health_quiet_period_s: float = health.DEFAULT_QUIET_PERIOD_S
     health_probe_interval_s: float = 5.0
     ignore_xids: frozenset[int] = frozenset()
@@ -55,6 +76,9 @@ class AgentOptions:
     status_file: Path | None = None
     log_level: str = "info"
     watch_interval_s: float = 0.2  # config, labels, fault files, SIGHUP
+    # /healthz fails when a loop of the agent has not run for this long (the liveness probe
+    # restarts a hung agent)
+    health_stall_s: float = 30.0
     # the device-plugin side: kubelet restarts, removed sockets, due registrations
     kubelet_poll_s: float = 0.1
     register_timeout_s: float = 5.0
@@ -67,16 +91,42 @@ class AgentOptions:
     def lock_path(self) -> Path:
         return self.kubelet_root / LOCK_FILE
 
+    @property
+    def store_configured(self) -> bool:
+        return self.kubeconfig is not None or self.in_cluster
+
     @classmethod
     def parse(
-        cls, *, labels: Iterable[str] = (), ignore_xids: str = "", **given: Any
+        cls,
+        *,
+        labels: Iterable[str] = (),
+        ignore_xids: str = "",
+        env: Mapping[str, str] | None = None,
+        **given: Any,
     ) -> AgentOptions:
-        """Options from command-line text (``--label k=v`` items, an ``--ignore-xids`` list);
-        FieldError listing every problem, the parsing and :meth:`problems` ones together."""
+        """Options from command-line text (``--label k=v`` items, an ``--ignore-xids`` list)
+        and, with ``env``, the upstream device plugin's and dcgm-exporter's environment
+        variables (:mod:`kgpu.agent.upstream`; a flag given wins over its variable); FieldError
+        listing every problem, the parsing and :meth:`problems` ones together."""
+        from kgpu.agent.upstream import read_environment
         from kgpu.node.label_syntax import parse_label_args
 
-        opts = cls(**given)
         problems: list[FieldProblem] = []
+        if env is not None:
+            settings, env_problems = read_environment(env, given)
+            problems.extend(env_problems)
+            given = dict(given)
+            for name, value in settings.options.items():
+                if name == "config_files":
+                    given[name] = (*tuple(given.get(name) or ()), *value)
+                elif name == "collectors":
+                    given[name] = Path(value)
+                else:
+                    given[name] = value
+            given["plugin_flags"] = (*tuple(given.get("plugin_flags") or ()), *settings.flags)
+            given["environment"] = settings.sources
+            given["environment_notes"] = settings.notes
+        opts = cls(**given)
         try:
             opts = replace(opts, labels=parse_label_args(labels))
         except FieldError as exc:
@@ -140,6 +190,30 @@ class AgentOptions:
                     FieldProblem(p.message, "--clique" if "clique" in p.path else p.path, p.file)
                     for p in exc.problems
                 )
+        if self.health_address is not None:
+            try:
+                parse_address(self.health_address, "--health-address")
+            except FieldError as exc:
+                out.extend(exc.problems)
+        if self.mig_strategy is not None and self.mig_strategy not in MIG_STRATEGIES:
+            out.append(
+                FieldProblem(
+                    f"{self.mig_strategy!r}: allowed {', '.join(MIG_STRATEGIES)}", "--mig-strategy"
+                )
+            )
+        if self.collectors is not None:
+            from kgpu.metrics.counters import load_counters
+
+            try:
+                load_counters(self.collectors)
+            except FieldError as exc:
+                out.extend(FieldProblem(p.message, p.path, p.file, p.entry) for p in exc.problems)
+        if not self.kube_qps > 0:
+            out.append(
+                FieldProblem(f"{self.kube_qps!r}: must be requests per second > 0", "--kube-qps")
+            )
+        if self.kube_burst < 1:
+            out.append(FieldProblem(f"{self.kube_burst!r}: must be >= 1", "--kube-burst"))
         if self.kubeconfig is not None and self.in_cluster:
             out.append(FieldProblem("give --kubeconfig or --in-cluster, not both", "--in-cluster"))
         elif self.in_cluster and not os.environ.get("KUBERNETES_SERVICE_HOST"):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -109,6 +109,66 @@ def register(app: typer.Typer) -> None:
             bool | None,
             typer.Option("--dra/--no-dra", help="Serve the DRA kubelet plugin (default: on)."),
         ] = None,
+        device_plugin: Annotated[
+            bool,
+            typer.Option(
+                "--device-plugin/--no-device-plugin",
+                help="Serve the kubelet's device-plugin API (off: DRA only, no MPS daemons).",
+            ),
+        ] = DEFAULTS.device_plugin,
+        health_address: Annotated[
+            str | None,
+            typer.Option(
+                "--health-address",
+                help="Serve GET /healthz on HOST:PORT (200 once serving and ticking, else 503).",
+            ),
+        ] = None,
+        mig_strategy: Annotated[
+            str | None,
+            typer.Option(
+                "--mig-strategy",
+                help="none|single|mixed; beats $MIG_STRATEGY, Helm values and the config file.",
+            ),
+        ] = None,
+        mig_manager: Annotated[
+            bool,
+            typer.Option(
+                "--mig-manager",
+                help="Apply the node's mig-parted layout to its GPUs (nothing else changes MIG).",
+            ),
+        ] = DEFAULTS.mig_manager,
+        collectors: Annotated[
+            Path | None,
+            typer.Option(
+                "--collectors",
+                "-f",
+                help="Counters CSV in dcgm-exporter's format selecting the metrics "
+                "(default: $DCGM_EXPORTER_COLLECTORS, else dcgm-exporter's default set).",
+            ),
+        ] = None,
+        fail_on_init_error: Annotated[
+            bool | None,
+            typer.Option(
+                "--fail-on-init-error/--no-fail-on-init-error",
+                help="Exit when NVML cannot start (default: $FAIL_ON_INIT_ERROR, the config's "
+                "flags.failOnInitError, else yes); no: serve nothing and keep running.",
+            ),
+        ] = None,
+        namespace: Annotated[
+            str | None,
+            typer.Option(
+                "--namespace",
+                help="Namespace of the agent's NodeFeature (default: the pod's own).",
+            ),
+        ] = None,
+        kube_qps: Annotated[
+            float,
+            typer.Option("--kube-qps", help="Requests per second to the API server (average)."),
+        ] = DEFAULTS.kube_qps,
+        kube_burst: Annotated[
+            int,
+            typer.Option("--kube-burst", help="Requests to the API server in one burst."),
+        ] = DEFAULTS.kube_burst,
         health_quiet_period: Annotated[
             float,
             typer.Option(
@@ -150,16 +210,17 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve the node's GPUs to the kubelet until SIGTERM (SIGHUP reloads)."""
         import logging
+        import os
         import signal
         import socket
         import sys
-        import threading
 
         from kgpu.cli.output import print_json
         from kgpu.cli.plain import fail
+        from kgpu.cli.signals import StopSignals
         from kgpu.errors import FieldError, KgpuError
 
-        given = dict(
+        given: dict[str, Any] = dict(
             machine=machine,
             config_files=tuple(config or ()),
             config_name=config_name,
@@ -175,6 +236,15 @@ def register(app: typer.Typer) -> None:
             in_cluster=in_cluster,
             cdi_root=cdi_root,
             dra=dra,
+            device_plugin=device_plugin,
+            health_address=health_address,
+            mig_strategy=mig_strategy,
+            mig_manager=mig_manager,
+            collectors=collectors,
+            fail_on_init_error=fail_on_init_error,
+            namespace=namespace,
+            kube_qps=kube_qps,
+            kube_burst=kube_burst,
             health_quiet_period_s=health_quiet_period,
             health_probe_interval_s=health_probe_interval,
             fault_dir=fault_dir,
@@ -184,7 +254,7 @@ def register(app: typer.Typer) -> None:
         if status:
             import json
 
-            path = AgentOptions(**given).status_path  # type: ignore[arg-type]
+            path = AgentOptions(**given).status_path
             try:
                 print_json(json.loads(path.read_text()))
             except (OSError, ValueError) as exc:
@@ -196,7 +266,9 @@ def register(app: typer.Typer) -> None:
         # mistakes in the command line fail here, all of them at once, before any socket
         # exists, rather than as a log line from a half-started daemon
         try:
-            opts = AgentOptions.parse(labels=label or [], ignore_xids=ignore_xids, **given)
+            opts = AgentOptions.parse(
+                labels=label or [], ignore_xids=ignore_xids, env=os.environ, **given
+            )
         except FieldError as exc:
             fail(exc)
 
@@ -205,6 +277,15 @@ def register(app: typer.Typer) -> None:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )
+        for note in opts.environment_notes:
+            logging.getLogger("kgpu.agent").warning("%s", note)
+        for name, variable in sorted(opts.environment.items()):
+            logging.getLogger("kgpu.agent").info("%s from $%s", name, variable)
+        if opts.collectors is not None:
+            from kgpu.metrics.counters import load_counters
+
+            for warning in load_counters(opts.collectors).warnings:
+                logging.getLogger("kgpu.agent").warning("%s", warning)
         if labels_file is not None and not labels_file.exists():
             logging.getLogger("kgpu.agent").warning(
                 "--labels-file %s does not exist yet: serving with no node labels from it; "
@@ -213,17 +294,15 @@ def register(app: typer.Typer) -> None:
             )
 
         daemon = Agent(opts)
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        stop = StopSignals().install()  # SIGTERM and Ctrl-C (SIGINT)
         signal.signal(signal.SIGHUP, lambda *_: daemon.request_reload())
         try:
             daemon.start()
-        except KgpuError as exc:
+        except (KgpuError, OSError) as exc:  # OSError: the health address is taken
             try:
                 daemon.stop()
             finally:
-                fail(exc)
+                fail(exc if isinstance(exc, KgpuError) else (exc.strerror or str(exc)))
         logging.getLogger("kgpu.agent").info(
             "agent ready on %s: %s",
             opts.node_name,
@@ -231,5 +310,7 @@ def register(app: typer.Typer) -> None:
         )
         while not stop.wait(1.0):
             pass
-        logging.getLogger("kgpu.agent").info("SIGTERM: removing sockets and exiting")
+        logging.getLogger("kgpu.agent").info("%s: removing sockets and exiting", stop.name)
         daemon.stop()
+        if stop.exit_code:
+            raise typer.Exit(stop.exit_code)

@@ -1,29 +1,44 @@
-"""``kgpu allocate FILE``: the DRA allocator alone, on one file of resource.k8s.io/v1 objects.
+"""``kgpu allocate FILE``: the DRA allocator alone, on one file of resource.k8s.io objects.
 
 The file (YAML or JSON) has the keys ``node`` (``{name, labels}``), ``classes``, ``slices``,
-``allocated`` (claims whose ``status.allocation`` holds devices already in use) and ``claims``
-(allocated together, in order, as kube-scheduler allocates the claims of one pod). Exit status:
-0 when the claims were allocated, 2 when they cannot be (the answer says why), 1 when the file
-is wrong.
+``allocated`` (claims whose ``status.allocation`` holds devices already in use), ``claims``
+(allocated together, in order, as kube-scheduler allocates the claims of one pod), optionally
+``deviceTaintRules`` and ``featureGates`` (``{DRAPrioritizedList: false}``). Each object may be
+``resource.k8s.io/v1``, ``v1beta2`` or ``v1beta1`` (DeviceTaintRules ``v1beta2`` or
+``v1alpha3``); they are converted to one internal form (:mod:`kgpu.dra.versions`).
+
+Exit status: 0 allocated, 2 unsatisfiable (``unsatisfiable`` says why), 3 broken input found by
+the allocator (``error``: a CEL runtime error, an invalid pool...), 1 when the file or a flag is
+wrong (every problem named with its path).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Annotated, Any, TypeGuard
+from typing import TYPE_CHECKING, Annotated, Any, TypeGuard
 
 import typer
 
+from kgpu.cli.output import output_option
 from kgpu.cli.plain import add_row, cell
 from kgpu.dra.api import RESOURCE_API
 from kgpu.errors import FieldError, FieldProblem
+
+if TYPE_CHECKING:
+    from kgpu.dra.features import Features
 
 KINDS = {
     "classes": "DeviceClass",
     "slices": "ResourceSlice",
     "allocated": "ResourceClaim",
     "claims": "ResourceClaim",
+    "deviceTaintRules": "DeviceTaintRule",
 }
+KEYS = ("node", *KINDS, "featureGates")
+_KEYS_TEXT = ", ".join(KEYS)
+#: exit status per outcome
+EXIT_ALLOCATED, EXIT_BAD_INPUT, EXIT_UNSATISFIABLE, EXIT_ERROR = 0, 1, 2, 3
 
 
 def load_input(path: Path) -> dict[str, Any]:
@@ -61,7 +76,7 @@ def load_input(path: Path) -> dict[str, Any]:
             raise FieldError(
                 FieldProblem(
                     f"{len(docs)} YAML documents; kgpu allocate reads one mapping with keys "
-                    "node, classes, slices, allocated, claims",
+                    f"{_KEYS_TEXT}",
                     file=file,
                 )
             )
@@ -70,8 +85,7 @@ def load_input(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise FieldError(
             FieldProblem(
-                "must be a mapping with keys node, classes, slices, allocated, claims "
-                "(see examples/dra/allocate-gb200.yaml)",
+                f"must be a mapping with keys {_KEYS_TEXT} (see examples/dra/allocate-gb200.yaml)",
                 file=file,
             )
         )
@@ -79,8 +93,7 @@ def load_input(path: Path) -> dict[str, Any]:
         raise FieldError(
             FieldProblem(
                 f"this is a single {data['kind']} manifest; kgpu allocate reads one mapping with "
-                "keys node, classes, slices, allocated, claims, each a list of objects "
-                "(see examples/dra/allocate-gb200.yaml)",
+                f"keys {_KEYS_TEXT}, each a list of objects (see examples/dra/allocate-gb200.yaml)",
                 file=file,
             )
         )
@@ -88,47 +101,70 @@ def load_input(path: Path) -> dict[str, Any]:
         raise FieldError(
             FieldProblem(
                 "this is a kgpu sim scenario (nodes/apply/steps): run it with kgpu sim FILE; "
-                "kgpu allocate reads node, classes, slices, allocated, claims",
+                f"kgpu allocate reads {_KEYS_TEXT}",
                 file=file,
             )
         )
-    unknown = sorted(set(data) - {"node", *KINDS})
+    unknown = sorted(set(data) - set(KEYS))
     for key in unknown:
-        problems.append(
-            FieldProblem(
-                "unknown key; allowed: node, classes, slices, allocated, claims", str(key), file
+        problems.append(FieldProblem(f"unknown key; allowed: {_KEYS_TEXT}", str(key), file))
+    gates = data.get("featureGates")
+    if gates is not None:
+        from kgpu.dra.features import DEFAULT, FeatureGateError
+
+        if not isinstance(gates, dict):
+            problems.append(
+                FieldProblem(
+                    "must be a mapping such as {DRAPrioritizedList: false}", "featureGates", file
+                )
             )
-        )
+        else:
+            for name, value in gates.items():
+                try:
+                    DEFAULT.with_gates({name: value})
+                except FeatureGateError as exc:
+                    problems.append(FieldProblem(str(exc), f"featureGates.{name}", file))
     node = data.get("node")
     if not isinstance(node, dict) or not isinstance(node.get("name"), str) or not node["name"]:
         problems.append(FieldProblem("must be a mapping with a non-empty name", "node.name", file))
     elif not isinstance(node.get("labels") or {}, dict):
         problems.append(FieldProblem("must be a mapping of label to value", "node.labels", file))
+    converted: dict[str, Any] = {"node": node, "featureGates": gates or {}}
     for key, kind in KINDS.items():
         items = data.get(key) or []
         if not isinstance(items, list):
             problems.append(FieldProblem(f"must be a list of {kind} objects", key, file))
             continue
+        converted[key] = []
         for i, obj in enumerate(items):
-            problems += _check_object(key, kind, obj, f"{key}[{i}]", file)
+            found, v1 = _check_object(key, kind, obj, f"{key}[{i}]", file)
+            problems += found
+            converted[key].append(v1)
     if problems:
         raise FieldError(problems)
-    return data
+    return converted
 
 
-def _check_object(key: str, kind: str, obj: Any, where: str, file: str) -> list[FieldProblem]:
+def _check_object(
+    key: str, kind: str, obj: Any, where: str, file: str
+) -> tuple[list[FieldProblem], Any]:
+    """(problems, the object in v1 form)."""
+    from kgpu.dra.versions import GROUP, TAINT_RULE_VERSIONS, VERSIONS, VersionError, to_v1
+
     if not isinstance(obj, dict):
-        return [FieldProblem(f"must be a {kind} object", where, file)]
+        return [FieldProblem(f"must be a {kind} object", where, file)], obj
     problems: list[FieldProblem] = []
     if obj.get("kind", kind) != kind:
         problems.append(
             FieldProblem(f"kind {obj.get('kind')!r}, expected {kind}", f"{where}.kind", file)
         )
-    api = obj.get("apiVersion", RESOURCE_API)
-    if api != RESOURCE_API:
+    versions = TAINT_RULE_VERSIONS if kind == "DeviceTaintRule" else VERSIONS
+    api = obj.get("apiVersion", f"{GROUP}/{versions[0]}")
+    if not isinstance(api, str) or not any(api == f"{GROUP}/{v}" for v in versions):
         problems.append(
             FieldProblem(
-                f"apiVersion {api!r}; kgpu allocate reads resource.k8s.io/v1",
+                f"apiVersion {api!r}; kgpu allocate reads "
+                + ", ".join(f"{GROUP}/{v}" for v in versions),
                 f"{where}.apiVersion",
                 file,
             )
@@ -137,21 +173,26 @@ def _check_object(key: str, kind: str, obj: Any, where: str, file: str) -> list[
         problems.append(FieldProblem("required", f"{where}.metadata.name", file))
     if not isinstance(obj.get("spec"), dict):
         problems.append(FieldProblem("required (a mapping)", f"{where}.spec", file))
-        return problems
     if problems:
-        return problems
-    shape = _Shape(where, file)
-    spec = obj["spec"]
+        return problems, obj
+    original = {"apiVersion": api, "kind": kind, **obj}
+    try:
+        v1 = to_v1(original)
+    except VersionError as exc:  # pragma: no cover - the apiVersion was checked above
+        return [FieldProblem(str(exc), f"{where}.apiVersion", file)], obj
+    beta1 = api.endswith("/v1beta1")
+    shape = _Shape(where, file, beta1)
+    spec = v1["spec"]
     if key == "classes":
         shape.selectors(spec.get("selectors"), "spec.selectors")
     elif key == "slices":
         shape.slice_spec(spec)
-    else:
+    elif key in ("claims", "allocated"):
         shape.claim_spec(spec, require_requests=key == "claims")
         if key == "allocated":
-            shape.allocation(obj.get("status"))
+            shape.allocation(v1.get("status"))
     # the schema's wording is rawer; it speaks only when the structural checks found nothing
-    return shape.problems or _schema_problems(obj, kind, where, file)
+    return (shape.problems or _schema_problems(original, kind, where, file)), v1
 
 
 def _schema_problems(obj: dict[str, Any], kind: str, where: str, file: str) -> list[FieldProblem]:
@@ -159,6 +200,8 @@ def _schema_problems(obj: dict[str, Any], kind: str, where: str, file: str) -> l
     from kgpu.manifests import validate_manifest
 
     full = {"apiVersion": RESOURCE_API, "kind": kind, **obj}
+    if kind == "DeviceTaintRule" and "apiVersion" not in obj:
+        full["apiVersion"] = "resource.k8s.io/v1beta2"
     return [
         FieldProblem(p.message, f"{where}.{p.path}" if p.path else where, file)
         for p in validate_manifest(full)
@@ -166,14 +209,21 @@ def _schema_problems(obj: dict[str, Any], kind: str, where: str, file: str) -> l
 
 
 class _Shape:
-    """Structural checks of the fields the allocator reads, with the API server's limits."""
+    """Structural checks of the fields the allocator reads, with the API server's limits.
 
-    def __init__(self, where: str, file: str) -> None:
+    Checks run on the v1 form; for a v1beta1 object the paths are given in its own shape
+    (``requests[0].count`` rather than ``requests[0].exactly.count``)."""
+
+    def __init__(self, where: str, file: str, beta1: bool = False) -> None:
         self.where = where
         self.file = file
+        self.beta1 = beta1
         self.problems: list[FieldProblem] = []
 
     def bad(self, path: str, message: str) -> None:
+        if self.beta1:
+            path = path.replace(".exactly.", ".").removesuffix(".exactly")
+            path = re.sub(r"(spec\.devices\[\d+\])\.(?!name)", r"\1.basic.", path)
         self.problems.append(FieldProblem(message, f"{self.where}.{path}", self.file))
 
     def is_(
@@ -302,23 +352,36 @@ class _Shape:
                         self.is_(res.get(f), str, f"{at}.{f}", "a string", True)
 
 
-def run(data: dict[str, Any]) -> dict[str, Any]:
-    """The JSON answer: ``{"allocations": [...] | None, "error": None | message}``."""
-    from kgpu.dra.allocator import CANNOT_ALLOCATE, AllocationError, allocate
+def features_for(data: dict[str, Any], flag: str | None = None) -> Features:
+    """The feature gates: 1.36 defaults, the file's ``featureGates``, then ``--feature-gates``
+    (:class:`~kgpu.dra.features.FeatureGateError` for a bad flag)."""
+    from kgpu.dra.features import DEFAULT
 
+    features = DEFAULT.with_gates(data.get("featureGates") or {})
+    return features.parse(flag) if flag else features
+
+
+def run(data: dict[str, Any], features: Features | None = None) -> dict[str, Any]:
+    """The JSON answer for v1 input (see :func:`load_input`): ``{"allocations": [...],
+    "error": None}``, ``{"allocations": None, "error": None, "unsatisfiable": why}``, or
+    ``{"allocations": None, "error": what is broken}``."""
+    from kgpu.dra.allocator import AllocationError, build
+
+    features = features or features_for(data)
     claims = data.get("claims") or []
     try:
-        results = allocate(
-            data["node"],
-            claims,
+        alloc = build(
             classes=data.get("classes") or [],
             slices=data.get("slices") or [],
             allocated=data.get("allocated") or [],
+            features=features,
+            taint_rules=data.get("deviceTaintRules") or [],
         )
+        results, why = alloc.allocate_explained(data["node"], claims)
     except AllocationError as exc:
         return {"allocations": None, "error": str(exc)}
     if results is None:
-        return {"allocations": None, "error": CANNOT_ALLOCATE}
+        return {"allocations": None, "error": None, "unsatisfiable": why}
     out = []
     for claim, result in zip(claims, results, strict=True):
         meta = claim.get("metadata") or {}
@@ -333,42 +396,82 @@ def run(data: dict[str, Any]) -> dict[str, Any]:
     return {"allocations": out, "error": None}
 
 
+def exit_code(answer: dict[str, Any]) -> int:
+    if answer.get("allocations") is not None:
+        return EXIT_ALLOCATED
+    return EXIT_ERROR if answer.get("error") else EXIT_UNSATISFIABLE
+
+
 def register(app: typer.Typer) -> None:
     @app.command("allocate")
     def allocate_cmd(
         file: Annotated[
             Path,
             typer.Argument(
+                metavar="FILE",
                 help="YAML/JSON with node, classes, slices, allocated, claims "
-                "(resource.k8s.io/v1 objects)"
+                "(resource.k8s.io v1, v1beta2 or v1beta1 objects), deviceTaintRules, featureGates",
             ),
         ],
-        output: Annotated[str, typer.Option("-o", "--output", help="table or json")] = "table",
+        output: Annotated[str, output_option()] = "table",
+        feature_gates: Annotated[
+            str | None,
+            typer.Option(
+                "--feature-gates",
+                help="kube-scheduler style Name=true|false,...: DRAPrioritizedList, "
+                "DRADeviceTaints, DRAPartitionableDevices, DRAConsumableCapacity... "
+                "(all on by default, as in 1.36)",
+            ),
+        ] = None,
     ) -> None:
-        """Run the DRA allocator (kube-scheduler semantics) on one file."""
-        from kgpu.cli.output import console, print_json
-        from kgpu.cli.plain import fail
+        """Run the DRA allocator (kube-scheduler semantics) on one file.
 
-        if output not in ("table", "json"):
-            fail(f"--output {output!r}: allowed: table, json")
+        Exit status: 0 allocated, 2 unsatisfiable, 3 allocator error (broken input such as a
+        CEL runtime error), 1 bad file or flag."""
+        from kgpu.cli.output import check_output, is_data, print_data, table_console
+        from kgpu.cli.plain import fail
+        from kgpu.dra.features import FeatureGateError
+
+        check_output(output)
         try:
             data = load_input(file)
         except FieldError as exc:
             fail(exc)
-        answer = run(data)
-        if output == "json":
-            print_json(answer)
+        try:
+            features = features_for(data, feature_gates)
+        except FeatureGateError as exc:
+            fail(f"--feature-gates: {exc}")
+        answer = run(data, features)
+        if is_data(output):
+            print_data(answer, output)
         else:
-            _print_table(console, answer)
-        if answer["allocations"] is None:
-            raise typer.Exit(2)
+            _print_table(table_console(output), file, answer)
+        code = exit_code(answer)
+        if code:
+            raise typer.Exit(code)
 
 
-def _print_table(console: Any, answer: dict[str, Any]) -> None:
+def _print_table(console: Any, file: Path, answer: dict[str, Any]) -> None:
     from rich.table import Table
 
+    from kgpu.cli.output import header
+
+    allocations = answer["allocations"]
+    header(
+        console,
+        str(file),
+        "claims not allocated" if allocations is None else f"{len(allocations)} claim(s) allocated",
+    )
+
     if answer["allocations"] is None:
-        console.print(f"[red]not allocated:[/red] {cell(answer['error'])}", highlight=False)
+        if answer.get("error"):
+            console.print(f"[red]error:[/red] {cell(answer['error'])}", highlight=False)
+        else:
+            console.print(
+                f"[yellow]unsatisfiable:[/yellow] {cell(answer['unsatisfiable'])}",
+                highlight=False,
+                soft_wrap=True,
+            )
         return
     if not answer["allocations"]:
         console.print("nothing to allocate: the file has no claims", highlight=False)
@@ -386,12 +489,12 @@ def _print_table(console: Any, answer: dict[str, Any]) -> None:
     table = Table(title="Allocation")
     wide = console.width >= 100  # narrower: the driver goes under the device, in one column
     widest = max((len(r[2]) for r in rows), default=0)
-    table.add_column("Claim", overflow="fold")
-    table.add_column("Request", overflow="fold")
-    header = "Device (pool/device)" if wide else "Device (pool/device, driver)"
-    table.add_column(header, overflow="fold", min_width=min(widest, 40))
+    table.add_column("CLAIM", overflow="fold")
+    table.add_column("REQUEST", overflow="fold")
+    device_header = "DEVICE (POOL/DEVICE)" if wide else "DEVICE (POOL/DEVICE, DRIVER)"
+    table.add_column(device_header, overflow="fold", min_width=min(widest, 40))
     if wide:
-        table.add_column("Driver", overflow="fold")
+        table.add_column("DRIVER", overflow="fold")
     for claim, request, device, driver in rows:
         if wide:
             add_row(table, claim, request, device, driver)

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from kgpu.cli.output import as_argument, header, output_option
 from kgpu.cli.plain import add_row, cell
 
 
@@ -52,39 +53,44 @@ def register(app: typer.Typer) -> None:
     def machines_cmd(
         machine: Annotated[
             str | None,
-            typer.Argument(help="show one machine: a profile name, a snapshot .json, or nvml"),
+            typer.Argument(
+                metavar="MACHINE",
+                help="show one machine: a profile name, a snapshot .json, or nvml",
+            ),
         ] = None,
         hostname: Annotated[
             str, typer.Option("--hostname", help="node name (simulated UUIDs derive from it)")
         ] = "",
-        output: Annotated[str, typer.Option("-o", "--output", help="table or json")] = "table",
+        output: Annotated[str, output_option()] = "table",
     ) -> None:
         """List the built-in simulated machines (or show one machine's GPUs and MIG profiles)."""
-        from kgpu.cli.output import console, print_json
+        from kgpu.cli.output import check_output, is_data, print_data, table_console
         from kgpu.cli.plain import fail
-        from kgpu.errors import KgpuError
+        from kgpu.errors import FieldError, KgpuError
         from kgpu.hardware.backend import BackendError
         from kgpu.hardware.profiles import describe_profiles
 
-        if output not in ("table", "json"):
-            fail(f"--output {output!r}: allowed: table, json")
+        check_output(output)
         if machine is None:
             rows = describe_profiles()
-            if output == "json":
-                print_json(rows)
+            if is_data(output):
+                print_data(rows, output)
             else:
-                _profiles_table(console, rows)
+                _profiles_table(table_console(output), rows)
             return
         try:
             report = machine_report(machine, hostname)
+        except FieldError as exc:
+            # the machine is this command's argument, not the --machine other commands take
+            fail(as_argument(exc, "--machine", "MACHINE"))
         except KgpuError as exc:
             fail(exc)
         except BackendError as exc:
             fail(str(exc))
-        if output == "json":
-            print_json(report)
+        if is_data(output):
+            print_data(report, output)
         else:
-            _machine_tables(console, report)
+            _machine_tables(table_console(output), report)
 
 
 def _profiles_table(console: Any, rows: list[dict[str, object]]) -> None:
@@ -93,7 +99,8 @@ def _profiles_table(console: Any, rows: list[dict[str, object]]) -> None:
     # below 110 columns the compute capability and driver (`kgpu machines NAME`, -o json) go,
     # so what remains reads without folding; the name, what the user types next, never folds
     wide = console.width >= 110
-    table = Table(title="Simulated machines (use with --machine NAME)")
+    header(console, "Simulated machines", "(use with --machine NAME)")
+    table = Table(title="Machines")
     table.add_column("NAME", no_wrap=True, min_width=max(len(str(r["name"])) for r in rows))
     columns = ["GPUS", "PRODUCT", "MEMORY", "CC", "MIG", "INTERCONNECT", "DRIVER"]
     if not wide:
@@ -116,7 +123,7 @@ def _profiles_table(console: Any, rows: list[dict[str, object]]) -> None:
     console.print(table)
     if not wide:
         console.print(
-            "(compute capability and driver: kgpu machines NAME, or a wider terminal)",
+            "(compute capability and driver: -o wide, kgpu machines NAME, or a wider terminal)",
             highlight=False,
         )
 
@@ -129,7 +136,8 @@ def _machine_tables(console: Any, report: dict[str, Any]) -> None:
     wide = console.width >= 120
     title = f"{report['profile']}" + (f" ({report['hostname']})" if report["hostname"] else "")
     cuda = ".".join(str(v) for v in report["cuda_driver_version"])
-    table = Table(title=cell(f"{title}: driver {report['driver_version']}, CUDA {cuda}"))
+    header(console, title, f"driver {report['driver_version']}, CUDA {cuda}")
+    table = Table(title="GPUs")
     columns = ["GPU", "UUID", "PRODUCT", "MEMORY", "CC", "PCI", "NUMA", "NVLINK", "MIG"]
     if not wide:
         columns = ["GPU", "UUID / PRODUCT", "NVLINK", "MIG"]

@@ -9,7 +9,10 @@ def register(app: typer.Typer) -> None:
     @app.command("metrics")
     def metrics(
         machine: str = typer.Option(
-            "nvml", "--machine", help="nvml for the real GPUs, or a machine profile to simulate"
+            "nvml",
+            "--machine",
+            "-m",
+            help="nvml for the real GPUs, or a machine profile to simulate",
         ),
         address: str = typer.Option(
             ":9400", "--address", help="HOST:PORT to serve /metrics on (dcgm-exporter's default)"
@@ -46,11 +49,11 @@ def register(app: typer.Typer) -> None:
         import os
         import socket
         import sys
-        import threading
 
         from rich.console import Console
 
         from kgpu.cli.plain import fail, warn
+        from kgpu.cli.signals import StopSignals
         from kgpu.drivers.metrics import MetricsComponent
         from kgpu.errors import FieldError, FieldProblem, KgpuError
         from kgpu.hardware import open_backend
@@ -94,16 +97,18 @@ def register(app: typer.Typer) -> None:
             component.stop()
             backend.close()
             return
+        stop = StopSignals().install()
         try:
             component.start()
         except OSError as exc:
             said = exc.strerror or ""
             fail(said if address in said else f"cannot serve on {address}: {exc}")
-        typer.echo(f"serving /metrics on {address} ({machine})", err=True)
+        typer.echo(f"serving /metrics on {address} ({machine}); Ctrl-C stops", err=True)
         try:
-            threading.Event().wait()
-        except KeyboardInterrupt:
-            pass
+            stop.wait_forever()
+            typer.echo(f"{stop.name}: stopping the exporter", err=True)
         finally:
             component.stop()
             backend.close()
+        if stop.exit_code:
+            raise typer.Exit(stop.exit_code)

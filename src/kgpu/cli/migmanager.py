@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from kgpu.cli.output import output_option
 from kgpu.cli.plain import add_row, warn
 
 if TYPE_CHECKING:
@@ -26,7 +27,8 @@ if TYPE_CHECKING:
     from kgpu.hardware.model import Machine
 
 
-def _plan_rows(plan: MigPlan) -> list[dict[str, Any]]:
+def plan_rows(plan: MigPlan) -> list[dict[str, Any]]:
+    """One row per changed GPU: from, to, and its steps (``kgpu plan`` shows the same)."""
     from kgpu.hardware.migplan import describe_counts
 
     return [
@@ -78,7 +80,7 @@ def report(
         "machine": machine_spec,
         "config": config,
         "dryRun": attempt is None,
-        "plan": _plan_rows(plan),
+        "plan": plan_rows(plan),
         "unchanged": list(plan.unchanged),
         "warnings": warnings,
     }
@@ -94,16 +96,19 @@ def report(
     return out
 
 
-def _print(data: dict[str, Any]) -> None:
+def _print(data: dict[str, Any], console: Any) -> None:
     from rich.table import Table
 
-    from kgpu.cli.output import console
+    from kgpu.cli.output import header
+    from kgpu.cli.plain import cell
 
+    mode = "dry run" if data["dryRun"] else "apply"
+    header(console, f"mig config {data['config']}", f"on {data['machine']} ({mode})")
     if not data["plan"]:
-        console.print(f"mig config {data['config']} is already applied: nothing to do")
+        console.print(cell(f"mig config {data['config']} is already applied: nothing to do"))
     else:
-        steps = Table(title=f"Plan: mig config {data['config']} on {data['machine']}")
-        for col in ("gpu", "from", "to", "steps"):
+        steps = Table(title="Plan")
+        for col in ("GPU", "FROM", "TO", "STEPS"):
             steps.add_column(col, overflow="fold")
         for row in data["plan"]:
             lines = "\n".join(
@@ -114,8 +119,8 @@ def _print(data: dict[str, Any]) -> None:
         if data["unchanged"]:
             console.print(f"unchanged: GPU {', '.join(map(str, data['unchanged']))}")
     if data.get("gpus"):
-        result = Table(title=f"Result: {data['state']}")
-        for col in ("gpu", "outcome", "reason"):
+        result = Table(title=cell(f"Result: {data['state']}"))
+        for col in ("GPU", "OUTCOME", "REASON"):
             result.add_column(col, overflow="fold")
         for g in data["gpus"]:
             add_row(result, g["index"], g["outcome"], g["reason"])
@@ -124,7 +129,7 @@ def _print(data: dict[str, Any]) -> None:
         profiles = ", ".join(m["profile"] for m in gpu["migDevices"]) or (
             "MIG enabled, no MIG devices" if gpu["migEnabled"] else "MIG disabled"
         )
-        console.print(f"GPU {gpu['index']} now: {profiles}", highlight=False)
+        console.print(cell(f"GPU {gpu['index']} now: {profiles}"), highlight=False)
     if "after" in data and data["machine"] != "nvml":
         console.print("(a simulated machine: the change lives only in this command)")
     for w in data["warnings"]:
@@ -134,7 +139,9 @@ def _print(data: dict[str, Any]) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    mig = typer.Typer(
+    from kgpu.cli.commands import KgpuTyper
+
+    mig = KgpuTyper(
         name="mig",
         help="Apply mig-parted layouts to GPUs (the MIG manager alone).",
         no_args_is_help=True,
@@ -180,10 +187,10 @@ def register(app: typer.Typer) -> None:
             typer.Option("--wait", help="Seconds to wait for processes to leave busy GPUs."),
         ] = 0.0,
         hostname: Annotated[str, typer.Option("--hostname", help="Node name.")] = "",
-        output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+        output: Annotated[str, output_option()] = "table",
     ) -> None:
         """Plan a mig-parted layout for a machine's GPUs and apply it."""
-        from kgpu.cli.output import print_json
+        from kgpu.cli.output import check_output, is_data, print_data, table_console
         from kgpu.cli.plain import fail
         from kgpu.config.loader import load_config_files, select_mig_config
         from kgpu.drivers.migmanager import (
@@ -196,8 +203,7 @@ def register(app: typer.Typer) -> None:
         from kgpu.hardware import open_backend
         from kgpu.hardware.backend import MigBackend
 
-        if output not in ("table", "json"):
-            fail(f"--output must be table or json, not {output!r}")
+        check_output(output)
         if machine == "nvml" and not dry_run and not yes:
             fail(
                 "--machine nvml changes the MIG layout of this host's GPUs: add --yes to do it, "
@@ -244,9 +250,9 @@ def register(app: typer.Typer) -> None:
         finally:
             backend.close()
         data = report(machine, selected.name, plan, warnings, attempt, after)
-        if output == "json":
-            print_json(data)
+        if is_data(output):
+            print_data(data, output)
         else:
-            _print(data)
+            _print(data, table_console(output))
         if attempt is not None and attempt.state == "failed":
             raise typer.Exit(1)

@@ -1,4 +1,11 @@
-"""Shared CLI plumbing: printing field errors and JSON the same way in every command."""
+"""Shared CLI plumbing: errors, the output formats and the header line, the same in every
+command.
+
+Every command that prints data takes ``-o/--output`` with the same choices (:func:`output_option`):
+``table`` (fitted to the terminal), ``wide`` (every column, nothing folded to the terminal's
+width, as ``kubectl -o wide``), ``json`` and ``yaml`` (the same document). A bad choice is
+refused in one wording everywhere (:func:`check_output`).
+"""
 
 from __future__ import annotations
 
@@ -10,10 +17,15 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from kgpu.errors import FieldError, KgpuError
+from kgpu.errors import FieldError, FieldProblem, KgpuError
 
 console = Console()
 err_console = Console(stderr=True)
+
+#: Every format ``-o`` takes, in the order help and errors list them.
+OUTPUT_FORMATS = ("table", "wide", "json", "yaml")
+#: The width ``-o wide`` lays tables out for: wider than any row, so no cell is folded to fit.
+WIDE_COLUMNS = 1000
 
 
 def fail(exc: KgpuError | str, code: int = 1) -> NoReturn:
@@ -27,5 +39,87 @@ def fail(exc: KgpuError | str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def argument_error(name: str, message: str) -> FieldError:
+    """A problem with a positional argument, named as such (``argument SCENARIO: ...``) rather
+    than as an option the command does not have."""
+    return FieldError(FieldProblem(message, path=f"argument {name}"))
+
+
+def as_argument(exc: FieldError, option: str, name: str) -> FieldError:
+    """``exc`` with the problems a shared parser reported at ``option`` (``--machine``) moved to
+    the positional argument ``name`` that this command took the value from."""
+    return FieldError(
+        [
+            FieldProblem(p.message, f"argument {name}", p.file, p.entry) if p.path == option else p
+            for p in exc.problems
+        ]
+    )
+
+
+def output_option(formats: tuple[str, ...] = OUTPUT_FORMATS) -> Any:
+    """The ``-o/--output`` option, declared alike in every command."""
+    return typer.Option(
+        "--output",
+        "-o",
+        metavar="|".join(formats),
+        help="table (fits the terminal), wide (every column, nothing folded), json or yaml."
+        if formats == OUTPUT_FORMATS
+        else " or ".join(formats) + ".",
+    )
+
+
+def check_output(output: str, formats: tuple[str, ...] = OUTPUT_FORMATS) -> None:
+    """Refuse an ``-o`` value no command knows, in the words every command uses."""
+    if output not in formats:
+        fail(
+            FieldError(
+                FieldProblem(
+                    f"{output!r} is not an output format; allowed: {', '.join(formats)}",
+                    path="--output",
+                )
+            )
+        )
+
+
+def plain_data(data: Any) -> Any:
+    """``data`` with everything JSON cannot hold turned into strings (paths, enums...)."""
+    return json.loads(json.dumps(data, default=str))
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def print_yaml(data: Any) -> None:
+    import yaml
+
+    sys.stdout.write(
+        yaml.safe_dump(plain_data(data), sort_keys=False, default_flow_style=False, width=1 << 16)
+    )
+
+
+def print_data(data: Any, output: str) -> None:
+    """``-o json`` or ``-o yaml``: the same document in either."""
+    if output == "yaml":
+        print_yaml(data)
+    else:
+        print_json(data)
+
+
+def is_data(output: str) -> bool:
+    return output in ("json", "yaml")
+
+
+def table_console(output: str) -> Console:
+    """Where tables go: the terminal's console, or for ``-o wide`` one as wide as any row, so
+    every column is there and no id is folded (pipe it to ``less -S`` on a narrow terminal)."""
+    if output != "wide":
+        return console
+    return Console(width=WIDE_COLUMNS, highlight=False)
+
+
+def header(out: Console, title: str, detail: str = "") -> None:
+    """The line each command's table output starts with: the subject in bold, then what it
+    is, printed literally."""
+    text = f"[bold]{escape(title)}[/bold]" + (f" {escape(detail)}" if detail else "")
+    out.print(text, highlight=False)

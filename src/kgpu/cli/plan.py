@@ -1,4 +1,10 @@
-"""``kgpu plan``: what one node would advertise, from a machine profile and the user's configs."""
+"""``kgpu plan``: what one node would advertise, from a machine profile and the user's configs.
+
+The node view advertises the MIG devices the GPUs have. When the desired mig-parted layout
+differs, the plan also says what the MIG manager would do -- its steps per GPU, run on a
+simulated copy of the GPUs (:func:`kgpu.drivers.migpreview.preview_mig`) -- and what the node
+advertises after it, labelled as such: the GPUs are not pretended to have it already.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +13,27 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from kgpu.cli.output import output_option
 from kgpu.cli.plain import add_row, cell, warn
 
+#: the label the MIG manager writes once a layout is applied
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+
 if TYPE_CHECKING:
+    from kgpu.drivers.migpreview import MigPreview
     from kgpu.node.model import NodeView
 
 
-def plan_json(view: NodeView, slices: list[Any] | None = None) -> dict[str, Any]:
-    """The ``-o json`` document (keys: resources, labels, devices, warnings, gpus; refused and
-    migPending when the device plugin refuses a resource or real GPUs lack the desired MIG
-    layout)."""
+def plan_json(
+    view: NodeView,
+    slices: list[Any] | None = None,
+    preview: MigPreview | None = None,
+    after: NodeView | None = None,
+) -> dict[str, Any]:
+    """The ``-o json`` document (keys: resources, labels, devices, warnings, gpus: the node as
+    its GPUs are; refused when the device plugin refuses a resource; migPending when the GPUs
+    lack the desired MIG layout, with migManager: the manager's plan and the same document for
+    the node after it)."""
     devices = [
         {
             "id": d.id,
@@ -68,6 +85,18 @@ def plan_json(view: NodeView, slices: list[Any] | None = None) -> dict[str, Any]
         out["migPending"] = view.mig_pending
     if slices is not None:
         out["resourceSlices"] = slices
+    if preview is not None and after is not None:
+        from kgpu.cli.migmanager import plan_rows
+
+        out["migManager"] = {
+            "config": preview.config,
+            "plan": plan_rows(preview.plan),
+            "unchanged": list(preview.plan.unchanged),
+            "labels": {MIG_STATE_LABEL: "success"},
+            "after": plan_json(after),
+        }
+    if slices is not None:
+        out["resourceSlices"] = slices
     return out
 
 
@@ -102,54 +131,36 @@ def describe_gpu(view: NodeView, index: int) -> str:
     return f"{what} -> {', '.join(plan.resources)}"
 
 
-def _print_tables(view: NodeView, slices: list[Any] | None) -> None:
+def _resource_table(view: NodeView, title: str) -> Any:
     from rich.table import Table
 
-    from kgpu.cli.output import console
-
-    m = view.machine
-    console.print(
-        f"[bold]{cell(m.hostname or m.profile)}[/bold] "
-        + cell(
-            f"({m.profile}): {len(m.gpus)} GPU(s), driver {m.driver_version}, CUDA "
-            f"{m.cuda_version}; device-plugin config {view.config_name or '(defaults)'}, mig "
-            f"config {view.mig_config_name or '(unchanged)'}"
-            f"{' (not applied: real GPUs)' if view.mig_pending else ''}, migStrategy "
-            f"{view.mig_strategy}"
-        ),
-        highlight=False,
-    )
-    res = Table(title="Resources")
-    for col in ("resource", "count", "sharing", "replicas per device"):
-        res.add_column(col)
+    res = Table(title=title)
+    for col in ("RESOURCE", "COUNT", "SHARING", "REPLICAS PER DEVICE"):
+        res.add_column(col, overflow="fold")
     for r in view.resources:
         add_row(res, r.name, str(r.count), str(r.sharing), str(r.replicas))
-    console.print(res)
+    return res
 
-    gpus = Table(title="GPUs")
-    for col in ("gpu", "product", "gets"):
-        gpus.add_column(col)
-    for g in view.gpus:
-        add_row(gpus, str(g.index), g.product, describe_gpu(view, g.index))
-    console.print(gpus)
 
-    # one row per physical device (a GPU or a MIG device); its replicas are a range, so a
-    # time-sliced DGX is 8 readable rows instead of 32 folded ones (-o json lists every id)
+def _device_table(view: NodeView, title: str, wide: bool) -> Any:
+    """One row per physical device (a GPU or a MIG device); its replicas are a range, so a
+    time-sliced DGX is 8 readable rows instead of 32 folded ones (-o json lists every id)."""
+    from rich.table import Table
+
     groups: dict[tuple[str, str], list[Any]] = {}
     for r in view.resources:
         for d in r.devices:
             groups.setdefault((d.resource, d.backing_uuid), []).append(d)
-    devs = Table(title="Devices")
+    devs = Table(title=title)
     # a UUID is 40 characters and stays on one line; below 120 columns the table has two
     # columns (device + ids | resource + place + health) so 80 columns still fit unfolded
-    wide = console.width >= 120
     if wide:
-        devs.add_column("device", no_wrap=True, min_width=40)
-        for col in ("resource", "on", "advertised ids", "health"):
+        devs.add_column("DEVICE", no_wrap=True, min_width=40)
+        for col in ("RESOURCE", "ON", "ADVERTISED IDS", "HEALTH"):
             devs.add_column(col, overflow="fold")
     else:
-        devs.add_column("device / advertised ids", no_wrap=True, min_width=40)
-        devs.add_column("resource / on / health", overflow="fold")
+        devs.add_column("DEVICE / ADVERTISED IDS", no_wrap=True, min_width=40)
+        devs.add_column("RESOURCE / ON / HEALTH", overflow="fold")
     for (resource, uuid), members in groups.items():
         d = members[0]
         backing = f"GPU {d.gpu_index}" + (f" MIG {d.mig_profile}" if d.mig_profile else "")
@@ -165,21 +176,91 @@ def _print_tables(view: NodeView, slices: list[Any] | None) -> None:
         else:
             first = f"{uuid}\n  {ids}" if replicas else uuid
             add_row(devs, first, f"{resource}\n  on {backing}\n  {health}")
-    console.print(devs)
+    return devs
 
-    labels = Table(title="Labels")
+
+def _print_view(view: NodeView, console: Any, suffix: str = "") -> None:
+    """Resources, what each GPU gets, devices and labels of one view; ``suffix`` says which
+    (`` after the MIG manager applies X``)."""
+    from rich.table import Table
+
+    console.print(_resource_table(view, f"Resources{suffix}"))
+    gpus = Table(title=f"GPUs{suffix}")
+    for col in ("GPU", "PRODUCT", "GETS"):
+        gpus.add_column(col, overflow="fold")
+    for g in view.gpus:
+        add_row(gpus, str(g.index), g.product, describe_gpu(view, g.index))
+    console.print(gpus)
+    console.print(_device_table(view, f"Devices{suffix}", console.width >= 120))
+    labels = Table(title=f"Labels{suffix}")
     # a label key is what users paste into nodeSelectors: whole, on one line; values fold
     longest = max((len(k) for k in view.labels), default=5)
-    labels.add_column("label", no_wrap=True, min_width=min(longest, 63))
-    labels.add_column("value", overflow="fold")
+    labels.add_column("LABEL", no_wrap=True, min_width=min(longest, 63))
+    labels.add_column("VALUE", overflow="fold")
     for k, v in sorted(view.labels.items()):
         add_row(labels, k, v)
     console.print(labels)
 
+
+def _print_mig_plan(preview: MigPreview, console: Any) -> None:
+    """What the MIG manager would do, GPU by GPU (``kgpu mig apply --dry-run`` lists the
+    steps)."""
+    from rich.table import Table
+
+    from kgpu.cli.migmanager import plan_rows
+
+    steps = Table(title=f"MIG manager plan: {preview.config} (the GPUs do not have it yet)")
+    for col in ("GPU", "FROM", "TO", "NVML STEPS"):
+        steps.add_column(col, overflow="fold")
+    for row in plan_rows(preview.plan):
+        add_row(steps, str(row["gpu"]), row["from"], row["to"], str(len(row["steps"])))
+    console.print(steps)
+    if preview.plan.unchanged:
+        unchanged = ", ".join(map(str, preview.plan.unchanged))
+        console.print(cell(f"unchanged: GPU {unchanged}"), highlight=False)
+
+
+def _print_tables(
+    view: NodeView,
+    slices: list[Any] | None,
+    console: Any,
+    preview: MigPreview | None = None,
+    after: NodeView | None = None,
+) -> None:
+    """The node as its GPUs are; with a MIG layout they lack, only their resources, then the
+    MIG manager's plan and the node in full after it, each table saying so."""
+    from rich.table import Table
+
+    from kgpu.cli.output import header
+
+    m = view.machine
+    pending = (
+        f" (the MIG manager has not applied it: {MIG_STATE_LABEL}=pending on a node)"
+        if view.mig_pending
+        else ""
+    )
+    header(
+        console,
+        m.hostname or m.profile,
+        f"({m.profile}): {len(m.gpus)} GPU(s), driver {m.driver_version}, CUDA "
+        f"{m.cuda_version}; device-plugin config {view.config_name or '(defaults)'}, mig "
+        f"config {view.mig_config_name or '(none)'}{pending}, migStrategy "
+        f"{view.mig_strategy}",
+    )
+    if preview is not None and after is not None:
+        console.print(_resource_table(view, "Resources now, before the MIG manager"))
+        _print_mig_plan(preview, console)
+        _print_view(after, console, f" after the MIG manager applies {preview.config}")
+        console.print(
+            cell(f"then {MIG_STATE_LABEL}=success (written by the MIG manager)"), highlight=False
+        )
+    else:
+        _print_view(view, console)
+
     if slices is not None:
         st = Table(title="ResourceSlices")
-        for col in ("name", "pool", "devices"):
-            st.add_column(col)
+        for col in ("NAME", "POOL", "DEVICES"):
+            st.add_column(col, overflow="fold")
         for s in slices:
             meta = s.get("metadata", {}) if isinstance(s, dict) else {}
             spec = s.get("spec", {}) if isinstance(s, dict) else {}
@@ -191,8 +272,17 @@ def _print_tables(view: NodeView, slices: list[Any] | None) -> None:
             )
         console.print(st)
 
+    if preview is None or after is None:
+        for w in view.warnings:
+            warn(console, w)
+        return
+    # a warning of one of the two views says which
     for w in view.warnings:
-        warn(console, w)
+        common = w == view.mig_pending or w in after.warnings
+        warn(console, w if common else f"now, before the MIG manager: {w}")
+    for w in after.warnings:
+        if w not in view.warnings:
+            warn(console, f"after {preview.config}: {w}")
 
 
 def _resource_slices(view: NodeView, node_name: str) -> list[Any]:
@@ -257,20 +347,29 @@ def register(app: typer.Typer) -> None:
         dra: Annotated[
             bool, typer.Option("--dra", help="Also show the node's DRA ResourceSlices.")
         ] = False,
-        output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+        output: Annotated[str, output_option()] = "table",
+        report: Annotated[
+            Path | None,
+            typer.Option(
+                "--report",
+                metavar="FILE.html",
+                help="Also draw the node as `kgpu sim --report` draws nodes, in one HTML file.",
+            ),
+        ] = None,
     ) -> None:
-        """What one node would advertise: resources, devices, per-GPU plan, labels, warnings."""
-        from kgpu.cli.output import print_json
+        """What one node would advertise: resources, devices, per-GPU plan, labels, warnings;
+        with a MIG layout the GPUs lack, also what the MIG manager would do and the node after."""
+        from kgpu.cli.output import check_output, is_data, print_data, table_console
         from kgpu.cli.plain import fail
-        from kgpu.config.loader import load_config_files
+        from kgpu.config.loader import load_config_files, select_mig_config
         from kgpu.config.plugin import MIG_STRATEGIES
+        from kgpu.drivers.migpreview import preview_mig
         from kgpu.errors import FieldError, FieldProblem, KgpuError
         from kgpu.hardware import BackendError, read_machine
         from kgpu.node.label_syntax import parse_label_args
         from kgpu.node.view import build_node_view
 
-        if output not in ("table", "json"):
-            fail(f"--output must be table or json, not {output!r}")
+        check_output(output)
         try:
             labels = parse_label_args(label or [])
             if mig_strategy is not None and mig_strategy not in MIG_STRATEGIES:
@@ -298,12 +397,41 @@ def register(app: typer.Typer) -> None:
                 mig_config_name=mig_config,
                 mig_strategy=mig_strategy,
             )
+            preview: MigPreview | None = None
+            after = None
+            desired = select_mig_config(configs, labels, mig_config)
+            if desired is not None:
+                # what the MIG manager would do (an impossible layout fails here, naming the
+                # file), and the node once it has
+                preview = preview_mig(snapshot, desired)
+                if preview.changes:
+                    after = build_node_view(
+                        preview.after,
+                        configs,
+                        labels,
+                        config_name=config_name,
+                        mig_config_name=mig_config,
+                        mig_strategy=mig_strategy,
+                    )
+                else:
+                    preview = None
             slices = _resource_slices(view, hostname or machine) if dra else None
         except KgpuError as exc:
             fail(exc)
         except BackendError as exc:
             fail(str(exc))
-        if output == "json":
-            print_json(plan_json(view, slices))
+        if is_data(output):
+            print_data(plan_json(view, slices, preview, after), output)
         else:
-            _print_tables(view, slices)
+            _print_tables(view, slices, table_console(output), preview, after)
+        if report is not None:
+            from kgpu.sim.html import check_target, plan_picture, write_report
+
+            try:
+                check_target(report)
+                # the node as it will serve: after the MIG manager when it would change it
+                drawn = after if after is not None else view
+                size = write_report(report, plan_picture(drawn, hostname or machine))
+            except KgpuError as exc:
+                fail(exc)
+            typer.echo(f"wrote {report} ({size / 1024:.0f} KiB)", err=True)

@@ -1,12 +1,21 @@
-"""``kgpu sim [SCENARIO] [-o json] [--watch] [--serve-metrics HOST:PORT]``: run a simulated
-cluster. Without a scenario it runs the built-in quickstart, which retells the seed guides."""
+"""``kgpu sim [SCENARIO] [-o table|wide|json|yaml] [--watch] [--expect FILE]
+[--serve-metrics HOST:PORT] [--report FILE.html]``: run a simulated cluster. Without a scenario
+it runs the built-in quickstart, which retells the seed guides. With expectations (``--expect
+FILE`` or the scenario's ``expect`` key) it exits 1 when one does not hold, listing each, so CI
+can gate on it.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from kgpu.cli.output import output_option
+
+if TYPE_CHECKING:
+    from kgpu.sim.expect import ExpectResult
 
 
 def register(app: typer.Typer) -> None:
@@ -14,15 +23,24 @@ def register(app: typer.Typer) -> None:
     def sim(
         scenario: Annotated[
             Path | None,
-            typer.Argument(help="Scenario YAML; omit to run the built-in quickstart."),
+            typer.Argument(
+                metavar="SCENARIO", help="Scenario YAML; omit to run the built-in quickstart."
+            ),
         ] = None,
-        output: Annotated[
-            str, typer.Option("-o", "--output", help="table (default) or json")
-        ] = "table",
+        output: Annotated[str, output_option()] = "table",
         watch: Annotated[
             bool,
             typer.Option("--watch", "--steps", help="Show the cluster after every step."),
         ] = False,
+        expect: Annotated[
+            Path | None,
+            typer.Option(
+                "--expect",
+                metavar="FILE",
+                help="Assertions on the run (final state, per step); exit 1 listing each that "
+                "fails. Checked together with the scenario's own expect key.",
+            ),
+        ] = None,
         serve_metrics: Annotated[
             str | None,
             typer.Option(
@@ -31,12 +49,29 @@ def register(app: typer.Typer) -> None:
                 help="After the run, serve the simulated GPUs' DCGM metrics until Ctrl-C.",
             ),
         ] = None,
+        report_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--report",
+                metavar="FILE.html",
+                help="Also write one self-contained HTML page: the cluster map after every "
+                "step and plots over the simulated clock.",
+            ),
+        ] = None,
     ) -> None:
         """Simulate a GPU cluster: apply manifests, schedule, allocate devices, report."""
         import logging
 
-        from kgpu.cli.output import console, fail, print_json
+        from kgpu.cli.output import (
+            argument_error,
+            check_output,
+            fail,
+            is_data,
+            print_data,
+            table_console,
+        )
         from kgpu.errors import KgpuError
+        from kgpu.sim.expect import ExpectRun, load_expectations
         from kgpu.sim.quickstart import quickstart_path
         from kgpu.sim.report import render, render_steps
         from kgpu.sim.scenario import load_scenario
@@ -44,36 +79,103 @@ def register(app: typer.Typer) -> None:
 
         # the simulator reports what went wrong as events; keep node code's logs off the screen
         logging.getLogger("kgpu").setLevel(logging.ERROR)
-        if output not in ("table", "json"):
-            fail(f"--output {output!r}: allowed: table, json")
+        check_output(output)
+        if scenario is not None and not scenario.is_file():
+            why = (
+                "is a directory; name a scenario file in it"
+                if scenario.is_dir()
+                else ("no such file")
+            )
+            fail(argument_error("SCENARIO", f"{scenario}: {why}"))
         try:
             loaded = load_scenario(scenario if scenario is not None else quickstart_path())
-            simulation = Simulation(loaded, record_steps=watch).run()
+            expectations = loaded.expect
+            if expect is not None:
+                expectations = expectations + load_expectations(expect, loaded.steps)
+            simulation = Simulation(loaded, record_steps=watch)
+            checker = None
+            if expectations.blocks:
+                checker = ExpectRun(expectations, loaded.steps)
+                observe = checker.observe
+                simulation.observers.append(lambda step: observe(simulation.context, step))
+            picture = None
+            if report_file is None:
+                simulation.run()
+            else:
+                from kgpu.sim.html import check_target, record_run
+
+                check_target(report_file)
+                picture = record_run(simulation)  # runs the same steps, drawing each
+            result = checker.finish(simulation.context) if checker is not None else None
         except KgpuError as exc:
             fail(exc)
         try:
-            if output == "json":
+            if is_data(output):
                 report = simulation.report()
                 if watch:
                     report["steps"] = simulation.snapshots
-                print_json(report)
+                if result is not None:
+                    report["expect"] = result.to_json()
+                print_data(report, output)
             else:
+                out = table_console(output)
                 if watch:
-                    render_steps(simulation.snapshots, console)
-                render(simulation.context, console)
+                    render_steps(simulation.snapshots, out)
+                render(simulation.context, out)
+            if result is not None:
+                _print_expect(result)
+            if report_file is not None and picture is not None:
+                from kgpu.sim.html import write_report
+
+                try:
+                    size = write_report(report_file, picture)
+                except KgpuError as exc:
+                    fail(exc)
+                typer.echo(f"wrote {report_file} ({size / 1024:.0f} KiB)", err=True)
             if serve_metrics:
-                try:
-                    from kgpu.sim.metrics import serve_sim_metrics
-                except ImportError:
-                    fail("--serve-metrics: the metrics exporter is not part of this build")
-                typer.echo(
-                    f"serving simulated GPU metrics on http://{serve_metrics}/metrics "
-                    "(Ctrl-C stops)",
-                    err=True,
-                )
-                try:
-                    serve_sim_metrics(simulation, serve_metrics, block=True)
-                except (OSError, ValueError, KgpuError) as exc:
-                    fail(f"--serve-metrics {serve_metrics}: {exc}")
+                _serve(simulation, serve_metrics)
         finally:
             simulation.close()
+        if result is not None and not result.ok:
+            raise typer.Exit(1)
+
+
+def _print_expect(result: ExpectResult) -> None:
+    """What held and what did not, on stderr (stdout stays the report, -o json included)."""
+    from kgpu.cli.output import err_console
+    from kgpu.cli.plain import cell
+
+    color = "green" if result.ok else "red"
+    err_console.print(
+        f"[{color}]{cell(result.summary())}[/{color}]", highlight=False, soft_wrap=True
+    )
+    for failure in result.failures:
+        err_console.print(
+            f"[red]FAIL[/red] {cell(failure.line())}", highlight=False, soft_wrap=True
+        )
+
+
+def _serve(simulation: object, address: str) -> None:
+    from kgpu.cli.output import fail
+    from kgpu.cli.signals import StopSignals
+    from kgpu.errors import KgpuError
+
+    try:
+        from kgpu.sim.metrics import serve_sim_metrics
+    except ImportError:
+        fail("--serve-metrics: the metrics exporter is not part of this build")
+    try:
+        server = serve_sim_metrics(simulation, address)
+    except (OSError, ValueError, KgpuError) as exc:
+        fail(f"--serve-metrics {address}: {exc}")
+    typer.echo(
+        f"serving simulated GPU metrics on http://{address}/metrics (Ctrl-C stops)", err=True
+    )
+    stop = StopSignals().install()
+    try:
+        stop.wait_forever()
+        typer.echo(f"{stop.name}: stopping the metrics server", err=True)
+    finally:
+        server.stop()
+    if stop.exit_code:
+        raise typer.Exit(stop.exit_code)

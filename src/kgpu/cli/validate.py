@@ -17,18 +17,58 @@ if TYPE_CHECKING:
     from kgpu.manifests import FileReport
 
 
-def looks_like_scenario(path: Path) -> bool:
-    """A one-document file whose top level has a scenario's keys and no apiVersion/kind."""
+def _one_mapping(path: Path) -> dict[object, object] | None:
+    """The file's only YAML document when it is a mapping without apiVersion/kind."""
     import yaml
 
     try:
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return None
+    if len(docs) != 1 or not isinstance(docs[0], dict) or {"apiVersion", "kind"} & set(docs[0]):
+        return None
+    return docs[0]
+
+
+def looks_like_scenario(path: Path) -> bool:
+    """A one-document file whose top level has a scenario's keys and no apiVersion/kind."""
+    doc = _one_mapping(path)
+    return (
+        doc is not None
+        and not looks_like_expect(path)
+        and bool(set(doc) & {"nodes", "apply", "steps"})
+    )
+
+
+def looks_like_expect(path: Path) -> bool:
+    """A ``kgpu sim --expect`` file: ``final`` and/or ``steps`` whose entries name a ``step``."""
+    doc = _one_mapping(path)
+    if doc is None or not set(doc) <= {"final", "steps"}:
         return False
-    if len(docs) != 1 or not isinstance(docs[0], dict):
-        return False
-    keys = set(docs[0])
-    return not keys & {"apiVersion", "kind"} and bool(keys & {"nodes", "apply", "steps"})
+    steps = doc.get("steps")
+    return "final" in doc or (
+        isinstance(steps, list) and any(isinstance(s, dict) and "step" in s for s in steps)
+    )
+
+
+def validate_expect(path: Path) -> FileReport:
+    """Check an expect file on its own: everything but whether its steps exist, which
+    ``kgpu sim SCENARIO --expect FILE`` checks against the scenario."""
+    from kgpu.errors import FieldError
+    from kgpu.manifests import FileReport
+    from kgpu.sim.expect import load_expectations
+
+    report = FileReport(str(path))
+    try:
+        expect = load_expectations(path, None)
+    except FieldError as exc:
+        report.problems.extend(exc.problems)
+        return report
+    report.ok.append(
+        f"kgpu sim expect file ({expect.assertions} assertion(s) at {len(expect.blocks)} "
+        "point(s); the steps it names are checked by kgpu sim SCENARIO --expect FILE)"
+    )
+    return report
 
 
 def validate_scenario(path: Path) -> FileReport:
@@ -63,7 +103,7 @@ def register(app: typer.Typer) -> None:
             typer.Argument(
                 help="YAML files: device-plugin configs, ConfigMaps, mig-parted "
                 "configs, GPU Operator Helm values, Kubernetes manifests (multi-document is fine), "
-                "kgpu sim scenarios."
+                "kgpu sim scenarios and expect files."
             ),
         ],
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print errors only.")] = False,
@@ -77,7 +117,12 @@ def register(app: typer.Typer) -> None:
 
         failed = False
         for path in files:
-            report = validate_scenario(path) if looks_like_scenario(path) else validate_file(path)
+            if looks_like_expect(path):
+                report = validate_expect(path)
+            elif looks_like_scenario(path):
+                report = validate_scenario(path)
+            else:
+                report = validate_file(path)
             for problem in report.problems:
                 err_console.print(
                     f"[red]error:[/red] {escape(str(problem))}", highlight=False, soft_wrap=True

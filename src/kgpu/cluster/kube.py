@@ -134,6 +134,8 @@ KNOWN_RESOURCES: Mapping[tuple[str, str], Resource] = {
     ("resource.k8s.io", "ResourceClaimTemplate"): Resource("resourceclaimtemplates", True, False),
     ("resource.k8s.io", "DeviceClass"): Resource("deviceclasses", False, False),
     ("resource.nvidia.com", "ComputeDomain"): Resource("computedomains", True, True),
+    ("resource.nvidia.com", "ComputeDomainClique"): Resource("computedomaincliques", True, False),
+    ("coordination.k8s.io", "Lease"): Resource("leases", True, False),
 }
 
 
@@ -270,6 +272,11 @@ class KubeStore:
     def close(self) -> None:
         """Release the client's connections and thread pool."""
         self._api.close()
+
+    def server_version(self) -> str:
+        """The API server's ``gitVersion`` (``v1.35.2``), from ``GET /version`` (readable by
+        every client, no RBAC rule needed); "" when it does not say."""
+        return str(self._request("GET", "/version").get("gitVersion") or "")
 
     # -- resource.k8s.io versions ------------------------------------------------------------
     def resource_api_version(self) -> str:

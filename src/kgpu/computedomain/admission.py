@@ -1,27 +1,29 @@
-"""Clique placement of a ComputeDomain's pods with objects the stock kube-scheduler understands:
-the pod mutation of kgpu's admission webhook, as pure functions. ``kgpu controller`` serves it
-to the API server; ``kgpu sim`` runs it as its API server's admission step.
+"""Clique placement with objects the stock kube-scheduler understands: the pod mutation of
+kgpu's admission webhook, as pure functions (the ``kgpu controller`` webhook serves them; the
+simulator's admission step is meant to run the same code).
 
-A pod that uses a domain's channel claim (``resourceClaimTemplateName`` naming the domain's
-channel template, or ``resourceClaimName`` naming a claim whose opaque config is the domain's
-``ComputeDomainChannelConfig``) gets:
+A pod that uses a ComputeDomain's channel claim (``resourceClaimTemplateName`` naming the
+domain's channel template, or ``resourceClaimName`` naming a ResourceClaim whose opaque config
+is the domain's ``ComputeDomainChannelConfig``) gets:
 
-* the label ``resource.nvidia.com/computeDomainWorkload: <domain uid>`` (a label of its own:
-  ``resource.nvidia.com/computeDomain`` marks the objects a domain owns, IMEX daemon pods
-  included, and the controller deletes and counts those);
-* a *required pod affinity* term to pods with that label, ``topologyKey: nvidia.com/gpu.clique``.
-  kube-scheduler's InterPodAffinity then keeps every pod of the domain in the clique of the pods
-  already placed (a replacement for a pod lost with its node included); the first pod, matching
-  its own term, may start the group on any node that has a clique label;
-* while the domain has no placed pod and ``numNodes`` > 1: a *required node affinity*
-  ``nvidia.com/gpu.clique In [...]`` naming the cliques that have ``numNodes`` nodes with room
-  for the pod (when that excludes some clique), so the first pod does not start the group in a
-  clique too small for it. It is a snapshot of the cluster at admission: pods admitted together
-  share it.
+- the label ``resource.nvidia.com/computeDomainWorkload=<domain uid>``;
+- a *required pod affinity* to pods with that label, ``topologyKey: nvidia.com/gpu.clique``.
+  kube-scheduler's InterPodAffinity then puts every pod of the domain into the clique of the
+  pods already placed; the first pod of the group goes anywhere with room (the scheduler lets
+  a pod that matches its own affinity term start a group), and nodes without a clique label are
+  never chosen;
+- only when the domain has no placed pod yet and ``numNodes`` > 1: a *required node affinity*
+  ``nvidia.com/gpu.clique In [cliques with numNodes nodes that have room for this pod]`` (when
+  that is some cliques and not all), so the first pod does not start the group in a clique too
+  small for it. This is a snapshot taken at admission: pods admitted together share it.
 
-This module follows the contract of the controller's webhook (``mutate_pod`` returning a
-:class:`Mutation` with RFC 6902 ``add`` operations; :func:`apply_patch` as the API server applies
-them), so either implementation serves both callers.
+What this cannot do (docs/computedomains.md says it too): the choice of the first clique is
+made once, at admission, from that moment's room; if the cliques chosen fill before the pods
+bind, or no clique had room for ``numNodes`` pods then, the group waits (Pending, with the
+scheduler's "didn't match pod affinity rules") even when room appears elsewhere later, until
+its pods are recreated. ``numNodes`` 0 (upstream's recommended default) gives no group size, so
+the first pod's clique is wherever the scheduler puts it. Nothing caps a domain at
+``numNodes`` nodes (upstream does not either).
 """
 
 from __future__ import annotations
@@ -38,16 +40,17 @@ from kgpu.computedomain.api import (
     WORKLOAD_LABEL,
     ComputeDomain,
 )
-from kgpu.computedomain.placement import node_clique, node_healthy, place, room_view
+from kgpu.computedomain.members import domain_members
+from kgpu.computedomain.placement import node_clique, place, room_view
 
 Obj = dict[str, Any]
-REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+AFFINITY = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 @dataclass(frozen=True)
 class Mutation:
-    """What admission does to one pod: its domain (None: not a domain's pod), the JSON Patch
-    operations, and the cliques its first-pod node affinity allows (empty: none added)."""
+    """What admission does to one pod: the JSON Patch (RFC 6902) operations, the domain it
+    belongs to, the cliques its first-pod node affinity allows (empty: none added)."""
 
     domain: ComputeDomain | None
     patch: list[Obj] = field(default_factory=list)
@@ -55,11 +58,11 @@ class Mutation:
 
 
 def channel_claim_domain(claim: Mapping[str, Any]) -> str | None:
-    """The uid of the domain whose channel ``claim`` is (its opaque channel config), else None."""
+    """The domain uid of a ResourceClaim that is a ComputeDomain channel claim, else None."""
     devices = (claim.get("spec") or {}).get("devices") or {}
     for config in devices.get("config") or []:
         opaque = (config or {}).get("opaque") or {}
-        params = opaque.get("parameters")
+        params = opaque.get("parameters") or {}
         if (
             opaque.get("driver") == DRIVER
             and isinstance(params, Mapping)
@@ -76,11 +79,11 @@ def domain_of_pod(
     domains: Sequence[ComputeDomain],
     claim: Callable[[str], Mapping[str, Any] | None],
 ) -> ComputeDomain | None:
-    """The domain whose channel the pod uses, among ``domains`` of its namespace that are not
-    being deleted; ``claim(name)`` reads a ResourceClaim of the namespace."""
-    live = [d for d in domains if d.namespace == namespace and not d.deleting]
-    by_template = {d.spec.channel_template: d for d in live}
-    by_uid = {d.uid: d for d in live}
+    """The domain whose channel the pod uses, if any. ``domains`` are those of the pod's
+    namespace; ``claim(name)`` reads a ResourceClaim of that namespace (None if absent)."""
+    mine = [d for d in domains if d.namespace == namespace and not d.deleting]
+    by_template = {d.spec.channel_template: d for d in mine}
+    by_uid = {d.uid: d for d in mine}
     for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
         if not isinstance(entry, Mapping):
             continue
@@ -91,8 +94,8 @@ def domain_of_pod(
         if name:
             found = claim(str(name))
             uid = channel_claim_domain(found) if found is not None else None
-            if uid is not None and uid in by_uid:
-                return by_uid[uid]
+            if uid in by_uid:
+                return by_uid[str(uid)]
     return None
 
 
@@ -108,26 +111,25 @@ def first_cliques(
     nodes: Callable[[], Sequence[Mapping[str, Any]]],
     pods_by_node: Callable[[], Mapping[str, Sequence[Mapping[str, Any]]]],
 ) -> tuple[str, ...]:
-    """Where the domain's first pod may start: the cliques with ``numNodes`` nodes that have
-    room for it, when that rules out some clique. Empty when a sibling already runs on a
-    healthy node (the pod affinity decides), when ``numNodes`` < 2, or when no clique or every
-    clique qualifies."""
+    """The cliques the domain's first pod may start in: those with ``numNodes`` nodes with
+    room for it, when that excludes some clique. Empty when the domain has placed pods (their
+    affinity decides), ``numNodes`` < 2, no clique qualifies, or every clique does."""
     if domain.spec.num_nodes < 2:
         return ()
-    every_node = nodes()
-    by_name = {str((n.get("metadata") or {}).get("name")): n for n in every_node}
-    for other in siblings:
-        where = (other.get("spec") or {}).get("nodeName")
-        if where and node_healthy(by_name.get(str(where))):
-            return ()
+    placed = [p for p in siblings if (p.get("spec") or {}).get("nodeName")]
+    all_nodes = nodes()
+    by_name = {str((n.get("metadata") or {}).get("name")): n for n in all_nodes}
+    if domain_members(domain, placed, lambda name: by_name.get(name)):
+        return ()
     decision = place(
-        domain.ref, domain.spec.num_nodes, {}, room_view(pod, every_node, pods_by_node())
+        domain.ref, domain.spec.num_nodes, {}, room_view(pod, all_nodes, pods_by_node())
     )
     if not decision.allowed:
         return ()
-    chosen = sorted({c for n in decision.allowed if (c := node_clique(by_name.get(n)))})
-    every = {c for n in every_node if (c := node_clique(n))}
-    return tuple(chosen) if set(chosen) != every else ()
+    chosen = {node_clique(by_name[name]) for name in decision.allowed if name in by_name}
+    every = {node_clique(n) for n in all_nodes} - {None}
+    picked = tuple(sorted(c for c in chosen if c))
+    return picked if set(picked) != every else ()
 
 
 def _escape(key: str) -> str:
@@ -135,63 +137,78 @@ def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _node_affinity_ops(affinity: Mapping[str, Any], cliques: Sequence[str]) -> list[Obj]:
-    """Add ``clique In [cliques]`` to every required node selector term (terms are ORed, so the
-    restriction must hold in each) or add the first term."""
-    expression = {"key": CLIQUE_LABEL, "operator": "In", "values": list(cliques)}
-    selector = {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
-    node_affinity = affinity.get("nodeAffinity")
-    if not isinstance(node_affinity, Mapping):
-        return [{"op": "add", "path": "/spec/affinity/nodeAffinity", "value": {REQUIRED: selector}}]
-    path = f"/spec/affinity/nodeAffinity/{REQUIRED}"
-    required = node_affinity.get(REQUIRED)
-    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
-    if not isinstance(terms, list) or not terms:
-        return [{"op": "add", "path": path, "value": selector}]
-    ops: list[Obj] = []
-    for i, term in enumerate(terms):
-        exprs = term.get("matchExpressions") if isinstance(term, Mapping) else None
-        where = f"{path}/nodeSelectorTerms/{i}/matchExpressions"
-        if not isinstance(exprs, list):
-            ops.append({"op": "add", "path": where, "value": [expression]})
-        elif expression not in exprs:
-            ops.append({"op": "add", "path": f"{where}/-", "value": expression})
-    return ops
-
-
 def placement_patch(pod: Mapping[str, Any], uid: str, cliques: Sequence[str] = ()) -> list[Obj]:
-    """The operations adding the workload label, the clique pod affinity and (with ``cliques``)
-    the first-pod node affinity; nothing already there is added twice and nothing the pod has is
-    removed (its own terms stay, ANDed with these)."""
+    """JSON Patch operations adding the workload label, the clique pod affinity and (with
+    ``cliques``) the first-pod node affinity to ``pod``; nothing already there is added twice,
+    and nothing the pod has is removed (its own affinity terms stay, AND-ed with these)."""
     ops: list[Obj] = []
-    labels = (pod.get("metadata") or {}).get("labels")
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels")
     if not isinstance(labels, Mapping):
         ops.append({"op": "add", "path": "/metadata/labels", "value": {WORKLOAD_LABEL: uid}})
     elif labels.get(WORKLOAD_LABEL) != uid:
         ops.append(
             {"op": "add", "path": f"/metadata/labels/{_escape(WORKLOAD_LABEL)}", "value": uid}
         )
+
     term = clique_affinity_term(uid)
-    affinity = (pod.get("spec") or {}).get("affinity")
+    expression = {"key": CLIQUE_LABEL, "operator": "In", "values": list(cliques)}
+    spec = pod.get("spec") or {}
+    affinity = spec.get("affinity")
     if not isinstance(affinity, Mapping):
-        value: Obj = {"podAffinity": {REQUIRED: [term]}}
+        value: Obj = {"podAffinity": {AFFINITY: [term]}}
         if cliques:
-            expression = {"key": CLIQUE_LABEL, "operator": "In", "values": list(cliques)}
             value["nodeAffinity"] = {
-                REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
+                AFFINITY: {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
             }
         ops.append({"op": "add", "path": "/spec/affinity", "value": value})
         return ops
+
     pod_affinity = affinity.get("podAffinity")
-    required = pod_affinity.get(REQUIRED) if isinstance(pod_affinity, Mapping) else None
     if not isinstance(pod_affinity, Mapping):
-        ops.append({"op": "add", "path": "/spec/affinity/podAffinity", "value": {REQUIRED: [term]}})
-    elif not isinstance(required, list):
-        ops.append({"op": "add", "path": f"/spec/affinity/podAffinity/{REQUIRED}", "value": [term]})
-    elif term not in required:
-        ops.append({"op": "add", "path": f"/spec/affinity/podAffinity/{REQUIRED}/-", "value": term})
-    if cliques:
-        ops.extend(_node_affinity_ops(affinity, cliques))
+        ops.append({"op": "add", "path": "/spec/affinity/podAffinity", "value": {AFFINITY: [term]}})
+    else:
+        required = pod_affinity.get(AFFINITY)
+        path = f"/spec/affinity/podAffinity/{AFFINITY}"
+        if not isinstance(required, list):
+            ops.append({"op": "add", "path": path, "value": [term]})
+        elif term not in required:
+            ops.append({"op": "add", "path": f"{path}/-", "value": term})
+
+    if not cliques:
+        return ops
+    node_affinity = affinity.get("nodeAffinity")
+    selector = {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
+    if not isinstance(node_affinity, Mapping):
+        ops.append(
+            {"op": "add", "path": "/spec/affinity/nodeAffinity", "value": {AFFINITY: selector}}
+        )
+        return ops
+    required_nodes = node_affinity.get(AFFINITY)
+    path = f"/spec/affinity/nodeAffinity/{AFFINITY}"
+    terms = required_nodes.get("nodeSelectorTerms") if isinstance(required_nodes, Mapping) else None
+    if not isinstance(required_nodes, Mapping) or not isinstance(terms, list) or not terms:
+        ops.append({"op": "add", "path": path, "value": selector})
+        return ops
+    # terms are OR-ed: the clique restriction must hold in each of them
+    for i, existing in enumerate(terms):
+        exprs = existing.get("matchExpressions") if isinstance(existing, Mapping) else None
+        if not isinstance(exprs, list):
+            ops.append(
+                {
+                    "op": "add",
+                    "path": f"{path}/nodeSelectorTerms/{i}/matchExpressions",
+                    "value": [expression],
+                }
+            )
+        elif expression not in exprs:
+            ops.append(
+                {
+                    "op": "add",
+                    "path": f"{path}/nodeSelectorTerms/{i}/matchExpressions/-",
+                    "value": expression,
+                }
+            )
     return ops
 
 
@@ -205,10 +222,11 @@ def mutate_pod(
     nodes: Callable[[], Sequence[Mapping[str, Any]]] = lambda: (),
     pods_by_node: Callable[[], Mapping[str, Sequence[Mapping[str, Any]]]] = lambda: {},
 ) -> Mutation:
-    """Admission of one pod created in ``namespace``: its domain and the patch (empty for a pod
-    that uses no domain's channel). ``siblings(domain)`` are the pods that may hold the domain's
-    channel; ``nodes()`` and ``pods_by_node()`` the cluster's room, read only for a domain of
-    ``numNodes`` > 1 whose pods are not placed yet."""
+    """Admission of one pod being created in ``namespace``: its domain and the patch (empty
+    when the pod uses no domain's channel). ``claim(name)`` reads a ResourceClaim of the
+    namespace; ``siblings(domain)`` are the pods that may hold the domain's channel;
+    ``nodes()`` and ``pods_by_node()`` the cluster's room, asked only for a domain with
+    ``numNodes`` > 1 and no placed pod."""
     domain = domain_of_pod(pod, namespace, domains, claim)
     if domain is None:
         return Mutation(None)
@@ -219,8 +237,8 @@ def mutate_pod(
 
 
 def apply_patch(obj: Mapping[str, Any], ops: Sequence[Mapping[str, Any]]) -> Obj:
-    """``obj`` with JSON Patch ``add`` operations applied, as the API server applies a mutating
-    webhook's answer; a new object (``obj`` is unchanged). Other operations are refused."""
+    """``obj`` with JSON Patch ``add`` operations applied (what the API server does with the
+    webhook's answer); a new object, ``obj`` is unchanged. Other operations are refused."""
     out: Obj = copy.deepcopy(dict(obj))
     for op in ops:
         if op.get("op") != "add":
@@ -238,15 +256,3 @@ def apply_patch(obj: Mapping[str, Any], ops: Sequence[Mapping[str, Any]]) -> Obj
         else:
             target[last] = value
     return out
-
-
-__all__ = [
-    "Mutation",
-    "apply_patch",
-    "channel_claim_domain",
-    "clique_affinity_term",
-    "domain_of_pod",
-    "first_cliques",
-    "mutate_pod",
-    "placement_patch",
-]

@@ -1,9 +1,11 @@
-"""The ComputeDomain API (``resource.nvidia.com/v1beta1``) as users write it, and the names
-kgpu shares with NVIDIA's DRA driver.
+"""The ComputeDomain API (``resource.nvidia.com/v1beta1``) as users write it, the
+ComputeDomainClique objects the controller keeps per NVLink clique, and the names kgpu shares
+with NVIDIA's DRA driver.
 
 The seed guides' manifests must load unchanged, so the field names, defaults and enums follow
-the upstream CRD exactly; parsing is strict (unknown fields are errors) because a misspelt
-``numNodes`` would otherwise silently build a one-node domain.
+the current upstream CRD exactly (``spec.numNodes`` optional and deprecated, default 0;
+``channel.allocationMode`` ``Single`` | ``All``); parsing is strict (unknown fields are errors)
+because a misspelt ``numNodes`` would otherwise silently build a one-node domain.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ GROUP = "resource.nvidia.com"
 VERSION = "v1beta1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "ComputeDomain"
+#: One object per (domain, NVLink clique) in the driver namespace, named ``<uid>.<cliqueID>``,
+#: listing the domain's IMEX daemons in that clique (upstream's ComputeDomainClique).
+CLIQUE_KIND = "ComputeDomainClique"
 
 #: The DRA driver that owns IMEX channel and daemon devices (separate from gpu.nvidia.com).
 DRIVER = "compute-domain.nvidia.com"
@@ -36,9 +41,13 @@ TARGET_WORKLOAD = "Workload"
 TARGET_DAEMON = "Daemon"
 #: The NVLink clique of a node (``<clusterUUID>.<cliqueId>``), set by GPU feature discovery.
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
+#: The clique id on a ComputeDomainClique object (upstream's key).
+CLIQUE_ID_LABEL = "resource.nvidia.com/computeDomain.cliqueID"
 #: Set by kgpu's admission webhook on a pod that uses a domain's channel claim (value: the
 #: domain's uid); the pod's clique affinity selects its siblings by it.
 WORKLOAD_LABEL = "resource.nvidia.com/computeDomainWorkload"
+#: IMEX allows this many nodes in one IMEX domain (upstream's --max-nodes-per-imex-domain).
+MAX_NODES_PER_IMEX_DOMAIN = 18
 
 ALLOCATION_MODES = ("Single", "All")
 STATUSES = ("Ready", "NotReady")
@@ -55,16 +64,24 @@ def node_label(uid: str) -> str:
     return f"{DOMAIN_LABEL}.{uid}"
 
 
+def clique_object_name(uid: str, clique_id: str) -> str:
+    """The ComputeDomainClique of one domain in one clique: ``<uid>.<cliqueID>``, as upstream."""
+    return f"{uid}.{clique_id}"
+
+
 @dataclass(frozen=True)
 class ComputeDomainSpec:
-    num_nodes: int
+    num_nodes: int  # deprecated upstream; 0 (the default) means "not given"
     channel_template: str  # spec.channel.resourceClaimTemplate.name
     allocation_mode: str = "Single"
 
 
 @dataclass(frozen=True)
 class DomainNode:
-    """One entry of ``status.nodes``: a node whose IMEX daemon belongs to the domain."""
+    """One entry of ``status.nodes``, and of a ComputeDomainClique's ``daemons`` (where the
+    name is ``nodeName``): a node whose IMEX daemon belongs to the domain. ``index`` is the
+    daemon's place in its clique, which names it (``compute-domain-daemon-<index>``) in every
+    IMEX daemon's node list."""
 
     name: str
     ip_address: str
@@ -80,6 +97,33 @@ class DomainNode:
             "index": self.index,
             "status": self.status,
         }
+
+    def to_daemon_obj(self) -> dict[str, Any]:
+        """The entry as a ComputeDomainClique lists it."""
+        return {
+            "nodeName": self.name,
+            "ipAddress": self.ip_address,
+            "cliqueID": self.clique_id,
+            "index": self.index,
+            "status": self.status,
+        }
+
+    @classmethod
+    def from_obj(cls, obj: Mapping[str, Any]) -> DomainNode | None:
+        """An entry of ``status.nodes`` or of a clique's ``daemons``; None when malformed."""
+        name = obj.get("name", obj.get("nodeName"))
+        index = obj.get("index", 0)
+        if not isinstance(name, str) or not name or isinstance(index, bool):
+            return None
+        if not isinstance(index, int):
+            return None
+        return cls(
+            name,
+            str(obj.get("ipAddress") or ""),
+            str(obj.get("cliqueID") or ""),
+            index,
+            "Ready" if obj.get("status") == "Ready" else "NotReady",
+        )
 
 
 @dataclass(frozen=True)
@@ -126,15 +170,13 @@ def parse_compute_domain(obj: Mapping[str, Any]) -> ComputeDomain:
     template = ""
     mode = "Single"
     if not isinstance(spec, Mapping):
-        problems.append(_problem("is required (numNodes and channel)", "spec"))
+        problems.append(_problem("is required (channel, and optionally numNodes)", "spec"))
     else:
         for key in spec:
             if key not in ("numNodes", "channel"):
                 problems.append(_problem("unknown field (allowed: numNodes, channel)", "spec", key))
-        raw = spec.get("numNodes")
-        if raw is None:
-            problems.append(_problem("is required (an integer >= 0)", "spec", "numNodes"))
-        elif isinstance(raw, bool) or not isinstance(raw, int):
+        raw = spec.get("numNodes", 0)  # optional and deprecated upstream; default 0
+        if isinstance(raw, bool) or not isinstance(raw, int):
             problems.append(_problem(f"must be an integer >= 0, got {raw!r}", "spec", "numNodes"))
         elif raw < 0:
             problems.append(_problem(f"must be zero or greater, got {raw}", "spec", "numNodes"))

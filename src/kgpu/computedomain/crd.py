@@ -1,9 +1,13 @@
-"""The ComputeDomain CustomResourceDefinition, and validation of objects against it.
+"""The ComputeDomain and ComputeDomainClique CustomResourceDefinitions, and validation of
+objects against them.
 
-The schema carries upstream's fields, enums and defaults (so manifests written for NVIDIA's
-driver validate unchanged) plus one optional addition, ``status.conditions``, where kgpu says
-why a domain is not Ready. ``deploy/helm/kgpu/crds/computedomain.yaml`` (the Helm chart's CRD) is
-this object dumped (``python -m kgpu.computedomain.crd``); a test keeps the two identical.
+The schemas carry the current upstream driver's fields, enums and defaults (so manifests written
+for NVIDIA's driver validate unchanged: ``spec.numNodes`` optional with default 0 and
+deprecated, ``channel.allocationMode`` ``All``|``Single``, ``status.nodes[]`` keyed by name,
+ComputeDomainClique ``daemons[]`` keyed by nodeName) plus two additions of kgpu's:
+``status.conditions``, where kgpu says why a domain is not Ready, and printer columns.
+``deploy/helm/kgpu/crds/*.yaml`` (the Helm chart's CRDs) are these objects dumped by
+``scripts/gen-chart-data.py``; a test keeps them identical.
 """
 
 from __future__ import annotations
@@ -14,28 +18,34 @@ from typing import Any
 
 import yaml
 
-from kgpu.computedomain.api import GROUP, KIND, VERSION
+from kgpu.computedomain.api import CLIQUE_KIND, GROUP, KIND, VERSION
 from kgpu.errors import FieldError, FieldProblem, join_path
 
 _STR = {"type": "string"}
 
 
-def _schema() -> dict[str, Any]:
-    node = {
+def _daemon(name_key: str, description: str) -> dict[str, Any]:
+    """A ``status.nodes`` entry (``name``) or a clique's ``daemons`` entry (``nodeName``)."""
+    return {
         "type": "object",
-        "description": "One node whose IMEX daemon belongs to the domain.",
-        "required": ["cliqueID", "ipAddress", "name"],
+        "description": description,
+        "required": ["cliqueID", "ipAddress", name_key],
         "properties": {
-            "name": _STR,
+            name_key: _STR,
             "ipAddress": _STR,
             "cliqueID": _STR,
             "index": {
                 "type": "integer",
-                "description": "Position of the node within its clique; stable while it stays.",
+                "description": "Position of the daemon within its clique, stable while it stays; "
+                "it names the daemon (compute-domain-daemon-<index>) in the IMEX node lists.",
             },
             "status": {"type": "string", "enum": ["Ready", "NotReady"], "default": "NotReady"},
         },
     }
+
+
+def _schema() -> dict[str, Any]:
+    node = _daemon("name", "One node whose IMEX daemon belongs to the domain.")
     condition = {
         "type": "object",
         "required": ["type", "status"],
@@ -56,7 +66,7 @@ def _schema() -> dict[str, Any]:
             "metadata": {"type": "object"},
             "spec": {
                 "type": "object",
-                "required": ["channel", "numNodes"],
+                "required": ["channel"],
                 "x-kubernetes-validations": [
                     {"rule": "self == oldSelf", "message": "A computeDomain.spec is immutable"}
                 ],
@@ -64,7 +74,10 @@ def _schema() -> dict[str, Any]:
                     "numNodes": {
                         "type": "integer",
                         "minimum": 0,
-                        "description": "Intended number of IMEX daemons (nodes) in the domain.",
+                        "default": 0,
+                        "description": "Intended number of IMEX daemons (nodes) in the domain; "
+                        "deprecated (upstream). Only the domain's Ready status counts it, and "
+                        "kgpu's admission webhook uses it to pick a first clique with room.",
                     },
                     "channel": {
                         "type": "object",
@@ -111,7 +124,27 @@ def _schema() -> dict[str, Any]:
     }
 
 
+def _clique_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "ComputeDomainClique lists the IMEX daemons of one ComputeDomain in one "
+        'NVLink clique; it lives in the driver namespace, named "<computeDomainUID>.<cliqueID>".',
+        "properties": {
+            "apiVersion": _STR,
+            "kind": _STR,
+            "metadata": {"type": "object"},
+            "daemons": {
+                "type": "array",
+                "items": _daemon("nodeName", "One IMEX daemon of the domain in this clique."),
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["nodeName"],
+            },
+        },
+    }
+
+
 def crd() -> dict[str, Any]:
+    """The ComputeDomain CRD."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -142,6 +175,38 @@ def crd() -> dict[str, Any]:
     }
 
 
+def clique_crd() -> dict[str, Any]:
+    """The ComputeDomainClique CRD (no status subresource: the object is its own status)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"computedomaincliques.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "names": {
+                "kind": CLIQUE_KIND,
+                "listKind": f"{CLIQUE_KIND}List",
+                "plural": "computedomaincliques",
+                "singular": "computedomainclique",
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": _clique_schema()},
+                }
+            ],
+        },
+    }
+
+
+def crds() -> list[dict[str, Any]]:
+    """Every CRD of the ``resource.nvidia.com`` group kgpu serves."""
+    return [crd(), clique_crd()]
+
+
 def _strip_extensions(schema: Any) -> Any:
     """The schema as plain JSON Schema (Kubernetes' ``x-kubernetes-*`` keys dropped)."""
     if isinstance(schema, Mapping):
@@ -152,10 +217,12 @@ def _strip_extensions(schema: Any) -> Any:
 
 
 def validate_object(obj: Mapping[str, Any]) -> None:
-    """Check a ComputeDomain against the CRD's openAPIV3Schema; FieldError per violation."""
+    """Check a ComputeDomain or ComputeDomainClique against its CRD's openAPIV3Schema;
+    FieldError per violation."""
     import jsonschema  # type: ignore[import-untyped]  # ships with kubernetes-validate
 
-    schema = _strip_extensions(crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    source = clique_crd() if obj.get("kind") == CLIQUE_KIND else crd()
+    schema = _strip_extensions(source["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
     validator = jsonschema.Draft4Validator(schema)
     problems = [
         FieldProblem(error.message, join_path(*error.absolute_path))
@@ -166,7 +233,7 @@ def validate_object(obj: Mapping[str, Any]) -> None:
 
 
 def main() -> None:
-    sys.stdout.write(yaml.safe_dump(crd(), sort_keys=False))
+    sys.stdout.write(yaml.safe_dump_all(crds(), sort_keys=False))
 
 
 if __name__ == "__main__":

@@ -4,8 +4,16 @@ As upstream: the workload channel ResourceClaimTemplate (in the domain's namespa
 name the user chose, class ``compute-domain-default-channel.nvidia.com``, an opaque
 ``ComputeDomainChannelConfig`` naming the domain), the daemon ResourceClaimTemplate (class
 ``compute-domain-daemon.nvidia.com``, ``ComputeDomainDaemonConfig``) and a DaemonSet that runs
-one IMEX daemon on every node labelled for the domain. Every object carries the
+one IMEX daemon on every node labelled for the domain, and per NVLink clique a
+ComputeDomainClique listing the domain's daemons there. Every object carries the
 ``resource.nvidia.com/computeDomain=<uid>`` label, which is how cleanup finds them.
+
+The daemon container runs :data:`DAEMON_SCRIPT`, a few lines of POSIX shell doing the part of
+upstream's ``compute-domain-daemon`` that kgpu does not do on the node side: render
+``imexd.cfg`` from the template with the pod's IP, keep ``/etc/hosts`` mapping the clique's
+daemon DNS names to their IPs (from the ``hosts`` file the node side rewrites when the
+domain's ComputeDomainClique changes), start ``nvidia-imex`` and send it SIGUSR1 (re-resolve
+its peers) when the mapping changes.
 """
 
 from __future__ import annotations
@@ -16,6 +24,8 @@ from kgpu.computedomain.api import (
     API_VERSION,
     CHANNEL_CLASS,
     CHANNEL_CONFIG_KIND,
+    CLIQUE_ID_LABEL,
+    CLIQUE_KIND,
     DAEMON_CLASS,
     DAEMON_CONFIG_KIND,
     DOMAIN_LABEL,
@@ -24,7 +34,19 @@ from kgpu.computedomain.api import (
     TARGET_LABEL,
     TARGET_WORKLOAD,
     ComputeDomain,
+    DomainNode,
+    clique_object_name,
     node_label,
+)
+from kgpu.computedomain.imex import (
+    BIND_IP_PLACEHOLDER,
+    DNS_NAME_PREFIX,
+    HOSTS,
+    IMEX_CONFIG,
+    IMEX_CONFIG_DIR,
+    IMEX_CONFIG_TEMPLATE,
+    NODES_CONFIG,
+    NODES_PATH_PLACEHOLDER,
 )
 from kgpu.dra.api import RESOURCE_API
 
@@ -35,6 +57,38 @@ APP_LABEL = "app.kubernetes.io/name"
 APP_NAME = "kgpu-compute-domain"
 DAEMON_CONTAINER = "compute-domain-daemon"
 DAEMON_CLAIM = "compute-domain-daemon"
+
+#: The daemon container's program (``sh -c``). Paths and the poll interval of the local hosts
+#: file come from the environment so a test can run it outside a pod.
+DAEMON_SCRIPT = f"""set -eu
+dir="${{IMEXD_DIR:-{IMEX_CONFIG_DIR}}}"
+etc_hosts="${{HOSTS_FILE:-/etc/hosts}}"
+imex="${{IMEX_BINARY:-nvidia-imex}}"
+sed -e "s|{BIND_IP_PLACEHOLDER}|${{POD_IP}}|" \\
+  -e "s|{NODES_PATH_PLACEHOLDER}|$dir/{NODES_CONFIG}|" \\
+  "$dir/{IMEX_CONFIG_TEMPLATE}" > "$dir/{IMEX_CONFIG}"
+sync_hosts() {{
+  {{ grep -v '{DNS_NAME_PREFIX}' "$etc_hosts" || true; cat "$dir/{HOSTS}" 2>/dev/null || true; }} \\
+    > "$dir/.hosts.new"
+  cat "$dir/.hosts.new" > "$etc_hosts"
+  rm -f "$dir/.hosts.new"
+}}
+sync_hosts
+last="$(cat "$dir/{HOSTS}" 2>/dev/null || true)"
+"$imex" -c "$dir/{IMEX_CONFIG}" &
+pid=$!
+trap 'kill -TERM "$pid" 2>/dev/null || true' TERM INT
+while kill -0 "$pid" 2>/dev/null; do
+  sleep "${{POLL_S:-1}}"
+  now="$(cat "$dir/{HOSTS}" 2>/dev/null || true)"
+  if [ "$now" != "$last" ]; then
+    sync_hosts
+    kill -USR1 "$pid" 2>/dev/null || true
+    last="$now"
+  fi
+done
+wait "$pid"
+"""
 
 
 def _short(uid: str) -> str:
@@ -139,7 +193,13 @@ def daemon_set(domain: ComputeDomain, namespace: str = DRIVER_NAMESPACE) -> dict
                         {
                             "name": DAEMON_CONTAINER,
                             "image": DAEMON_IMAGE,
-                            "command": ["nvidia-imex", "-c", "/etc/nvidia-imex/config.cfg"],
+                            "command": ["sh", "-c", DAEMON_SCRIPT],
+                            "env": [
+                                {
+                                    "name": "POD_IP",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+                                }
+                            ],
                             "resources": {"claims": [{"name": DAEMON_CLAIM}]},
                         }
                     ],
@@ -158,3 +218,37 @@ def daemon_set(domain: ComputeDomain, namespace: str = DRIVER_NAMESPACE) -> dict
             },
         },
     }
+
+
+def clique_object(
+    domain: ComputeDomain, clique_id: str, daemons: list[DomainNode], namespace: str
+) -> dict[str, Any]:
+    """The domain's ComputeDomainClique for one clique: its daemons there, by index."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": CLIQUE_KIND,
+        "metadata": {
+            "name": clique_object_name(domain.uid, clique_id),
+            "namespace": namespace,
+            "labels": {**_labels(domain), CLIQUE_ID_LABEL: clique_id},
+        },
+        "daemons": [d.to_daemon_obj() for d in sorted(daemons, key=lambda d: (d.index, d.name))],
+    }
+
+
+def covers(current: Any, desired: Any) -> bool:
+    """Whether ``current`` already says everything ``desired`` says. Maps may hold more keys
+    (the API server defaults fields: a DaemonSet's ``updateStrategy``, a container's
+    ``imagePullPolicy``), lists must have the same length and cover item by item. Comparing
+    for equality instead would see a difference on every pass and rewrite the object forever."""
+    if isinstance(desired, dict):
+        return isinstance(current, dict) and all(
+            covers(current.get(k), v) for k, v in desired.items()
+        )
+    if isinstance(desired, list):
+        return (
+            isinstance(current, list)
+            and len(current) == len(desired)
+            and all(covers(c, d) for c, d in zip(current, desired, strict=True))
+        )
+    return bool(current == desired)

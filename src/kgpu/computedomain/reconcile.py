@@ -1,25 +1,40 @@
-"""The ComputeDomain controller: one pass over the object store brings every domain's owned
-objects, node labels and status to what the domain asks for.
+"""The ComputeDomain controller's decisions and writes, one domain at a time.
 
-It is level-triggered and stateless (everything it needs is in the store), so running it once
-or a hundred times gives the same result, and a crash between two writes is repaired by the
-next pass. Per domain: add the finalizer; create the workload channel claim template, the
-daemon claim template and the IMEX DaemonSet (:mod:`kgpu.computedomain.objects`); drop the
-domain's label from failed nodes so their daemons go; compute ``status`` from the daemon pods
-(Ready when ``numNodes`` daemons run Ready in one clique); and on delete remove everything the
-domain owns, then the finalizer. The decisions are pure functions (:func:`domain_status`,
-:func:`kgpu.computedomain.placement.place`); :func:`reconcile` only reads and writes.
+:func:`sync_domain` brings one domain's owned objects, node labels, ComputeDomainCliques and
+status to what the domain asks for; it reads the cluster through a :class:`ClusterView` (the
+``kgpu controller`` process answers from its informers' indexes, the simulator from one list of
+each kind per pass, :class:`StoreView`), so a domain costs what it owns, not the whole
+cluster. It is level-triggered and stateless (everything it needs is in the view), so running
+it once or a hundred times gives the same result, and a crash between two writes is repaired
+by the next sync. Per domain:
+
+- add the finalizer; create the workload channel claim template, the daemon claim template and
+  the IMEX DaemonSet (:mod:`kgpu.computedomain.objects`), repairing drift;
+- drop the domain's label from failed nodes so their daemons go;
+- list the daemons (one per daemon pod: node, pod IP or else the node's address, clique,
+  stable per-clique index, Ready when the pod runs Ready on a healthy node) in one
+  ComputeDomainClique per clique, named ``<uid>.<cliqueID>``, as upstream;
+- compute ``status`` from them (Ready when every daemon is Ready, they share one clique, and
+  there are at least ``numNodes`` of them, at least one when ``numNodes`` is 0), with kgpu's
+  ``Ready`` condition saying why not, including why pending pods have no room;
+- on delete remove everything the domain owns, then the finalizer.
+
+Writes are patches of what changed: status through the status subresource, the finalizer with
+a ``resourceVersion`` precondition, node labels as merge patches of one key; nothing is written
+when nothing changed. :func:`reconcile` is one pass over every domain (the simulator's
+controller loop).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kgpu.computedomain.api import (
     API_VERSION,
+    CLIQUE_KIND,
     DOMAIN_LABEL,
     FINALIZER,
     KIND,
@@ -28,21 +43,41 @@ from kgpu.computedomain.api import (
     node_label,
     parse_compute_domain,
 )
-from kgpu.computedomain.imex import node_ip
+from kgpu.computedomain.members import pending_pods
 from kgpu.computedomain.objects import (
     DRIVER_NAMESPACE,
     channel_claim_template,
+    clique_object,
+    covers,
     daemon_claim_template,
     daemon_set,
 )
-from kgpu.computedomain.placement import node_clique, node_healthy, place, room_view
-from kgpu.dra.api import RESOURCE_API
+from kgpu.computedomain.placement import node_healthy
+from kgpu.computedomain.status import (
+    DomainStatus,
+    daemon_entries,
+    decide_status,
+    domain_status,
+    pending_reason,
+    previous_daemons,
+)
+from kgpu.computedomain.view import CLIQUE, OWNED, ClusterView, StoreView
 from kgpu.errors import FieldError
 from kgpu.store import AlreadyExists, Conflict, NotFound, ObjectStore
 
 Obj = dict[str, Any]
-RCT = (RESOURCE_API, "ResourceClaimTemplate")
-DS = ("apps/v1", "DaemonSet")
+
+__all__ = [
+    "ClusterView",
+    "DomainEvent",
+    "DomainStatus",
+    "StoreView",
+    "SyncResult",
+    "domain_status",
+    "reconcile",
+    "remove_owned",
+    "sync_domain",
+]
 
 
 @dataclass(frozen=True)
@@ -55,194 +90,59 @@ class DomainEvent:
     message: str
 
 
-@dataclass(frozen=True)
-class DomainStatus:
-    status: str
-    nodes: tuple[DomainNode, ...]
-    reason: str
-    message: str
-
-    def to_obj(self) -> Obj:
-        return {
-            "status": self.status,
-            "nodes": [n.to_obj() for n in self.nodes],
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True" if self.status == "Ready" else "False",
-                    "reason": self.reason,
-                    "message": self.message,
-                }
-            ],
-        }
-
-
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return obj.get("metadata") or {}
 
 
-def pod_domain_templates(pod: Mapping[str, Any]) -> list[str]:
-    """Names of the claim templates a pod references."""
-    return [
-        str(rc["resourceClaimTemplateName"])
-        for rc in (pod.get("spec") or {}).get("resourceClaims") or []
-        if rc.get("resourceClaimTemplateName")
-    ]
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return _meta(obj).get("labels") or {}
 
 
-def workload_pods(domain: ComputeDomain, pods: Sequence[Mapping[str, Any]]) -> list[Obj]:
-    """Pods that hold the domain's channel claim (through its claim template)."""
-    return [
-        dict(p)
-        for p in pods
-        if (_meta(p).get("namespace") or "default") == domain.namespace
-        and domain.spec.channel_template in pod_domain_templates(p)
-        and not _meta(p).get("deletionTimestamp")
-    ]
+def _status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Obj:
+    """A merge patch turning ``old`` status into ``new``: keys ``new`` lacks are removed."""
+    patch: Obj = {k: None for k in old if k not in new}
+    patch.update(new)
+    return patch
 
 
-def _assign_indexes(
-    entries: list[tuple[str, str, str, str]], previous: Mapping[str, Mapping[str, Any]]
-) -> list[DomainNode]:
-    """Stable per-clique indexes: a node keeps its index; newcomers take the lowest free one."""
-    taken: dict[str, set[int]] = {}
-    index: dict[str, int] = {}
-    for name, _ip, clique, _st in entries:
-        prev = previous.get(name)
-        used = taken.setdefault(clique, set())
-        if (
-            prev
-            and prev.get("cliqueID") == clique
-            and isinstance(prev.get("index"), int)
-            and prev["index"] not in used
-        ):
-            index[name] = int(prev["index"])
-            used.add(index[name])
-    out = []
-    for name, ip, clique, st in entries:
-        if name not in index:
-            used = taken.setdefault(clique, set())
-            i = 0
-            while i in used:
-                i += 1
-            used.add(i)
-            index[name] = i
-        out.append(DomainNode(name, ip, clique, index[name], st))
-    return out
+# -- writes -------------------------------------------------------------------------------------
 
 
-def domain_status(
-    domain: ComputeDomain,
-    daemon_pods: Sequence[Mapping[str, Any]],
-    nodes: Mapping[str, Mapping[str, Any]],
-    pending_reason: str | None = None,
-) -> DomainStatus:
-    """The domain's status from its IMEX daemon pods and their nodes (pure).
-
-    A daemon is Ready when its pod runs on a healthy node. The domain is Ready when every
-    listed daemon is Ready, they share one clique, and there are at least ``numNodes`` of them
-    (at least one when ``numNodes`` is 0). ``pending_reason`` explains workload pods that
-    cannot be placed (no room in the clique) and wins over the generic waiting message.
-    """
-    entries: list[tuple[str, str, str, str]] = []
-    seen: set[str] = set()
-    failed: list[str] = []
-    for pod in sorted(daemon_pods, key=lambda p: str((p.get("spec") or {}).get("nodeName"))):
-        name = str((pod.get("spec") or {}).get("nodeName") or "")
-        if not name or name in seen:
-            continue
-        seen.add(name)
-        node = nodes.get(name)
-        healthy = node_healthy(node)
-        running = (pod.get("status") or {}).get("phase") == "Running"
-        if not healthy:
-            failed.append(name if node is not None else f"{name} (gone)")
-        clique = node_clique(node) or ""
-        entries.append(
-            (name, node_ip(node, name), clique, "Ready" if healthy and running else "NotReady")
-        )
-    previous = {
-        str(n.get("name")): n for n in (domain.status.get("nodes") or []) if isinstance(n, Mapping)
-    }
-    listed = _assign_indexes(entries, previous)
-    ready = [n for n in listed if n.status == "Ready"]
-    cliques = sorted({n.clique_id for n in listed})
-    want = max(domain.spec.num_nodes, 1)
-    if failed:
-        return DomainStatus(
-            "NotReady",
-            tuple(listed),
-            "NodeNotReady",
-            f"node {', '.join(failed)} of the domain is NotReady"
-            + (f"; {pending_reason}" if pending_reason else ""),
-        )
-    if len(cliques) > 1:
-        return DomainStatus(
-            "NotReady",
-            tuple(listed),
-            "CliqueMismatch",
-            f"IMEX daemons run in more than one NVLink clique: {', '.join(cliques)}",
-        )
-    if pending_reason and len(ready) < want:
-        return DomainStatus("NotReady", tuple(listed), "Unschedulable", pending_reason)
-    if listed and len(ready) == len(listed) and len(ready) >= want:
-        return DomainStatus(
-            "Ready",
-            tuple(listed),
-            "DaemonsReady",
-            f"{len(ready)} of {want} IMEX daemon(s) Ready in clique {cliques[0]}",
-        )
-    return DomainStatus(
-        "NotReady",
-        tuple(listed),
-        "WaitingForDaemons",
-        f"{len(ready)} of {want} IMEX daemon(s) Ready",
-    )
+def _ref(domain: ComputeDomain) -> str:
+    return f"ComputeDomain/{domain.ref}"
 
 
-def reconcile(store: ObjectStore, *, namespace: str = DRIVER_NAMESPACE) -> list[DomainEvent]:
-    """One pass over every ComputeDomain in the store; returns what happened as events."""
-    events: list[DomainEvent] = []
-    domains = store.list(API_VERSION, KIND)
-    if not domains and not _owned_objects_exist(store):
-        return events  # a cluster without domains costs two small lists, not every pod
-    nodes = {str(_meta(n).get("name")): n for n in store.list("v1", "Node")}
-    pods = store.list("v1", "Pod") if domains else []
-    live: set[str] = set()
-    for raw in domains:
-        ref = f"ComputeDomain/{_meta(raw).get('namespace', 'default')}/{_meta(raw).get('name')}"
-        try:
-            domain = parse_compute_domain(raw)
-        except FieldError as exc:
-            events.append(DomainEvent("Warning", "InvalidSpec", ref, str(exc)))
-            continue
-        live.add(domain.uid)
-        try:
-            if domain.deleting:
-                events += _cleanup(store, domain, raw, nodes, pods, namespace)
-            else:
-                events += _sync(store, domain, raw, nodes, pods, namespace)
-        except Conflict:
-            continue  # someone wrote in between: the next pass sees the newer object
-    _collect_orphans(store, live, nodes, namespace)
-    return events
-
-
-def _ensure(store: ObjectStore, desired: Obj, uid: str, ref: str) -> list[DomainEvent]:
+def _ensure(
+    store: ObjectStore, desired: Obj, uid: str, existing: Sequence[Obj], ref: str
+) -> list[DomainEvent]:
+    """Create ``desired`` or repair what differs: a DaemonSet by a merge patch; a claim
+    template (whose spec the API server keeps immutable) by deleting and creating it."""
     api, kind = desired["apiVersion"], desired["kind"]
     meta = desired["metadata"]
-    try:
-        current = store.get(api, kind, meta["name"], meta.get("namespace"))
-    except NotFound:
-        with contextlib.suppress(AlreadyExists):
+    current = next(
+        (
+            o
+            for o in existing
+            if _meta(o).get("name") == meta["name"]
+            and (_meta(o).get("namespace") or "default") == meta["namespace"]
+        ),
+        None,
+    )
+    if current is None:
+        try:
             store.create(desired)
-        return [
-            DomainEvent(
-                "Normal", "Created", ref, f"created {kind} {meta['namespace']}/{meta['name']}"
-            )
-        ]
-    owner = (_meta(current).get("labels") or {}).get(DOMAIN_LABEL)
-    if owner != uid:
+        except AlreadyExists:
+            try:
+                current = store.get(api, kind, meta["name"], meta["namespace"])
+            except NotFound:
+                return []
+        else:
+            return [
+                DomainEvent(
+                    "Normal", "Created", ref, f"created {kind} {meta['namespace']}/{meta['name']}"
+                )
+            ]
+    if _labels(current).get(DOMAIN_LABEL) != uid:
         return [
             DomainEvent(
                 "Warning",
@@ -252,44 +152,92 @@ def _ensure(store: ObjectStore, desired: Obj, uid: str, ref: str) -> list[Domain
                 "ComputeDomain; it was left alone",
             )
         ]
-    if (
-        current.get("spec") != desired.get("spec")
-        or (_meta(current).get("labels") or {}) != meta["labels"]
+    if covers(current.get("spec"), desired.get("spec")) and covers(
+        _labels(current), meta["labels"]
     ):
-        updated = dict(current)
-        updated["spec"] = desired["spec"]
-        updated["metadata"] = {**current["metadata"], "labels": meta["labels"]}
-        store.update(updated)
-    return []
+        return []
+    if kind == "ResourceClaimTemplate":
+        with contextlib.suppress(NotFound):
+            store.delete(api, kind, meta["name"], meta["namespace"])
+        with contextlib.suppress(AlreadyExists):
+            store.create(desired)
+    else:
+        store.patch(
+            api,
+            kind,
+            meta["name"],
+            {"metadata": {"labels": meta["labels"]}, "spec": desired["spec"]},
+            meta["namespace"],
+        )
+    return [
+        DomainEvent(
+            "Normal", "Repaired", ref, f"{kind} {meta['namespace']}/{meta['name']} was restored"
+        )
+    ]
 
 
-def _sync(
-    store: ObjectStore,
-    domain: ComputeDomain,
-    raw: Obj,
-    nodes: Mapping[str, Obj],
-    pods: Sequence[Obj],
-    namespace: str,
-) -> list[DomainEvent]:
-    ref = f"ComputeDomain/{domain.ref}"
-    events: list[DomainEvent] = []
+def drop_node_label(store: ObjectStore, node_name: str, key: str) -> None:
+    """Remove one label from a Node: a merge patch of that key alone, no read first."""
+    with contextlib.suppress(NotFound):
+        store.patch("v1", "Node", node_name, {"metadata": {"labels": {key: None}}})
+
+
+def _set_finalizers(store: ObjectStore, raw: Obj, finalizers: list[str]) -> Obj:
+    meta = _meta(raw)
+    return store.patch(
+        API_VERSION,
+        KIND,
+        str(meta.get("name")),
+        {"metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}},
+        str(meta.get("namespace") or "default"),
+    )
+
+
+@dataclass
+class SyncResult:
+    """What one domain sync did: events, and whether pods of it wait for room (the caller
+    then re-syncs the domain when room may have appeared)."""
+
+    events: list[DomainEvent] = field(default_factory=list)
+    waiting: bool = False
+    #: the ComputeDomain as this sync last wrote it (None: not written), newer than what a
+    #: watch may have delivered yet
+    domain: Obj | None = None
+
+
+def sync_domain(
+    store: ObjectStore, raw: Obj, view: ClusterView, namespace: str = DRIVER_NAMESPACE
+) -> SyncResult:
+    """Bring one domain (its stored object ``raw``) to what it asks for. Raises the store's
+    errors (:class:`Conflict` when someone wrote in between): the caller retries later."""
+    result = SyncResult()
+    meta = _meta(raw)
+    try:
+        domain = parse_compute_domain(raw)
+    except FieldError as exc:
+        ref = f"ComputeDomain/{meta.get('namespace', 'default')}/{meta.get('name')}"
+        result.events.append(DomainEvent("Warning", "InvalidSpec", ref, str(exc)))
+        return result
+    if domain.deleting:
+        result.events += _cleanup(store, domain, raw, view, namespace)
+        return result
+    ref = _ref(domain)
     if FINALIZER not in domain.finalizers:
-        raw["metadata"]["finalizers"] = [*domain.finalizers, FINALIZER]
-        raw = store.update(raw)
+        raw = result.domain = _set_finalizers(store, raw, [*domain.finalizers, FINALIZER])
     for desired in (
         channel_claim_template(domain),
         daemon_claim_template(domain, namespace),
         daemon_set(domain, namespace),
     ):
-        events += _ensure(store, desired, domain.uid, ref)
+        api, kind = desired["apiVersion"], desired["kind"]
+        result.events += _ensure(store, desired, domain.uid, view.owned(api, kind, domain.uid), ref)
 
     # A failed node keeps no daemon of the domain: dropping its label lets the DaemonSet go.
     key = node_label(domain.uid)
-    for name, node in nodes.items():
-        labels = _meta(node).get("labels") or {}
-        if labels.get(key) == "true" and not node_healthy(node):
-            _drop_label(store, name, key)
-            events.append(
+    for name in sorted(view.labelled_nodes(domain.uid)):
+        if not node_healthy(view.node(name)):
+            drop_node_label(store, name, key)
+            result.events.append(
                 DomainEvent(
                     "Warning",
                     "NodeNotReady",
@@ -298,66 +246,79 @@ def _sync(
                 )
             )
 
-    daemons = [
-        p
-        for p in pods
-        if (_meta(p).get("namespace") or "default") == namespace
-        and (_meta(p).get("labels") or {}).get(DOMAIN_LABEL) == domain.uid
-        and not _meta(p).get("deletionTimestamp")
-    ]
-    status = domain_status(domain, daemons, nodes, _pending_reason(domain, nodes, pods))
+    cliques = view.owned(*CLIQUE, domain.uid)
+    listed, failed = daemon_entries(
+        view.daemon_pods(domain.uid), view.node, previous_daemons(domain, cliques)
+    )
+    _write_cliques(store, domain, listed, cliques, namespace)
+
+    reason = pending_reason(domain, view)
+    result.waiting = bool(pending_pods(domain, view.workload_pods(domain)))
+    status = decide_status(domain, listed, failed, reason)
     new = status.to_obj()
     old = raw.get("status") or {}
     if new != old:
-        raw["status"] = new
-        store.update(raw)
+        result.domain = store.patch(
+            API_VERSION,
+            KIND,
+            domain.name,
+            {"status": _status_patch(old, new)},
+            domain.namespace,
+            subresource="status",
+        )
         if old.get("status") != new["status"]:
             if new["status"] == "Ready":
-                events.append(DomainEvent("Normal", "ComputeDomainReady", ref, status.message))
+                result.events.append(
+                    DomainEvent("Normal", "ComputeDomainReady", ref, status.message)
+                )
             elif old.get("status") == "Ready":
-                events.append(DomainEvent("Warning", "ComputeDomainNotReady", ref, status.message))
-        old_reason = ((old.get("conditions") or [{}])[0]).get("message")
-        if status.reason == "Unschedulable" and old_reason != status.message:
-            events.append(DomainEvent("Warning", "NoRoomInClique", ref, status.message))
-    return events
+                result.events.append(
+                    DomainEvent("Warning", "ComputeDomainNotReady", ref, status.message)
+                )
+        old_message = ((old.get("conditions") or [{}])[0]).get("message")
+        if status.reason == "Unschedulable" and old_message != status.message:
+            result.events.append(DomainEvent("Warning", "NoRoomInClique", ref, status.message))
+    return result
 
 
-def _pending_reason(
-    domain: ComputeDomain, nodes: Mapping[str, Obj], pods: Sequence[Obj]
-) -> str | None:
-    """Why the domain's unplaced workload pods cannot go anywhere, if clique room is the cause."""
-    mine = workload_pods(domain, pods)
-    pending = [p for p in mine if not (p.get("spec") or {}).get("nodeName")]
-    if not pending:
-        return None
-    members: dict[str, str | None] = {}
-    for p in mine:
-        name = (p.get("spec") or {}).get("nodeName")
-        if name and node_healthy(nodes.get(name)):
-            members[name] = node_clique(nodes[name])
-    by_node: dict[str, list[Obj]] = {}
-    for p in pods:
-        name = (p.get("spec") or {}).get("nodeName")
-        if name and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-            by_node.setdefault(str(name), []).append(p)
-    rooms = room_view(pending[0], list(nodes.values()), by_node)
-    return place(domain.ref, domain.spec.num_nodes, members, rooms).reason
-
-
-def _drop_label(store: ObjectStore, node_name: str, key: str) -> None:
-    for _ in range(5):
-        try:
-            node = store.get("v1", "Node", node_name)
-        except NotFound:
-            return
-        labels = node["metadata"].get("labels") or {}
-        if key not in labels:
-            return
-        labels.pop(key)
-        node["metadata"]["labels"] = labels
-        with contextlib.suppress(Conflict):
-            store.update(node)
-            return
+def _write_cliques(
+    store: ObjectStore,
+    domain: ComputeDomain,
+    listed: Sequence[DomainNode],
+    existing: Sequence[Obj],
+    namespace: str,
+) -> None:
+    """One ComputeDomainClique per clique holding the domain's daemons there; cliques left
+    without daemons are deleted."""
+    by_clique: dict[str, list[DomainNode]] = {}
+    for entry in listed:
+        if entry.clique_id:
+            by_clique.setdefault(entry.clique_id, []).append(entry)
+    current = {str(_meta(o).get("name")): o for o in existing}
+    wanted = {
+        obj["metadata"]["name"]: obj
+        for obj in (clique_object(domain, c, d, namespace) for c, d in sorted(by_clique.items()))
+    }
+    for name, obj in wanted.items():
+        have = current.get(name)
+        if have is None:
+            try:
+                store.create(obj)
+            except AlreadyExists:
+                store.patch(API_VERSION, CLIQUE_KIND, name, {"daemons": obj["daemons"]}, namespace)
+        elif have.get("daemons") != obj["daemons"] or not covers(
+            _labels(have), obj["metadata"]["labels"]
+        ):
+            store.patch(
+                API_VERSION,
+                CLIQUE_KIND,
+                name,
+                {"metadata": {"labels": obj["metadata"]["labels"]}, "daemons": obj["daemons"]},
+                namespace,
+            )
+    for name, obj in current.items():
+        if name not in wanted:
+            _delete_quietly(store, API_VERSION, CLIQUE_KIND, name, _meta(obj).get("namespace"))
 
 
 def _delete_quietly(store: ObjectStore, api: str, kind: str, name: str, ns: str | None) -> bool:
@@ -368,73 +329,60 @@ def _delete_quietly(store: ObjectStore, api: str, kind: str, name: str, ns: str 
     return True
 
 
-def _owned(store: ObjectStore, api: str, kind: str, uid: str) -> list[Obj]:
-    return store.list(api, kind, labels={DOMAIN_LABEL: uid})
-
-
 def _cleanup(
-    store: ObjectStore,
-    domain: ComputeDomain,
-    raw: Obj,
-    nodes: Mapping[str, Obj],
-    pods: Sequence[Obj],
-    namespace: str,
+    store: ObjectStore, domain: ComputeDomain, raw: Obj, view: ClusterView, namespace: str
 ) -> list[DomainEvent]:
-    ref = f"ComputeDomain/{domain.ref}"
-    removed = _remove_owned(store, domain.uid, nodes, namespace)
+    removed = remove_owned(store, domain.uid, view, namespace)
     if FINALIZER in domain.finalizers:
-        raw["metadata"]["finalizers"] = [f for f in domain.finalizers if f != FINALIZER]
         with contextlib.suppress(NotFound):
-            store.update(raw)
+            _set_finalizers(store, raw, [f for f in domain.finalizers if f != FINALIZER])
     return [
         DomainEvent(
             "Normal",
             "Deleted",
-            ref,
+            _ref(domain),
             f"removed {removed} object(s) and node label(s) the domain owned",
         )
     ]
 
 
-def _remove_owned(store: ObjectStore, uid: str, nodes: Mapping[str, Obj], namespace: str) -> int:
+def remove_owned(store: ObjectStore, uid: str, view: ClusterView, namespace: str) -> int:
+    """Delete every object labelled for the domain, its daemon pods (what garbage collection
+    of the DaemonSet would do) and its node labels; how many went."""
     removed = 0
-    for api, kind in (RCT, DS):
-        for obj in _owned(store, api, kind, uid):
-            m = obj["metadata"]
-            removed += _delete_quietly(store, api, kind, m["name"], m.get("namespace"))
-    # What the DaemonSet controller's garbage collection would remove with the DaemonSet.
-    for pod in store.list("v1", "Pod", namespace=namespace, labels={DOMAIN_LABEL: uid}):
-        removed += _delete_quietly(store, "v1", "Pod", pod["metadata"]["name"], namespace)
+    for api, kind in OWNED:
+        for obj in view.owned(api, kind, uid):
+            m = _meta(obj)
+            removed += _delete_quietly(store, api, kind, str(m.get("name")), m.get("namespace"))
+    for pod in view.daemon_pods(uid):
+        removed += _delete_quietly(store, "v1", "Pod", str(_meta(pod).get("name")), namespace)
     key = node_label(uid)
-    for name, node in nodes.items():
-        if key in (_meta(node).get("labels") or {}):
-            _drop_label(store, name, key)
-            removed += 1
+    for name in view.labelled_nodes(uid):
+        drop_node_label(store, name, key)
+        removed += 1
     return removed
 
 
-def _owned_objects_exist(store: ObjectStore) -> bool:
-    return any(
-        DOMAIN_LABEL in (_meta(obj).get("labels") or {})
-        for api, kind in (RCT, DS)
-        for obj in store.list(api, kind)
-    )
+# -- the simulator's full pass ----------------------------------------------------------------
 
 
-def _collect_orphans(
-    store: ObjectStore, live: set[str], nodes: Mapping[str, Obj], namespace: str
-) -> None:
-    """Objects labelled for a domain that no longer exists (deleted while no controller ran)."""
-    stale: set[str] = set()
-    for api, kind in (RCT, DS):
-        for obj in store.list(api, kind):
-            uid = (_meta(obj).get("labels") or {}).get(DOMAIN_LABEL)
-            if uid and uid not in live:
-                stale.add(uid)
-    prefix = node_label("")
-    for node in nodes.values():
-        for key in _meta(node).get("labels") or {}:
-            if key.startswith(prefix) and key[len(prefix) :] not in live:
-                stale.add(key[len(prefix) :])
-    for uid in stale:
-        _remove_owned(store, uid, nodes, namespace)
+def reconcile(store: ObjectStore, *, namespace: str = DRIVER_NAMESPACE) -> list[DomainEvent]:
+    """One pass over every ComputeDomain in the store: one list of each kind, then
+    :func:`sync_domain` per domain and the removal of orphans (objects and node labels of
+    domains deleted while no controller ran). Returns what happened as events."""
+    events: list[DomainEvent] = []
+    domains = store.list(API_VERSION, KIND)
+    view = StoreView(store, namespace)
+    if not domains and not view.owner_uids():
+        return events
+    live: set[str] = set()
+    for raw in domains:
+        uid = str(_meta(raw).get("uid") or "")
+        live.add(uid)
+        try:
+            events += sync_domain(store, raw, view, namespace).events
+        except Conflict:
+            continue  # someone wrote in between: the next pass sees the newer object
+    for uid in sorted(view.owner_uids() - live):
+        remove_owned(store, uid, view, namespace)
+    return events

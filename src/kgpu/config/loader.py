@@ -10,6 +10,7 @@ labels, the way the device plugin's config manager and the MIG manager decide it
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -347,11 +348,76 @@ def _load_text(builder: _Builder, text: str, *, file: str) -> None:
     builder.kinds.append((file, "+".join(dict.fromkeys(kinds)) or "empty"))
 
 
+#: The link a kubelet-mounted ConfigMap volume swaps atomically to publish new contents.
+CONFIGMAP_DATA_LINK = "..data"
+
+
+def configmap_volume_files(directory: Path) -> list[Path]:
+    """The keys of a directory laid out as the kubelet mounts a ConfigMap (or any directory of
+    config files), as paths to read, sorted by key.
+
+    The kubelet writes a new timestamped directory and swaps the ``..data`` link to it in one
+    rename; the keys are links through ``..data``. The files are read from where ``..data``
+    points when it is read, so one load sees one version of the ConfigMap even if a swap
+    happens meanwhile. Names starting with a dot are the volume's own bookkeeping."""
+    data = directory / CONFIGMAP_DATA_LINK
+    base = directory
+    if data.is_symlink() or data.is_dir():
+        base = directory / os.readlink(data) if data.is_symlink() else data
+    try:
+        names = sorted(e.name for e in os.scandir(base) if not e.name.startswith("."))
+    except OSError:
+        return []
+    return [base / name for name in names if (base / name).is_file()]
+
+
+def _load_directory(builder: _Builder, directory: Path) -> None:
+    """A ConfigMap volume: each key (file) is one config, named by the key, as the GPU
+    Operator's config manager reads ``devicePlugin.config.name``'s ConfigMap (a mig-parted
+    config, ``mig-configs:``, is recognised as such)."""
+    files = configmap_volume_files(directory)
+    if not files and not (directory / CONFIGMAP_DATA_LINK).exists():
+        raise FieldError(
+            FieldProblem(read_problem(IsADirectoryError(), directory), file=str(directory))
+        )
+    if not files:
+        builder.warnings.append(
+            str(FieldProblem("ConfigMap volume without keys: nothing loaded", file=str(directory)))
+        )
+    problems: list[FieldProblem] = []
+    for path in files:
+        key = path.name
+        shown = str(directory / key)  # the path users know, not the timestamped one
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            problems.append(FieldProblem(read_problem(exc, shown), file=shown))
+            continue
+        except UnicodeDecodeError:
+            problems.append(FieldProblem("not UTF-8 text", file=shown))
+            continue
+        try:
+            kind, parsed = _configmap_entry_kind(text, file=shown, entry="")
+            if kind == "mig-parted":
+                builder.add_mig(parsed, file=shown)
+            else:
+                builder.add_plugin(key, parsed, file=shown, entry="")
+        except FieldError as exc:  # every bad key is reported, not just the first
+            problems.extend(exc.problems)
+    if problems:
+        raise FieldError(problems)
+    builder.kinds.append((str(directory), "configmap-volume"))
+
+
 def load_config_files(paths: Iterable[str | Path]) -> ConfigSet:
-    """Load every file; FieldError naming the file, entry and field on the first bad one."""
+    """Load every file (a directory: a ConfigMap volume, one config per key); FieldError naming
+    the file, entry and field on the first bad one."""
     builder = _Builder()
     for path in paths:
         p = Path(path)
+        if p.is_dir():
+            _load_directory(builder, p)
+            continue
         try:
             text = p.read_text()
         except OSError as exc:

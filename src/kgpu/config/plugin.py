@@ -381,8 +381,42 @@ class DevicePluginConfig(StrictModel):
     def mps_root(self) -> str:
         return self.flags.mps_root or DEFAULT_MPS_ROOT
 
+    @property
+    def pass_device_specs(self) -> bool:
+        """Allocate passes the devices' nodes to the kubelet (``DeviceSpecs``) too."""
+        plugin = self.flags.plugin
+        return bool(plugin and plugin.pass_device_specs)
+
+    def with_flags(self, overrides: tuple[tuple[str, Any], ...]) -> DevicePluginConfig:
+        """This config with ``flags`` fields replaced by ``overrides``: ``(path, value)`` pairs,
+        the path as the file spells it under ``flags`` (``migStrategy``,
+        ``plugin.deviceListStrategy``). Upstream lays its command-line flags and environment
+        variables over the config file this way; the values must be valid already."""
+        if not overrides:
+            return self
+        flags = self.flags
+        for path, value in overrides:
+            parent, _, leaf = path.rpartition(".")
+            if parent == "plugin":
+                plugin = flags.plugin or PluginFlags()
+                flags = flags.model_copy(update={"plugin": _set(plugin, leaf, value)})
+            elif not parent:
+                flags = _set(flags, leaf, value)
+            else:
+                raise KeyError(f"flags.{path} is not a flag kgpu lets an override set")
+        return self.model_copy(update={"flags": flags})
+
 
 DEFAULT_PLUGIN_CONFIG = DevicePluginConfig()
+
+
+def _set(model: Any, alias: str, value: Any) -> Any:
+    """``model`` with the field the file calls ``alias`` set to ``value``."""
+    for name, info in type(model).model_fields.items():
+        if (info.alias or name) == alias:
+            given = list(value) if isinstance(value, tuple) else value
+            return model.model_copy(update={name: given})
+    raise KeyError(f"{type(model).__name__} has no field {alias!r}")
 
 
 @dataclass(frozen=True)

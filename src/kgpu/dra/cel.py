@@ -33,17 +33,25 @@ devices that agree on those names (:meth:`Selector.signature`).
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal
 from typing import Any
 
 import cel
 
 from kgpu.errors import KgpuError
 from kgpu.quantity import parse_quantity as parse_quantity  # re-exported for the allocator
+
+# The library logs every failing Python function call (pyo3-log, logger "cel") before raising;
+# kgpu reports those errors itself, with context, so the log lines would only be noise on
+# stderr (and around ``-o json`` output).
+_CEL_LOG = logging.getLogger("cel")
+_CEL_LOG.addHandler(logging.NullHandler())
+_CEL_LOG.propagate = False
 
 TYPE_KEY = "@kgpu.type"
 
@@ -79,6 +87,8 @@ def parse_semver(text: str, normalize: bool = False) -> tuple[int, int, int, str
             s = ".".join(parts + ["0"] * (3 - len(parts))) + m.group(2)
     m = _SEMVER.match(s)
     if not m:
+        if len(s.split("-")[0].split("+")[0].split(".")) < 3:
+            raise ValueError("No Major.Minor.Patch elements found")  # blang/semver's words
         raise ValueError(f"invalid semantic version {text!r}")
     return int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4) or ""
 
@@ -143,29 +153,51 @@ def _compare(a: Any, b: Any) -> int:
     return (ka > kb) - (ka < kb)
 
 
-def _semver_fn(text: Any, normalize: Any = False) -> dict[str, Any]:
-    if not isinstance(text, str):
-        raise TypeError("no such overload: semver(string)")
-    return semver_value(text, bool(normalize))
+def _overload(name: str, *args: Any) -> TypeError:
+    kinds = ", ".join(_kind(a) for a in args)
+    return TypeError(f"found no matching overload for '{name}' applied to '({kinds})'")
 
 
-def _is_semver(text: Any, normalize: Any = False) -> bool:
+def _semver_args(name: str, text: Any, normalize: Any) -> bool:
+    if not isinstance(text, str) or not isinstance(normalize, bool | None):
+        raise _overload(name, *((text,) if normalize is None else (text, normalize)))
+    return bool(normalize)
+
+
+def _semver_fn(text: Any, normalize: Any = None) -> dict[str, Any]:
+    return semver_value(text, _semver_args("semver", text, normalize))
+
+
+def _is_semver(text: Any, normalize: Any = None) -> bool:
+    flag = _semver_args("isSemver", text, normalize)
     try:
-        parse_semver(str(text), bool(normalize))
+        parse_semver(text, flag)
     except ValueError:
         return False
     return True
 
 
+#: the API server's looser first check (resource.ParseQuantity): what passes it and still
+#: fails has a bad suffix
+_QUANTITY_SHAPE = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")
+
+
 def _quantity_fn(text: Any) -> dict[str, Any]:
     if not isinstance(text, str):
-        raise TypeError("no such overload: quantity(string)")
-    return quantity_value(text)
+        raise _overload("quantity", text)
+    try:
+        return quantity_value(text)
+    except ValueError:
+        if _QUANTITY_SHAPE.match(text):
+            raise ValueError("unable to parse quantity's suffix") from None
+        raise
 
 
 def _is_quantity(text: Any) -> bool:
+    if not isinstance(text, str):
+        raise _overload("isQuantity", text)
     try:
-        parse_quantity(str(text))
+        parse_quantity(text)
     except ValueError:
         return False
     return True
@@ -188,6 +220,33 @@ def _add(a: Any, b: Any) -> dict[str, Any]:
 def _sub(a: Any, b: Any) -> dict[str, Any]:
     _need(a, "quantity")
     return quantity_value(_q(a) - _as_quantity(b))
+
+
+def _int_arg(name: str, a: Any, b: Any) -> int:
+    if isinstance(b, bool) or not isinstance(b, int):
+        raise _overload(name, a, b)
+    return b
+
+
+def _mul(a: Any, b: Any) -> dict[str, Any]:
+    _need(a, "quantity")
+    return quantity_value(_q(a) * _int_arg("mul", a, b))
+
+
+def _div(a: Any, b: Any) -> dict[str, Any]:
+    _need(a, "quantity")
+    n = _int_arg("div", a, b)
+    if n == 0:
+        raise ValueError("division by zero")
+    return quantity_value((_q(a) / n).quantize(Decimal("1e-9")))
+
+
+def _div_int(a: Any, b: Any) -> dict[str, Any]:
+    _need(a, "quantity")
+    n = _int_arg("divInt", a, b)
+    if n == 0:
+        raise ValueError("division by zero")
+    return quantity_value((_q(a) / n).to_integral_value(rounding=ROUND_DOWN))
 
 
 def _as_integer(a: Any) -> int:
@@ -237,6 +296,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "isLessThan": lambda a, b: _compare(a, b) < 0,
     "add": _add,
     "sub": _sub,
+    "mul": _mul,
+    "div": _div,
+    "divInt": _div_int,
     "sign": _sign,
     "isInteger": _is_integer,
     "asInteger": _as_integer,
@@ -333,17 +395,31 @@ class Selector:
     def evaluate(self, device: Mapping[str, Any]) -> bool:
         """Run against one device view (see :func:`device_view`); :class:`CelRuntimeError`
         when evaluation fails or yields a non-bool."""
-        attrs = device["attributes"]
-        caps = device["capacity"]
-        if any(d not in attrs or d not in caps for d in self.domains):
-            attrs = {**{d: {} for d in self.domains}, **attrs}
-            caps = {**{d: {} for d in self.domains}, **caps}
-        variables: dict[str, Any] = {
-            "device": {"driver": device["driver"], "attributes": attrs, "capacity": caps}
-        }
+        result = self.value(device)
+        if not isinstance(result, bool):
+            raise CelRuntimeError(
+                f"CEL result of type {_type_name(result)} could not be converted to bool"
+            )
+        return result
+
+    def value(self, device: Mapping[str, Any] | None = None) -> Any:
+        """The expression's value (semver and quantity values as tagged maps)."""
+        variables: dict[str, Any] = {}
+        if device is not None:
+            attrs = device["attributes"]
+            caps = device["capacity"]
+            if any(d not in attrs or d not in caps for d in self.domains):
+                attrs = {**{d: {} for d in self.domains}, **attrs}
+                caps = {**{d: {} for d in self.domains}, **caps}
+            variables["device"] = {
+                "driver": device["driver"],
+                "attributes": attrs,
+                "capacity": caps,
+                "allowMultipleAllocations": device.get("allowMultipleAllocations", False),
+            }
         variables.update(_ALL_FUNCTIONS)
         try:
-            result = self.program.execute(variables)
+            return self.program.execute(variables)
         except KeyError as exc:
             raise CelRuntimeError(
                 f"no such key: {exc.args[0] if exc.args else ''}. Consider using CEL optional "
@@ -351,30 +427,113 @@ class Selector:
             ) from None
         except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
             raise CelRuntimeError(_clean(str(exc))) from None
-        if not isinstance(result, bool):
-            raise CelRuntimeError(
-                f"CEL result of type {type(result).__name__} could not be converted to bool"
-            )
-        return result
+
+    def evaluate_cached(self, device: Mapping[str, Any]) -> bool:
+        """:meth:`evaluate`, with the result (or the runtime error) shared by every device
+        with the same :meth:`signature`: identical GPUs cost one evaluation."""
+        key = (self.expression, self.signature(device))
+        hit = _RESULTS.get(key)
+        if hit is None:
+            try:
+                hit = self.evaluate(device)
+            except CelRuntimeError as exc:
+                hit = str(exc)
+            if len(_RESULTS) > 1_000_000:
+                _RESULTS.clear()
+            _RESULTS[key] = hit
+        if isinstance(hit, str):
+            raise CelRuntimeError(hit)
+        return hit
 
     def signature(self, device: Mapping[str, Any]) -> Any:
-        """A hashable key such that two devices with equal keys get the same result from this
-        expression: the driver plus the attributes and capacities whose names it mentions (all
-        of them if it iterates over maps)."""
+        """A hashable key such that two device views with equal keys get the same result from
+        this expression: the driver plus the attributes and capacities whose names it mentions
+        and the domains it mentions that are present (everything if it iterates over maps)."""
         if self.dynamic:
             return device["_signature"]
         names = self.names
         parts: list[Any] = [device["driver"]]
+        if "allowMultipleAllocations" in names:
+            parts.append(device.get("allowMultipleAllocations", False))
         for section in ("attributes", "capacity"):
             for domain, values in sorted(device[section].items()):
                 picked = tuple(sorted((k, _hashable(v)) for k, v in values.items() if k in names))
-                if picked:
+                if picked or domain in names:
                     parts.append((section, domain, picked))
         return tuple(parts)
 
+    def raw_signature(self, driver: str, raw: Mapping[str, Any]) -> Any:
+        """Like :meth:`signature`, from a v1 Device as published (no view built): None when
+        the expression iterates over maps. Attribute order is kept, so two identical devices
+        listed in a different order only miss the cache."""
+        if self.dynamic:
+            return None
+        names = self.names
+        parts: list[Any] = [driver, bool(raw.get("allowMultipleAllocations"))]
+        domains: set[str] = set()
+        for section in ("attributes", "capacity"):
+            values = raw.get(section)
+            if not values:
+                parts.append(None)
+                continue
+            picked = []
+            for qualified, value in values.items():
+                domain, sep, ident = qualified.partition("/")
+                if not sep:
+                    domain, ident = driver, qualified
+                if domain in names:
+                    domains.add(domain)
+                if ident in names:
+                    picked.append((qualified, _hashable(value)))
+            parts.append(tuple(picked))
+        parts.append(tuple(sorted(domains)))
+        return tuple(parts)
+
+    def evaluate_raw(self, driver: str, raw: Mapping[str, Any], view: Callable[[], Any]) -> bool:
+        """:meth:`evaluate_cached` for a published device; ``view`` builds its CEL view, only
+        when no device with the same :meth:`raw_signature` was evaluated before."""
+        sig = self.raw_signature(driver, raw)
+        if sig is None:
+            return self.evaluate_cached(view())
+        key = (self.expression, sig)
+        hit = _RAW_RESULTS.get(key)
+        if hit is None:
+            try:
+                hit = self.evaluate(view())
+            except CelRuntimeError as exc:
+                hit = str(exc)
+            if len(_RAW_RESULTS) > 1_000_000:
+                _RAW_RESULTS.clear()
+            _RAW_RESULTS[key] = hit
+        if isinstance(hit, str):
+            raise CelRuntimeError(hit)
+        return hit
+
+
+def _type_name(value: Any) -> str:
+    """A CEL type name for a Python value (tagged maps are semver and quantity)."""
+    if isinstance(value, dict) and TYPE_KEY in value:
+        return str(value[TYPE_KEY])
+    return {
+        bool: "bool",
+        int: "int",
+        float: "double",
+        str: "string",
+        bytes: "bytes",
+        list: "list",
+        dict: "map",
+    }.get(type(value), type(value).__name__)
+
+
+_WRAPPED = re.compile(
+    r"^Function '[^']*' error: Python function call failed: [A-Za-z]*(?:Error|Exception): "
+)
+
 
 def _clean(message: str) -> str:
-    """The library appends advice meant for Python callers; keep the CEL part."""
+    """The library wraps our functions' errors and appends advice meant for Python callers;
+    keep the CEL part."""
+    message = _WRAPPED.sub("", message)
     message = message.split(". CEL does not coerce")[0]
     message = message.split(". Check function arguments")[0]
     return message
@@ -387,33 +546,169 @@ def _hashable(v: Any) -> Any:
 
 
 _ALL_FUNCTIONS: dict[str, Callable[..., Any]] = {}
-_CACHE: dict[str, Selector] = {}
+_CACHE: dict[str, Selector | CelCompileError] = {}
+_RESULTS: dict[tuple[str, Any], bool | str] = {}
+_RAW_RESULTS: dict[tuple[str, Any], bool | str] = {}
 _LOCK = threading.Lock()
+
+#: resourceapi.CELSelectorExpressionMaxLength: the API server refuses longer selectors
+MAX_EXPRESSION_LENGTH = 10 * 1024
+#: resourceapi.CELSelectorExpressionMaxCost: the API server's budget for one selector
+MAX_COST = 1_000_000
+#: how many entries kgpu assumes a comprehension iterates (v1 allows 32 attributes and
+#: capacities per device), for the cost estimate
+_COMPREHENSION_SIZE = 32
+_MACROS = re.compile(r"\.\s*(all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
 
 
 def compile_selector(expression: str) -> Selector:
     """Compile once per distinct expression text; :class:`CelCompileError` if it does not
-    parse."""
+    compile: too long or too costly for the API server's limits (checked before the library
+    sees the text, which crashes on some very long ones), an undeclared variable, bad syntax,
+    or (for an expression that reads no device) a wrong type."""
     cached = _CACHE.get(expression)
     if cached is not None:
+        if isinstance(cached, CelCompileError):
+            raise cached
         return cached
     with _LOCK:
-        if not _ALL_FUNCTIONS:
-            _ALL_FUNCTIONS.update(_stdlib_functions())
-            _ALL_FUNCTIONS.update(FUNCTIONS)
         try:
-            program = cel.compile(rewrite_bind(expression))
-        except (ValueError, RuntimeError, TypeError) as exc:
-            raise CelCompileError(f"compilation failed: {exc}") from None
-        tokens = _TOKENS.findall(expression)
-        names = frozenset(_unquote(t) if t[0] in "\"'" else t for t in tokens)
-        domains = frozenset(_unquote(m) for m in _DOMAIN_INDEX.findall(expression))
-        dynamic = (bool(names & _DYNAMIC) and not _only_literal_in(expression)) or (
-            _computed_index(expression)
-        )
-        selector = Selector(expression, program, names, domains, dynamic)
-        _CACHE[expression] = selector
+            selector = _compile(expression, require_bool=True)
+        except CelCompileError as exc:
+            if len(_CACHE) < 100_000:
+                _CACHE[expression] = exc
+            raise
+        if len(_CACHE) < 100_000:
+            _CACHE[expression] = selector
         return selector
+
+
+def compile_expression(expression: str) -> Selector:
+    """Compile any expression of Kubernetes' DRA CEL environment (not cached, result of any
+    type): for tools and tests of the library functions."""
+    with _LOCK:
+        return _compile(expression, require_bool=False)
+
+
+def _compile(expression: str, require_bool: bool) -> Selector:
+    if not _ALL_FUNCTIONS:
+        _ALL_FUNCTIONS.update(_stdlib_functions())
+        _ALL_FUNCTIONS.update(FUNCTIONS)
+    if len(expression) > MAX_EXPRESSION_LENGTH:
+        raise CelCompileError(
+            f"expression is {len(expression)} characters long; Kubernetes allows at most "
+            f"{MAX_EXPRESSION_LENGTH} (CELSelectorExpressionMaxLength)"
+        )
+    cost = estimated_cost(expression)
+    if cost > MAX_COST:
+        raise CelCompileError(
+            f"estimated cost {cost} exceeds the budget of {MAX_COST} for one selector "
+            "(CELSelectorExpressionMaxCost): nested comprehensions over device attributes "
+            "multiply the work per device"
+        )
+    rewritten = rewrite_bind(expression)
+    try:
+        program = cel.compile(rewritten)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # the library panics (PanicException) on some inputs
+        text = re.sub(r"^Failed to parse expression '.*?': ", "", _clean(str(exc)), flags=re.S)
+        if "Syntax error" not in text:
+            text = f"Syntax error: {text}"
+        raise CelCompileError(text) from None
+    _check_references(expression, rewritten, program)
+    if not (set(program.variables()) - {m.group(2) for m in _MACROS.finditer(rewritten)}):
+        _check_constant(expression, program, require_bool)
+    tokens = _TOKENS.findall(expression)
+    names = frozenset(_unquote(t) if t[0] in "\"'" else t for t in tokens)
+    domains = frozenset(_unquote(m) for m in _DOMAIN_INDEX.findall(expression))
+    dynamic = (bool(names & _DYNAMIC) and not _only_literal_in(expression)) or (
+        _computed_index(expression)
+    )
+    return Selector(expression, program, names, domains, dynamic)
+
+
+def _check_constant(expression: str, program: Any, require_bool: bool) -> None:
+    """An expression that reads no variable has one value: evaluate it now, so that what
+    cel-go's type checker refuses at compile time (a function applied to the wrong types, a
+    selector that is not a bool) is refused at compile time here too."""
+    variables: dict[str, Any] = dict(_ALL_FUNCTIONS)
+    try:
+        result = program.execute(variables)
+    except Exception as exc:  # runtime errors stay runtime errors, as in cel-go ...
+        text = _clean(str(exc))
+        if "no matching overload" in text:  # ... but a type error is found by the checker
+            raise CelCompileError(f"ERROR: <input>:1:1: {text}") from None
+        return
+    if require_bool and not isinstance(result, bool):
+        raise CelCompileError(
+            f"must evaluate to bool or the unknown type, not {_type_name(result)}"
+        )
+
+
+def _check_references(expression: str, rewritten: str, program: Any) -> None:
+    """cel-go refuses unknown variables at compile time ("undeclared reference"); the library
+    would only fail when evaluating. ``device`` is the one variable Kubernetes declares, the
+    rest must be bound by a macro."""
+    bound = {m.group(2) for m in _MACROS.finditer(rewritten)}
+    declared = {"device", "cel"} | bound
+    for var in program.variables():
+        if var in declared:
+            continue
+        at = re.search(rf"(?<![\w.]){re.escape(var)}\b", expression)
+        column = at.start() + 1 if at else 1
+        raise CelCompileError(
+            f"ERROR: <input>:1:{column}: undeclared reference to '{var}' (in container '')"
+        )
+
+
+def estimated_cost(expression: str) -> int:
+    """A conservative stand-in for cel-go's static cost estimate: every token costs 1 times
+    the sizes of the comprehensions it runs in (32 entries for a map or list read from the
+    device, the literal's length for a list literal). Plain comparisons stay in the hundreds;
+    four nested comprehensions over device maps exceed the budget, as in Kubernetes."""
+    masked = _mask_strings(expression)
+    cost = 0
+    stack: list[int] = [1]  # multiplier per open bracket
+    i = 0
+    while i < len(masked):
+        ch = masked[i]
+        if ch in "([{":
+            factor = 1
+            m = re.search(r"\.\s*(all|exists|exists_one|map|filter)\s*$", masked[:i])
+            if ch == "(" and m:
+                factor = _receiver_size(masked[: m.start()])
+            stack.append(stack[-1] * factor)
+        elif ch in ")]}":
+            if len(stack) > 1:
+                stack.pop()
+        elif not ch.isspace():
+            cost += stack[-1]
+            j = i
+            while j + 1 < len(masked) and (masked[j + 1].isalnum() or masked[j + 1] == "_"):
+                j += 1
+            i = j
+        i += 1
+    return cost
+
+
+def _receiver_size(before: str) -> int:
+    """Entries a comprehension iterates: a list literal's length, else 32."""
+    text = before.rstrip()
+    if text.endswith("]"):
+        depth = 0
+        for k in range(len(text) - 1, -1, -1):
+            if text[k] == "]":
+                depth += 1
+            elif text[k] == "[":
+                depth -= 1
+                if depth == 0:
+                    prev = text[:k].rstrip()
+                    if prev and (prev[-1].isalnum() or prev[-1] in "_)]"):
+                        return _COMPREHENSION_SIZE  # an index, not a literal
+                    inner = text[k + 1 : -1]
+                    return max(1, inner.count(",") + 1) if inner.strip() else 1
+    return _COMPREHENSION_SIZE
 
 
 def _only_literal_in(expression: str) -> bool:
@@ -489,6 +784,12 @@ def device_view(driver: str, device: Mapping[str, Any]) -> dict[str, Any]:
     for name, cap in (device.get("capacity") or {}).items():
         domain, ident = split_qualified(name, driver)
         caps.setdefault(domain, {})[ident] = quantity_value(str(cap.get("value", "0")))
-    view: dict[str, Any] = {"driver": driver, "attributes": attrs, "capacity": caps}
-    view["_signature"] = _hashable({"d": driver, "a": attrs, "c": caps})
+    multi = bool(device.get("allowMultipleAllocations"))
+    view: dict[str, Any] = {
+        "driver": driver,
+        "attributes": attrs,
+        "capacity": caps,
+        "allowMultipleAllocations": multi,
+    }
+    view["_signature"] = _hashable({"d": driver, "a": attrs, "c": caps, "m": multi})
     return view

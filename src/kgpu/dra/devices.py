@@ -33,6 +33,7 @@ GPU alone.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -383,3 +384,41 @@ def gpu_devices(machine: Machine, gpu: Gpu, *, dynamic_mig: bool = False) -> Gpu
 def gpus_in_order(machine: Machine) -> list[Gpu]:
     """GPUs in the order upstream publishes them: by PCI bus id."""
     return sorted(machine.gpus, key=pci_bus_id)
+
+
+#: NVIDIA's DRA driver taints (``NVMLDeviceHealthCheck``, cmd/gpu-kubelet-plugin/device_health.go)
+TAINT_KEY_XID = "gpu.nvidia.com/xid"
+TAINT_KEY_GPU_LOST = "gpu.nvidia.com/gpu-lost"
+
+
+def health_taint(reason: str) -> Obj:
+    """The device taint NVIDIA's driver publishes for one unhealthy device: a critical XID is
+    ``gpu.nvidia.com/xid=<xid>:NoSchedule``, a GPU that stopped answering
+    ``gpu.nvidia.com/gpu-lost:NoSchedule``. (``reason`` as :mod:`kgpu.node.health` writes it:
+    ``xid 79``, ``nvml: ...``.)"""
+    kind, _, number = reason.partition(" ")
+    if kind == "xid" and number.isdigit():
+        return {"key": TAINT_KEY_XID, "value": number, "effect": "NoSchedule"}
+    return {"key": TAINT_KEY_GPU_LOST, "effect": "NoSchedule"}
+
+
+def taint_devices(devices: list[Obj], unhealthy: Mapping[str, str]) -> list[Obj]:
+    """``devices`` with the health taint of each one whose UUID is unhealthy, or whose parent
+    GPU is (kgpu's health model: an event not attributed to a MIG instance hits the whole GPU,
+    dynamic-MIG placements included). Untouched devices are returned as they are."""
+    if not unhealthy:
+        return devices
+    out = []
+    for dev in devices:
+        attrs = dev.get("attributes") or {}
+        reason = None
+        for attr in ("uuid", "parentUUID"):
+            value = (attrs.get(attr) or {}).get("string")
+            if value is not None and value in unhealthy:
+                reason = unhealthy[value]
+                break
+        if reason is None:
+            out.append(dev)
+            continue
+        out.append({**dev, "taints": [*(dev.get("taints") or []), health_taint(reason)]})
+    return out

@@ -17,11 +17,12 @@ of those limits, so what kgpu publishes can be tested against them for each vers
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from kgpu.dra.api import RESOURCE_API
-from kgpu.dra.devices import DRIVER, GpuDevices, gpu_devices, gpus_in_order
+from kgpu.dra.devices import DRIVER, GpuDevices, gpu_devices, gpus_in_order, taint_devices
 from kgpu.hardware.model import Machine
 
 #: The Kubernetes version slices are shaped for when the caller does not know the server's.
@@ -110,11 +111,16 @@ def resource_slices(
     max_devices_per_slice: int = MAX_DEVICES_PER_SLICE,
     partitionable: bool = False,
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
+    unhealthy: Mapping[str, str] | None = None,
 ) -> list[Obj]:
     """The ResourceSlices of one node (see the module docstring for the shapes);
-    ``partitionable`` turns dynamic MIG on, ``kubernetes_version`` is the API server's."""
+    ``partitionable`` turns dynamic MIG on, ``kubernetes_version`` is the API server's;
+    ``unhealthy`` (GPU/MIG UUID -> reason, :mod:`kgpu.node.health`) taints those devices as
+    NVIDIA's driver does (:func:`kgpu.dra.devices.taint_devices`)."""
     limit = max(1, min(max_devices_per_slice, MAX_DEVICES_PER_SLICE))
     per_gpu = node_devices(machine, dynamic_mig=partitionable)
+    if unhealthy:
+        per_gpu = [replace(g, devices=taint_devices(g.devices, unhealthy)) for g in per_gpu]
     groups: list[tuple[list[Obj], list[Obj]]] = []  # (devices, counter sets) per slice
     if not partitionable:
         flat = [d for g in per_gpu for d in g.devices]

@@ -21,7 +21,12 @@ The differences, from the official OpenAPI schemas of each release:
   server would refuse the unknown field).
 
 Each function takes a whole object or a partial one (a merge patch): a missing field stays
-missing, and the input is never changed.
+missing, and the input is never changed. ``DeviceTaintRule`` is served as ``v1alpha3``
+(1.33-1.35) or ``v1beta2`` (1.36) with one shape: it passes unchanged.
+
+Two ways in: :func:`to_version` / :func:`to_internal` (the API-server shell, which knows the
+kind of a partial object), and :func:`to_v1` / :func:`from_v1` / :func:`convert` for whole
+objects of any version (``kgpu allocate`` reads each object in its own version).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ INTERNAL = "v1"
 INTERNAL_API_VERSION = f"{GROUP}/{INTERNAL}"
 #: The kinds of the group kgpu reads and writes.
 KINDS = ("ResourceSlice", "ResourceClaim", "ResourceClaimTemplate", "DeviceClass")
+#: The versions DeviceTaintRule is served in (its shape is the same in both).
+TAINT_RULE_VERSIONS = ("v1beta2", "v1alpha3")
 
 #: Fields of a ``v1beta1`` claim request that ``v1`` puts under ``exactly``.
 _EXACTLY_FIELDS = (
@@ -55,6 +62,14 @@ class UnsupportedVersion(ValueError):
     """A ``resource.k8s.io`` version kgpu does not speak (``v1alpha3``, a typo)."""
 
 
+#: The name ``kgpu allocate`` uses for the same error.
+VersionError = UnsupportedVersion
+
+
+def _reads(versions: tuple[str, ...]) -> str:
+    return "kgpu reads " + ", ".join(f"{GROUP}/{v}" for v in versions)
+
+
 def newest(served: list[str] | tuple[str, ...]) -> str | None:
     """The newest of :data:`VERSIONS` among ``served``, or None when none is served."""
     return next((v for v in VERSIONS if v in served), None)
@@ -63,9 +78,7 @@ def newest(served: list[str] | tuple[str, ...]) -> str | None:
 def _version_of(api_version: str) -> str:
     group, _, version = api_version.rpartition("/")
     if group != GROUP or version not in VERSIONS:
-        raise UnsupportedVersion(
-            f"apiVersion {api_version!r}: kgpu speaks {GROUP} {', '.join(VERSIONS)}"
-        )
+        raise UnsupportedVersion(f"apiVersion {api_version!r}: {_reads(VERSIONS)}")
     return version
 
 
@@ -73,7 +86,7 @@ def to_version(obj: Obj, version: str, kind: str | None = None) -> Obj:
     """``obj`` (internal ``v1``) as ``resource.k8s.io/<version>``; ``kind`` names the kind of a
     partial object (a patch) that does not say it."""
     if version not in VERSIONS:
-        raise UnsupportedVersion(f"{GROUP}/{version}: kgpu speaks {', '.join(VERSIONS)}")
+        raise UnsupportedVersion(f"{GROUP}/{version}: {_reads(VERSIONS)}")
     out = copy.deepcopy(obj)
     if "apiVersion" in out:
         out["apiVersion"] = f"{GROUP}/{version}"
@@ -142,3 +155,39 @@ def _request_from_beta1(request: Obj) -> Obj:
     if exactly or "firstAvailable" not in request:
         out["exactly"] = exactly
     return out
+
+
+def version_of(obj: Obj) -> str:
+    """The ``resource.k8s.io`` version of an object, "" for other groups."""
+    group, sep, version = str(obj.get("apiVersion", "")).rpartition("/")
+    return version if sep and group == GROUP else ""
+
+
+def _is_taint_rule(obj: Obj) -> bool:
+    if obj.get("kind") != "DeviceTaintRule":
+        return False
+    version = version_of(obj)
+    if version and version not in TAINT_RULE_VERSIONS:
+        reads = _reads(TAINT_RULE_VERSIONS)
+        raise UnsupportedVersion(f"{GROUP}/{version} DeviceTaintRule: {reads}")
+    return True
+
+
+def to_v1(obj: Obj) -> Obj:
+    """A whole object of any served version in the internal (v1) form; objects of other groups
+    and DeviceTaintRules come back unchanged (copied)."""
+    if not version_of(obj) or _is_taint_rule(obj):
+        return copy.deepcopy(obj)
+    return to_internal(obj)
+
+
+def from_v1(obj: Obj, version: str) -> Obj:
+    """A whole v1 object as ``version`` serves it (for clusters that do not serve v1 yet)."""
+    if not version_of(obj) or _is_taint_rule(obj):
+        return copy.deepcopy(obj)
+    return to_version(obj, version)
+
+
+def convert(obj: Obj, version: str) -> Obj:
+    """A whole object between any two served versions (through v1)."""
+    return from_v1(to_v1(obj), version)

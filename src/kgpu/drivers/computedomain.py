@@ -4,23 +4,29 @@ agent's DRA kubelet-plugin framework (the simulator's kubelets use the same clas
 Preparing a *channel* claim gives the claim's domain an IMEX channel on this node (one per
 domain, never shared between domains), labels the node for the domain so that the domain's
 DaemonSet starts an IMEX daemon here (as upstream's plugin does), and returns the CDI edits
-that create ``/dev/nvidia-caps-imex-channels/channel<N>`` in the container. Preparing a
-*daemon* claim writes that daemon's ``config.cfg`` and ``nodes_config.cfg`` under
-``<work_dir>/domains/<uid>/`` and mounts the directory at ``/etc/nvidia-imex``. The Kubernetes
-API is reached only through the object store; claim state lives in the framework's checkpoint
-(``PreparedClaim.state``), so a restarted agent keeps its channel numbers.
+that create ``/dev/nvidia-caps-imex-channels/channel<N>`` in the container (every channel of
+the node for ``allocationMode: All``, which no other domain may then share). Preparing a
+*daemon* claim writes, under ``<work_dir>/domains/<uid>/`` mounted at ``/imexd``, upstream's
+IMEX config template ``imexd.cfg.tmpl``, ``nodes.cfg`` (the clique's daemon DNS names) and
+``hosts`` (which IP each name has, from the domain's ComputeDomainClique in this clique, which
+the controller keeps). The Kubernetes API is reached only through the object store; claim
+state lives in the framework's checkpoint (``PreparedClaim.state``), so a restarted agent keeps
+its channel numbers.
 
 What the driver reads, and how (a fabric node of a 5,000-node cluster must not poll):
 
-- the nodes of each domain whose IMEX daemon runs here, by label selector
-  (``resource.nvidia.com/computeDomain.<uid>=true,nvidia.com/gpu.clique=<clique>``): with a
-  :class:`~kgpu.store.CachedStore` one informer per such domain keeps them, and a change
-  rewrites the daemon's ``nodes_config.cfg`` at once (no timer); with a plain store, one
-  selected list when the daemon is prepared or :meth:`ComputeDomainHandler.sync_daemons` runs;
+- the ComputeDomainClique of each domain whose IMEX daemon runs here, by label selector
+  (``resource.nvidia.com/computeDomain=<uid>,resource.nvidia.com/computeDomain.cliqueID=
+  <clique>``, one small object): with a :class:`~kgpu.store.CachedStore` one informer per such
+  domain keeps it, and a change rewrites the daemon's ``hosts`` at once (no timer); with a
+  plain store, one selected list when the daemon is prepared or
+  :meth:`ComputeDomainHandler.sync_daemons` runs;
 - ComputeDomains, to find a claim's domain by uid: with a cached store one informer while the
   node holds any claim of the driver, else a list per prepare;
-- its own Node only when the clique is not known from the hardware, or its address is needed
-  and the node is not among the domain's nodes already.
+- the domain's nodes in this clique (label selector
+  ``resource.nvidia.com/computeDomain.<uid>=true,nvidia.com/gpu.clique=<clique>``), once when a
+  channel is prepared, for the channel the domain already uses there;
+- its own Node only when the clique is not known from the hardware.
 
 Writes are merge patches of the keys the driver owns (the domain label, the channel
 annotation), never whole-Node updates.
@@ -40,29 +46,35 @@ from typing import Any
 from kgpu.computedomain.api import (
     API_VERSION,
     CHANNEL_CONFIG_KIND,
+    CLIQUE_ID_LABEL,
+    CLIQUE_KIND,
     CLIQUE_LABEL,
     DAEMON_CONFIG_KIND,
+    DOMAIN_LABEL,
     DRIVER,
     KIND,
+    MAX_NODES_PER_IMEX_DOMAIN,
     ComputeDomain,
+    DomainNode,
     node_label,
     parse_compute_domain,
 )
 from kgpu.computedomain.imex import (
     CDI_KIND,
-    IMEX_CONFIG,
+    HOSTS,
     IMEX_CONFIG_DIR,
+    IMEX_CONFIG_TEMPLATE,
     MAX_CHANNELS,
     NODES_CONFIG,
     ChannelsExhausted,
     assign_channel,
     cdi_device_name,
     channel_path,
-    node_ip,
-    render_imex_config,
+    render_hosts,
+    render_imex_config_template,
     render_nodes_config,
 )
-from kgpu.computedomain.placement import node_clique, node_healthy
+from kgpu.computedomain.placement import node_clique
 from kgpu.computedomain.slices import DEFAULT_SLOTS, machine_clique, node_slice
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.hardware.model import Machine
@@ -241,6 +253,15 @@ class ComputeDomainHandler:
                 if s.get("type") == "channel"
             }
 
+    def all_mode_domains(self) -> set[str]:
+        """Domains whose pods here got every channel of the node (``allocationMode: All``)."""
+        with self._lock:
+            return {
+                str(s["domain"])
+                for s in self._claims.values()
+                if s.get("type") == "channel" and s.get("mode") == "All"
+            }
+
     def daemon_domains(self) -> list[str]:
         """Domains whose IMEX daemon runs on this node."""
         with self._lock:
@@ -251,10 +272,10 @@ class ComputeDomainHandler:
         return self.work_dir / "domains" / domain_uid
 
     def sync_daemons(self) -> list[str]:
-        """Rewrite each local IMEX daemon's ``nodes_config.cfg`` from the domain's current
-        nodes, as upstream's daemon does when the domain's node list changes; returns the
-        domains whose file changed. With a caching store this runs by itself on every change
-        of a domain's nodes; calling it reads the informers' caches only."""
+        """Rewrite each local IMEX daemon's ``hosts`` mapping from the domain's
+        ComputeDomainClique, as upstream's daemon rewrites its /etc/hosts when the clique's
+        daemons change; returns the domains whose file changed. With a caching store this runs
+        by itself on every change of the clique; calling it reads the informers' caches only."""
         with self._lock:
             return [uid for uid in self.daemon_domains() if self._sync_domain(uid)]
 
@@ -269,8 +290,8 @@ class ComputeDomainHandler:
         with self._lock:
             if uid not in self.daemon_domains():
                 return False
-            path = self.domain_dir(uid) / NODES_CONFIG
-            text = render_nodes_config(self._peer_ips(uid))
+            path = self.domain_dir(uid) / HOSTS
+            text = self._hosts(uid)
             old = path.read_text(encoding="utf-8") if path.exists() else None
             if old == text:
                 return False
@@ -278,12 +299,12 @@ class ComputeDomainHandler:
             return True
 
     def _domain_changed(self, uid: str) -> None:
-        """An informer saw the domain's nodes change."""
+        """An informer saw the domain's clique change."""
         try:
             if self._sync_domain(uid):
-                log.info("ComputeDomain %s: IMEX nodes_config.cfg rewritten", uid)
+                log.info("ComputeDomain %s: IMEX daemon hosts mapping rewritten", uid)
         except OSError:
-            log.exception("ComputeDomain %s: cannot rewrite nodes_config.cfg", uid)
+            log.exception("ComputeDomain %s: cannot rewrite the IMEX daemon hosts mapping", uid)
 
     # -- following the cluster ------------------------------------------------------------------
     def _node_selector(self, uid: str) -> dict[str, str]:
@@ -294,9 +315,14 @@ class ComputeDomainHandler:
             selector[CLIQUE_LABEL] = clique
         return selector
 
+    def _clique_selector(self, uid: str) -> dict[str, str]:
+        """The domain's ComputeDomainClique for this node's clique, by its labels (whatever
+        namespace the controller runs in)."""
+        return {DOMAIN_LABEL: uid, CLIQUE_ID_LABEL: self._clique() or ""}
+
     def _follow(self) -> None:
-        """Hold one node informer per domain whose daemon runs here, and the ComputeDomain
-        informer while any claim is held (caching stores only)."""
+        """Hold one ComputeDomainClique informer per domain whose daemon runs here, and the
+        ComputeDomain informer while any claim is held (caching stores only)."""
         if not isinstance(self.store, CachedStore):
             return
         wanted = set(self.daemon_domains())
@@ -309,7 +335,9 @@ class ComputeDomainHandler:
     def _watch_domain(self, uid: str) -> None:
         if not isinstance(self.store, CachedStore) or uid in self._domain_nodes:
             return
-        informer = self.store.informers.acquire("v1", "Node", labels=self._node_selector(uid))
+        informer = self.store.informers.acquire(
+            API_VERSION, CLIQUE_KIND, labels=self._clique_selector(uid)
+        )
         unsubscribe = informer.add_handler(on_change=partial(self._domain_changed, uid))
         self._domain_nodes[uid] = (informer, unsubscribe)
 
@@ -352,7 +380,12 @@ class ComputeDomainHandler:
         in_use = self.channels()
         try:
             channel = assign_channel(
-                in_use, domain.uid, MAX_CHANNELS, self._peer_channel(domain.uid)
+                in_use,
+                domain.uid,
+                MAX_CHANNELS,
+                self._peer_channel(domain.uid) if domain.uid not in in_use else None,
+                all_mode=self.all_mode_domains(),
+                want_all=mode == "All",
             )
         except ChannelsExhausted as exc:
             raise ClaimError(str(exc)) from exc
@@ -369,50 +402,41 @@ class ComputeDomainHandler:
         return edits, state
 
     def _prepare_daemon(self, domain: ComputeDomain) -> tuple[ContainerEdits, Obj]:
-        self._watch_domain(domain.uid)  # from now on the domain's nodes come from its watch
-        nodes = self._domain_nodes_of(domain.uid)
+        self._watch_domain(domain.uid)  # from now on the domain's clique comes from its watch
         directory = self.domain_dir(domain.uid)
-        write_atomic(directory / IMEX_CONFIG, render_imex_config(self._own_ip(nodes)))
-        write_atomic(
-            directory / NODES_CONFIG, render_nodes_config(self._peer_ips(domain.uid, nodes))
-        )
+        write_atomic(directory / IMEX_CONFIG_TEMPLATE, render_imex_config_template())
+        write_atomic(directory / NODES_CONFIG, render_nodes_config(MAX_NODES_PER_IMEX_DOMAIN))
+        write_atomic(directory / HOSTS, self._hosts(domain.uid))
         edits = ContainerEdits(
             env=(
                 f"CLIQUE_ID={self._clique() or ''}",
                 f"COMPUTE_DOMAIN_UUID={domain.uid}",
                 f"COMPUTE_DOMAIN_NAME={domain.name}",
                 f"COMPUTE_DOMAIN_NAMESPACE={domain.namespace}",
+                f"MAX_NODES_PER_IMEX_DOMAIN={MAX_NODES_PER_IMEX_DOMAIN}",
             ),
             mounts=(Mount(str(directory), IMEX_CONFIG_DIR, ("rw", "nosuid", "nodev", "bind")),),
         )
         return edits, {"type": "daemon", "domain": domain.uid, "ref": domain.ref}
 
-    def _own_node(self) -> Obj | None:
-        try:
-            return self.store.get("v1", "Node", self.node_name)
-        except NotFound:
-            return None
-
-    def _own_ip(self, nodes: list[Obj] | None = None) -> str:
-        own = next((n for n in nodes or [] if n["metadata"].get("name") == self.node_name), None)
-        return node_ip(own if own is not None else self._own_node(), self.node_name)
+    def _hosts(self, domain_uid: str) -> str:
+        """The daemon's hosts mapping: the daemons of the domain's ComputeDomainClique for
+        this clique (the informer's cache, or one selected list)."""
+        clique = self._clique() or ""
+        daemons: list[DomainNode] = []
+        selector = self._clique_selector(domain_uid)
+        for obj in self.store.list(API_VERSION, CLIQUE_KIND, labels=selector):
+            for entry in obj.get("daemons") or []:
+                parsed = DomainNode.from_obj(entry) if isinstance(entry, Mapping) else None
+                if parsed is not None:
+                    daemons.append(parsed)
+        return render_hosts(daemons, clique, MAX_NODES_PER_IMEX_DOMAIN)
 
     def _domain_nodes_of(self, domain_uid: str) -> list[Obj]:
-        """The domain's nodes in this clique: the informer's cache, or one selected list."""
+        """The domain's nodes in this clique: one selected list (or a covering cache)."""
         clique = self._clique()
         nodes = self.store.list("v1", "Node", labels=self._node_selector(domain_uid))
         return [n for n in nodes if node_clique(n) == clique]
-
-    def _peer_ips(self, domain_uid: str, nodes: list[Obj] | None = None) -> list[str]:
-        """IPs of the healthy nodes labelled for the domain in this node's clique (self
-        included): upstream's daemons likewise list only peers of their own clique."""
-        if nodes is None:
-            nodes = self._domain_nodes_of(domain_uid)
-        ips = {self._own_ip(nodes)}
-        for node in nodes:
-            if node_healthy(node):
-                ips.add(node_ip(node, str(node["metadata"]["name"])))
-        return sorted(ips)
 
     def _peer_channel(self, domain_uid: str) -> int | None:
         """The channel the domain uses on another node of this clique, if any (from the

@@ -47,6 +47,7 @@ from kgpu.kubelet.deviceplugin.registration import (
     register,
 )
 from kgpu.kubelet.deviceplugin.server import PluginServer
+from kgpu.kubelet.nvidia_cdi import NodeDriver, write_device_plugin_spec
 from kgpu.kubelet.sockets import Identity, identity, unix_target
 from kgpu.node.model import NodeView, ResourceView
 
@@ -98,8 +99,15 @@ class DevicePluginComponent:
         on_change: Callable[[], None] | None = None,
         backoff: Backoff | None = None,
         rng: random.Random | None = None,
+        cdi_root: Path | None = None,
+        driver: Callable[[], NodeDriver | None] | None = None,
     ) -> None:
         self.kubelet_root = Path(kubelet_root)
+        # the CDI spec behind cdi-annotations/cdi-cri names goes here (None: not written)
+        self.cdi_root = Path(cdi_root) if cdi_root is not None else None
+        self._driver = driver or (lambda: None)
+        self._cdi_error = ""
+        self.cdi_spec: Path | None = None
         self.plugin_dir = self.kubelet_root / DEVICE_PLUGINS_DIR
         self.kubelet_socket = self.plugin_dir / KUBELET_SOCKET
         self.poll_s = poll_s
@@ -127,6 +135,7 @@ class DevicePluginComponent:
     # -- Component protocol --------------------------------------------------------------------
 
     def on_view(self, view: NodeView) -> None:
+        self._write_cdi_spec(view)  # before any Allocate can hand out a name it defines
         old = self._view
         changed = old is None or [shape(r) for r in old.resources] != [
             shape(r) for r in view.resources
@@ -142,6 +151,25 @@ class DevicePluginComponent:
             self._view = view
         for server in self._servers:
             server.notify()
+
+    def _write_cdi_spec(self, view: NodeView) -> None:
+        """The spec the ``cdi-annotations``/``cdi-cri`` strategies' device names resolve
+        against (a runtime refuses a container whose CDI device has no spec); rewritten only
+        when it changes. A failure is logged once per distinct reason; Allocate still answers."""
+        if self.cdi_root is None:
+            return
+        try:
+            self.cdi_spec = write_device_plugin_spec(view, self.cdi_root, self._driver())
+        except (OSError, ValueError) as exc:
+            if str(exc) != self._cdi_error:
+                log.error(
+                    "cannot write the device plugin's CDI spec under %s: %s", self.cdi_root, exc
+                )
+                self._cdi_error = str(exc)
+            return
+        if self._cdi_error:
+            log.info("wrote the device plugin's CDI spec %s", self.cdi_spec)
+        self._cdi_error = ""
 
     def start(self) -> None:
         """Serve every resource now (registration follows in the background)."""
@@ -307,7 +335,7 @@ class DevicePluginComponent:
 
     def _serve(self, name: str, resource: ResourceView, now: float) -> bool:
         """Serve ``name`` (lock held); False when it could not be (tried again next tick)."""
-        server = PluginServer(name, self._current, self.kubelet_root)
+        server = PluginServer(name, self._current, self.kubelet_root, driver=self._driver)
         try:
             server.start()
         except Exception as exc:

@@ -18,8 +18,8 @@ socket or the registration socket) is re-created within ``watch_interval_s``.
 
 The component reads the cluster through a :class:`~kgpu.store.CachedStore` (it wraps the store
 it is given unless that already is one), so drivers can hold informers instead of polling: the
-ComputeDomain driver watches the nodes of each domain whose IMEX daemon runs here and rewrites
-the daemon's ``nodes_config.cfg`` on the change itself. Drivers with node daemons expose
+ComputeDomain driver watches the ComputeDomainClique of each domain whose IMEX daemon runs here
+and rewrites the daemon's ``hosts`` mapping on the change itself. Drivers with node daemons expose
 ``sync_daemons()``, which the component also calls on every new view; drivers that follow the
 cluster expose ``close()``, called when the component stops.
 """
@@ -39,6 +39,7 @@ from kgpu.kubelet import nvidia_cdi
 from kgpu.kubelet.dra.handler import DriverHandler
 from kgpu.kubelet.dra.plugin import DraPlugin
 from kgpu.kubelet.dra.server import DriverServer, plugin_dir
+from kgpu.kubelet.nvidia_cdi import NodeDriver
 from kgpu.node.model import NodeView
 from kgpu.store import CachedStore, MemoryStore, ObjectStore
 
@@ -70,6 +71,8 @@ class DraComponent:
         partitionable: bool = False,
         driver_factories: Sequence[DriverFactory] = (),
         watch_interval_s: float = 0.2,
+        kubernetes_version: str | None = None,
+        node_driver_for: Callable[[Backend], NodeDriver | None] = nvidia_cdi.for_backend,
     ) -> None:
         self.kubelet_root = Path(kubelet_root)
         self.cdi_root = Path(cdi_root)
@@ -80,6 +83,9 @@ class DraComponent:
         self.store: CachedStore = base if isinstance(base, CachedStore) else CachedStore(base)
         self.partitionable = partitionable
         self.driver_factories = tuple(driver_factories)
+        # the API server's version (``v1.35.2``): how partitionable devices fill slices
+        self.kubernetes_version = kubernetes_version
+        self._node_driver_for = node_driver_for
         self.gpu: GpuHandler | None = None
         self.plugins: dict[str, DraPlugin] = {}
         self.servers: dict[str, DriverServer] = {}
@@ -127,7 +133,8 @@ class DraComponent:
                 self.node_name,
                 plugin_dir(self.kubelet_root, "gpu.nvidia.com"),
                 partitionable=self.partitionable,
-                node_driver=nvidia_cdi.for_backend(self.backend),
+                node_driver=self._node_driver_for(self.backend),
+                kubernetes_version=self.kubernetes_version,
             )
             machine = self.gpu.machine
             for factory in self.driver_factories:
@@ -152,7 +159,9 @@ class DraComponent:
         if self.gpu is None:  # not started: start publishes from this view's machine
             self._first_machine = view.machine
             return
-        if self.gpu.update_machine(view.machine):
+        changed = self.gpu.update_machine(view.machine)
+        # unhealthy devices are published tainted (NVIDIA's NVMLDeviceHealthCheck)
+        if self.gpu.set_health(dict(view.unhealthy)) or changed:
             self._publish(self.gpu)
         self._sync_logged()
 
@@ -174,7 +183,7 @@ class DraComponent:
             log.exception("rewriting node daemon configs failed")
             return
         for uid in changed:
-            log.info("ComputeDomain %s: IMEX nodes_config.cfg rewritten", uid)
+            log.info("ComputeDomain %s: IMEX daemon hosts mapping rewritten", uid)
 
     def _watch(self) -> None:
         failing: dict[str, str] = {}  # driver -> the error last logged (once, not every tick)

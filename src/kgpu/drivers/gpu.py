@@ -202,6 +202,18 @@ class GpuHandler:
         self._lock = threading.Lock()
         self._machine = machine
         self._devices: dict[str, ResolvedDevice] | None = None
+        self._unhealthy: dict[str, str] = {}
+
+    def set_health(self, unhealthy: Mapping[str, str]) -> bool:
+        """Take the node's unhealthy devices (UUID -> reason); True when that changes the
+        slices: unhealthy devices are published with NVIDIA's health taint
+        (``gpu.nvidia.com/xid=<xid>:NoSchedule``, as its ``NVMLDeviceHealthCheck`` does), so
+        the scheduler allocates them to no new claim."""
+        with self._lock:
+            if dict(unhealthy) == self._unhealthy:
+                return False
+            self._unhealthy = dict(unhealthy)
+            return True
 
     def update_machine(self, machine: Machine) -> bool:
         """Take a new hardware snapshot; True when it differs (slices must be republished)."""
@@ -233,6 +245,7 @@ class GpuHandler:
             node_name,
             partitionable=self.partitionable,
             kubernetes_version=self.kubernetes_version or DEFAULT_KUBERNETES_VERSION,
+            unhealthy=self._unhealthy,
         )
 
     def restore(self, states: Mapping[str, Mapping[str, Any]]) -> None:

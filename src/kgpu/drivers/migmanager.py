@@ -844,16 +844,21 @@ def mig_manager(
     store: ObjectStore | None = None,
     reboot: Callable[[], None] | None = None,
     on_change: Callable[[], None] | None = None,
+    write_labels: LabelWriter | None = None,
 ) -> MigManager:
     """The MIG manager as the agent runs it: labels and events through the API server when a
-    store is given, holders from the kubelet's PodResources, eviction by pod deletion. A
-    BackendError when the backend cannot change MIG (it always can: both backends do)."""
+    store is given (``write_labels`` replaces the label writer: without a store the agent
+    passes its NFD features' writer), holders from the kubelet's PodResources, eviction by pod
+    deletion. A BackendError when the backend cannot change MIG (it always can: both backends
+    do)."""
     if not isinstance(backend, MigBackend):
         raise BackendError(f"{type(backend).__name__} cannot change MIG layouts")
     return MigManager(
         backend,
         inputs,
-        write_labels=store_label_writer(store, node_name) if store is not None else None,
+        write_labels=write_labels
+        if write_labels is not None
+        else (store_label_writer(store, node_name) if store is not None else None),
         holders=podresources_holders(kubelet_root, view) if kubelet_root is not None else None,
         evict=store_evictor(store) if store is not None else None,
         reboot=reboot,

@@ -4,8 +4,12 @@ the DRA driver's ComputeDomain, Kubeflow's MPIJob and KEDA's ScaledObject.
 A ComputeDomain is checked by the parser its controller runs
 (:func:`kgpu.computedomain.api.parse_compute_domain`): a domain that validates is one that
 reconciles. An MPIJob is checked with the other pod-making kinds
-(:func:`kgpu.manifests.workloads.mpi_job`); a ScaledObject against KEDA's CRD (fields, types,
-trigger metadata as strings).
+(:func:`kgpu.manifests.workloads.mpi_job`). A ScaledObject is checked against KEDA's CRD
+(fields, types, trigger metadata as strings), then by the parser the simulated KEDA runs
+(:func:`kgpu.autoscaling.keda.parse_scaled_object`: KEDA's webhook rules, each trigger's
+parameters, the PromQL query parsed, a part kgpu does not evaluate named), so a ScaledObject
+that validates is one the simulator can run. An ``autoscaling/v2`` HorizontalPodAutoscaler
+gets the API server's rules from :func:`kgpu.autoscaling.hpa_spec.parse_hpa` (:func:`hpa`).
 """
 
 from __future__ import annotations
@@ -13,9 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kgpu.autoscaling.hpa_spec import parse_hpa
+from kgpu.autoscaling.keda import parse_scaled_object
 from kgpu.computedomain.api import API_VERSION as CD_API
 from kgpu.computedomain.api import KIND as CD_KIND
 from kgpu.computedomain.api import parse_compute_domain
+from kgpu.config.fields import dns_subdomain_problem, is_dns_subdomain
 from kgpu.errors import FieldError, FieldProblem, join_path
 from kgpu.manifests.podspec import Problems
 from kgpu.manifests.workloads import Checker, mpi_job
@@ -32,6 +39,7 @@ SCALED_OBJECT_KEYS = (
     "triggers",
     "fallback",
 )
+TRIGGER_KEYS = ("type", "name", "metadata", "metricType", "useCachedMetrics", "authenticationRef")
 
 
 def compute_domain(obj: Mapping[str, Any]) -> Problems:
@@ -42,50 +50,47 @@ def compute_domain(obj: Mapping[str, Any]) -> Problems:
     return []
 
 
-def _integer(value: Any, path: str, out: Problems) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        out.append(FieldProblem(f"{value!r}: must be an integer", path))
+def _parser_problems(parse: Any, obj: Mapping[str, Any], out: Problems) -> None:
+    """What ``parse`` (the controller's own parser) refuses, at fields not already reported."""
+    try:
+        parse(obj)
+    except FieldError as exc:
+        spoken = {p.path for p in out}
+        out.extend(FieldProblem(p.message, p.path) for p in exc.problems if p.path not in spoken)
 
 
 def scaled_object(obj: Mapping[str, Any]) -> Problems:
+    """KEDA's CRD schema (field names: an unknown one is an error, as with ``kubectl apply
+    --validate=strict``; the name a DNS subdomain), then everything KEDA's webhook and scalers
+    check, by the parser the simulated KEDA runs."""
     out: Problems = []
+    name = (obj.get("metadata") or {}).get("name")
+    if isinstance(name, str) and name and not is_dns_subdomain(name):
+        out.append(FieldProblem(dns_subdomain_problem(name), "metadata.name"))
     spec = obj.get("spec")
     if not isinstance(spec, Mapping):
-        return [FieldProblem("is required (a map)", "spec")]
-    for key in spec:
-        if key not in SCALED_OBJECT_KEYS:
-            allowed = ", ".join(sorted(SCALED_OBJECT_KEYS))
-            out.append(FieldProblem(f"unknown field (allowed: {allowed})", f"spec.{key}"))
-    target = spec.get("scaleTargetRef")
-    if not isinstance(target, Mapping) or not isinstance(target.get("name"), str):
-        out.append(FieldProblem("is required (a string)", "spec.scaleTargetRef.name"))
-    for key in SCALED_OBJECT_KEYS[1:7]:
-        if key in spec:
-            _integer(spec[key], f"spec.{key}", out)
+        return [*out, FieldProblem("is required (a map)", "spec")]
+    _unknown(spec, SCALED_OBJECT_KEYS, "spec", out)
     triggers = spec.get("triggers")
-    if triggers is None:
-        out.append(FieldProblem("is required", "spec.triggers"))
-    elif not isinstance(triggers, list):
-        out.append(FieldProblem("must be a list", "spec.triggers"))
-    else:
-        for i, trig in enumerate(triggers):
-            path = join_path("spec", "triggers", i)
-            if not isinstance(trig, Mapping):
-                out.append(FieldProblem("must be a map", path))
-                continue
-            if not isinstance(trig.get("type"), str):
-                out.append(FieldProblem("is required (a string)", join_path(path, "type")))
-            meta = trig.get("metadata")
-            if not isinstance(meta, Mapping):
-                out.append(FieldProblem("is required (a map)", join_path(path, "metadata")))
-                continue
-            for k, v in meta.items():
-                if not isinstance(v, str):
-                    out.append(
-                        FieldProblem(
-                            "must be a string (quote it)", join_path(path, "metadata", str(k))
-                        )
-                    )
+    for i, trigger in enumerate(triggers if isinstance(triggers, list) else ()):
+        if isinstance(trigger, Mapping):
+            _unknown(trigger, TRIGGER_KEYS, join_path("spec", "triggers", i), out)
+    _parser_problems(parse_scaled_object, obj, out)
+    return out
+
+
+def _unknown(raw: Mapping[str, Any], allowed: tuple[str, ...], path: str, out: Problems) -> None:
+    for key in raw:
+        if key not in allowed:
+            names = ", ".join(sorted(allowed))
+            out.append(FieldProblem(f"unknown field (allowed: {names})", join_path(path, key)))
+
+
+def hpa(obj: Mapping[str, Any]) -> Problems:
+    """An ``autoscaling/v2`` HPA's rules beyond the schema (the API server's validation:
+    replica bounds, metric sources and targets, behavior limits)."""
+    out: Problems = []
+    _parser_problems(parse_hpa, obj, out)
     return out
 
 
@@ -96,4 +101,4 @@ CUSTOM_KINDS: dict[tuple[str, str], Checker] = {
     ("keda.sh/v1alpha1", "ScaledObject"): scaled_object,
 }
 
-__all__ = ["CUSTOM_KINDS", "compute_domain", "scaled_object"]
+__all__ = ["CUSTOM_KINDS", "compute_domain", "hpa", "scaled_object"]

@@ -33,7 +33,7 @@ from typing import Any
 from kgpu.config.fields import dns_subdomain_problem, is_dns_subdomain
 from kgpu.errors import FieldProblem
 from kgpu.manifests import schema
-from kgpu.manifests.crds import CUSTOM_KINDS
+from kgpu.manifests.crds import CUSTOM_KINDS, hpa
 from kgpu.manifests.podspec import Problems, label_map_problems, string_map_problem
 from kgpu.manifests.workloads import WORKLOAD_RULES, Checker
 
@@ -64,6 +64,7 @@ RULES: dict[tuple[str, str], Checker] = {
     **{k: v for k, v in WORKLOAD_RULES.items() if k not in CUSTOM_KINDS},
     **{(f"resource.k8s.io/{v}", k): _dra for v in ("v1", "v1beta1", "v1beta2") for k in DRA_KINDS},
     ("v1", "ConfigMap"): _config_map,
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): hpa,
 }
 
 

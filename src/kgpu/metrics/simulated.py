@@ -8,6 +8,11 @@ number:
 * each workload demands SM and memory-copy utilisation (percent of one device), framebuffer
   memory, and optionally encoder/decoder utilisation; demands breathe with the clock by
   ``1 + amplitude * sin(2*pi*now/period)`` (exactly the demand at ``now == 0``);
+* a load set from outside (``loads`` of :func:`workloads_from_allocations`: the simulator's
+  ``traffic`` step, percent of one device per device a pod holds) replaces the pod's demand and
+  holds steady (no breathing): its SM share is the load, capped as any demand, and its
+  memory-copy utilisation :data:`MEM_COPY_PER_SM` of the SM share it gets (the ratio of the
+  default demands: a GPU busy 100 % copies at 50 % however much more is asked);
 * an MPS limit is enforced: SM share capped at the active-thread percentage, memory at the
   pinned-memory limit (the only limits real GPUs enforce between sharers);
 * sharers of one device (time-slicing, MPS replicas) split it: when demands add up to more than
@@ -61,6 +66,8 @@ DEC_ANNOTATION = ANNOTATION_PREFIX + "decoder-utilization"
 DEFAULT_SM_PERCENT = 80.0
 DEFAULT_MEM_COPY_PERCENT = 40.0
 DEFAULT_MEMORY_MIB = 2048
+#: Memory-copy utilisation per unit of SM load under a set load (40 % / 80 %).
+MEM_COPY_PER_SM = DEFAULT_MEM_COPY_PERCENT / DEFAULT_SM_PERCENT
 
 FIRST_PID = 4000
 
@@ -102,6 +109,7 @@ class Workload:
     """One container's use of one device (a whole GPU or a MIG device).
 
     ``sm_limit_percent``/``memory_limit_mib`` are the MPS limits of the replica it holds, if any.
+    A ``steady`` demand (a load set from outside) does not breathe with the clock.
     """
 
     pod: PodRef
@@ -113,6 +121,7 @@ class Workload:
     dec_percent: float = 0.0
     sm_limit_percent: int | None = None
     memory_limit_mib: int | None = None
+    steady: bool = False
 
 
 @dataclass
@@ -149,13 +158,16 @@ def workloads_from_allocations(
     view: NodeView,
     allocations: Mapping[str, Mapping[str, Sequence[str]]],
     pods: Mapping[str, Mapping[str, Any]] | None = None,
+    loads: Mapping[str, float] | None = None,
 ) -> list[Workload]:
     """Workloads from the simulator's allocations ``{"ns/pod": {container: [device ids]}}``.
 
     Device ids resolve through the node view (replica ids, MIG ids, renamed resources), or are
     GPU/MIG UUIDs themselves (devices a DRA claim gave the container); a pod's
     demands come from its ``metrics.kgpu.dev/*`` annotations (``pods`` maps the same keys to the
-    pod objects) or the defaults. Other ids are skipped.
+    pod objects) or the defaults. A pod in ``loads`` (same keys) instead puts that steady SM
+    load (percent of one device) on each device it holds, and :data:`MEM_COPY_PER_SM` of it
+    as memory-copy load. Other ids are skipped.
     """
     index = {dev.id: dev for res in view.resources for dev in res.devices}
     known = {gpu.uuid for gpu in view.machine.gpus} | {
@@ -166,6 +178,13 @@ def workloads_from_allocations(
         namespace, _, name = key.partition("/")
         pod_obj = (pods or {}).get(key) or {}
         annotations = (pod_obj.get("metadata") or {}).get("annotations") or {}
+        load = (loads or {}).get(key)
+        sm = _number(annotations, SM_ANNOTATION, DEFAULT_SM_PERCENT) if load is None else load
+        copy = (
+            _number(annotations, MEM_COPY_ANNOTATION, DEFAULT_MEM_COPY_PERCENT)
+            if load is None
+            else load * MEM_COPY_PER_SM
+        )
         for container in sorted(allocations[key]):
             for device_id in allocations[key][container]:
                 dev = index.get(device_id)
@@ -176,10 +195,8 @@ def workloads_from_allocations(
                     Workload(
                         pod=PodRef(namespace, name, container),
                         device_uuid=uuid,
-                        sm_percent=_number(annotations, SM_ANNOTATION, DEFAULT_SM_PERCENT),
-                        mem_copy_percent=_number(
-                            annotations, MEM_COPY_ANNOTATION, DEFAULT_MEM_COPY_PERCENT
-                        ),
+                        sm_percent=sm,
+                        mem_copy_percent=copy,
                         memory_mib=int(_number(annotations, MEMORY_ANNOTATION, DEFAULT_MEMORY_MIB)),
                         enc_percent=_number(annotations, ENC_ANNOTATION, 0.0),
                         dec_percent=_number(annotations, DEC_ANNOTATION, 0.0),
@@ -189,6 +206,7 @@ def workloads_from_allocations(
                         memory_limit_mib=(
                             dev.mps.pinned_memory_limit_mib if dev and dev.mps else None
                         ),
+                        steady=load is not None,
                     )
                 )
     return out
@@ -262,14 +280,23 @@ class SimulatedTelemetry:
         pid = FIRST_PID
         for uuid in sorted(by_device):
             group = by_device[uuid]
+            scale = [1.0 if w.steady else factor for w in group]
             sm_demand = [
-                min(w.sm_percent * factor, float(w.sm_limit_percent))
+                min(w.sm_percent * f, float(w.sm_limit_percent))
                 if w.sm_limit_percent is not None
-                else w.sm_percent * factor
-                for w in group
+                else w.sm_percent * f
+                for w, f in zip(group, scale, strict=True)
             ]
             sm = _split([min(d, 100.0) for d in sm_demand])
-            copy = _split([min(w.mem_copy_percent * factor, 100.0) for w in group])
+            # a steady load copies memory in proportion to the work its GPU really does
+            copy = _split(
+                [
+                    min(share * w.mem_copy_percent / w.sm_percent, 100.0)
+                    if w.steady and w.sm_percent > 0
+                    else min(w.mem_copy_percent * f, 100.0)
+                    for w, f, share in zip(group, scale, sm, strict=True)
+                ]
+            )
             mem_demand = [
                 min(w.memory_mib, w.memory_limit_mib)
                 if w.memory_limit_mib is not None

@@ -9,6 +9,7 @@ means every one of those consumers sees the same answer for the same inputs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from kgpu.hardware.model import Machine
@@ -92,7 +93,7 @@ class Refusal:
 class NodeView:
     """Everything a node advertises, computed from snapshots only."""
 
-    machine: Machine  # the snapshot after the MIG layout was applied
+    machine: Machine  # the hardware snapshot, MIG devices as they exist
     resources: tuple[ResourceView, ...]
     labels: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
@@ -101,15 +102,18 @@ class NodeView:
     mig_config_name: str | None = None  # the mig-parted config in force
     mig_strategy: str = "none"
     refused: tuple[Refusal, ...] = ()  # what the device plugin refuses to serve, and why
-    # real GPUs only: why the desired MIG layout (mig_config_name) is not the hardware's; the
-    # view never applies it there
+    # why the desired MIG layout (mig_config_name) is not the hardware's ('' when it is); the
+    # view never applies it: the MIG manager does
     mig_pending: str = ""
     device_list_strategy: tuple[str, ...] = ("envvar",)
     device_id_strategy: str = "uuid"
+    pass_device_specs: bool = False  # Allocate passes the devices' nodes (passDeviceSpecs)
     shared_devices_allocation_policy: str = "distributed"  # or "packed"
     cdi_annotation_prefix: str = "cdi.k8s.io/"
     # what every Allocate response sets (NVIDIA_GDS=enabled with gdsEnabled...)
     allocate_envs: tuple[tuple[str, str], ...] = ()
+    # (GPU or MIG UUID, why) of every Unhealthy device: the DRA driver taints them
+    unhealthy: tuple[tuple[str, str], ...] = ()
 
     def resource(self, name: str) -> ResourceView:
         for res in self.resources:
@@ -127,8 +131,11 @@ class NodeView:
                     return dev
         raise KeyError(f"unknown device id {device_id}")
 
-    def with_health(self, unhealthy_uuids: frozenset[str]) -> NodeView:
-        """The same view with every device whose GPU or MIG UUID is listed marked Unhealthy."""
+    def with_health(
+        self, unhealthy_uuids: frozenset[str], reasons: Mapping[str, str] | None = None
+    ) -> NodeView:
+        """The same view with every device whose GPU or MIG UUID is listed marked Unhealthy
+        (``reasons``: why, per UUID, kept in ``unhealthy`` for the DRA driver's taints)."""
         resources = tuple(
             replace(
                 res,
@@ -145,7 +152,9 @@ class NodeView:
             )
             for res in self.resources
         )
-        return replace(self, resources=resources)
+        why = reasons or {}
+        unhealthy = tuple(sorted((u, why.get(u, "unhealthy")) for u in unhealthy_uuids))
+        return replace(self, resources=resources, unhealthy=unhealthy)
 
 
 __all__ = [

@@ -15,8 +15,10 @@ Resource names and device ids are formed the way NVIDIA/k8s-device-plugin forms 
 * under ``migStrategy: single`` a node that does not qualify is refused as upstream's plugin
   refuses it (nothing advertised, :class:`~kgpu.node.model.Refusal` says why) while the labels
   are GFD's (``<product>-MIG-INVALID``);
-* on real GPUs (``Machine.real``) a MIG layout is never applied: the MIG devices that exist are
-  advertised and a different desired layout is reported (``NodeView.mig_pending``).
+* a MIG layout is never applied here, on real or simulated GPUs: the MIG devices the hardware
+  has are advertised, and a desired layout (``nvidia.com/mig.config``, ``--mig-config``, Helm
+  values) that differs is reported (``NodeView.mig_pending``). Changing the GPUs is the MIG
+  manager's job (:mod:`kgpu.drivers.migmanager`), which also owns ``nvidia.com/mig.config.state``.
 
 Beyond upstream, which drops custom ``rename`` and non-``all`` ``devices`` and runs one strategy
 per node: kgpu honours both, so time-slicing can cover some GPUs and MPS others on one node;
@@ -29,6 +31,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from kgpu.config.loader import ConfigSet, PluginConfigEntry, select_mig_config, select_plugin_config
 from kgpu.config.migparted import MigConfig, layout_for
@@ -89,21 +92,25 @@ def build_node_view(
     config_name: str | None = None,
     mig_config_name: str | None = None,
     mig_strategy: str | None = None,
+    flags: tuple[tuple[str, Any], ...] = (),
 ) -> NodeView:
     """What ``machine`` advertises under ``configs`` given the node's ``labels``.
 
     The device-plugin config is the one ``nvidia.com/device-plugin.config`` names, else
-    ``config_name``, else the set's default, else its only entry; the MIG layout is the
+    ``config_name``, else the set's default, else its only entry. The desired MIG layout is the
     mig-parted config ``nvidia.com/mig.config`` names, else ``mig_config_name``, else the set's
-    default (none: the hardware's current MIG state). ``mig_strategy`` overrides the strategy
-    from Helm values and from the config file, in that order. Raises FieldError.
+    default; it is only compared with the hardware (``NodeView.mig_pending``), never applied.
+    ``mig_strategy`` overrides the strategy from Helm values and from the config file, in that
+    order; ``flags`` override the selected config's ``flags``
+    (:meth:`DevicePluginConfig.with_flags`: the agent's upstream environment variables). Raises
+    FieldError.
     """
     problems = _config_rule_problems(configs)
     if problems:
         raise FieldError(problems)
     plugin = select_plugin_config(configs, labels, config_name)
     mig = select_mig_config(configs, labels, mig_config_name)
-    view = _cached_view(machine, configs, plugin, mig, mig_strategy)
+    view = _cached_view(machine, configs, plugin, mig, mig_strategy, flags)
     return replace(view, labels=dict(view.labels))
 
 
@@ -125,27 +132,9 @@ def _cached_view(
     plugin: PluginConfigEntry | None,
     mig: MigConfig | None,
     mig_strategy: str | None,
+    flags: tuple[tuple[str, Any], ...] = (),
 ) -> NodeView:
-    return _build(machine, configs, plugin, mig, mig_strategy)
-
-
-def _apply_mig(machine: Machine, mig: MigConfig, warnings: list[str]) -> Machine:
-    layout, notes = layout_for(mig, machine.gpus)
-    warnings.extend(notes)
-    try:
-        return apply_layout(machine, layout)
-    except FieldError as exc:
-        raise FieldError(
-            [
-                FieldProblem(
-                    f"cannot apply mig config {mig.name!r}: {p.message}",
-                    p.path or join_path("mig-configs", mig.name),
-                    p.file or mig.source,
-                    p.entry,
-                )
-                for p in exc.problems
-            ]
-        ) from None
+    return _build(machine, configs, plugin, mig, mig_strategy, flags)
 
 
 def _mig_layout(gpu: Gpu) -> tuple[tuple[str, int], ...] | None:
@@ -165,18 +154,19 @@ def _describe_layout(layout: tuple[tuple[str, int], ...] | None) -> str:
 
 
 def _mig_drift(machine: Machine, mig: MigConfig, warnings: list[str]) -> str:
-    """On real GPUs the desired layout is compared, never applied: the view advertises the MIG
-    devices that exist (the MIG manager changes them). Returns what differs ('' when the
-    hardware already has the layout), also added to ``warnings``."""
-    layout, notes = layout_for(mig, machine.gpus)
-    warnings.extend(notes)
+    """The desired layout is compared, never applied: the view advertises the MIG devices that
+    exist (the MIG manager changes them). Returns what differs ('' when the hardware already
+    has the layout), also added to ``warnings``."""
     try:
+        layout, notes = layout_for(mig, machine.gpus)
+        warnings.extend(notes)
         wanted = apply_layout(machine, layout)
     except FieldError as exc:
         why = "; ".join(p.message for p in exc.problems)
         message = (
-            f"mig config {mig.name!r} cannot be applied to this node's GPUs ({why}); kgpu "
-            "advertises the MIG devices that exist and never changes MIG on real GPUs"
+            f"mig config {mig.name!r} cannot be applied to this node's GPUs ({why}); the node "
+            "advertises the MIG devices that exist (the MIG manager will report the layout "
+            "failed)"
         )
         warnings.append(message)
         return message
@@ -189,9 +179,8 @@ def _mig_drift(machine: Machine, mig: MigConfig, warnings: list[str]) -> str:
     if not diffs:
         return ""
     message = (
-        f"mig config {mig.name!r} is not what this node's GPUs have ({'; '.join(diffs)}): kgpu "
-        "advertises the MIG devices that exist and never changes MIG on real GPUs (the MIG "
-        "manager applies layouts)"
+        f"mig config {mig.name!r} is not what this node's GPUs have ({'; '.join(diffs)}): the "
+        "node advertises the MIG devices that exist until the MIG manager applies the layout"
     )
     warnings.append(message)
     return message
@@ -382,15 +371,12 @@ def _build(
     entry: PluginConfigEntry | None,
     mig: MigConfig | None,
     strategy_override: str | None,
+    flags: tuple[tuple[str, Any], ...] = (),
 ) -> NodeView:
     warnings: list[str] = list(configs.warnings)
-    config = entry.config if entry else DEFAULT_PLUGIN_CONFIG
+    config = (entry.config if entry else DEFAULT_PLUGIN_CONFIG).with_flags(flags)
     source, entry_name = (entry.source, entry.name) if entry else ("", "")
-    mig_pending = ""
-    if mig is not None and machine.real:
-        mig_pending = _mig_drift(machine, mig, warnings)
-    elif mig is not None:
-        machine = _apply_mig(machine, mig, warnings)
+    mig_pending = _mig_drift(machine, mig, warnings) if mig is not None else ""
     strategy, strategy_source = _strategy(configs, config, strategy_override)
     for mode in CONFIGURED_MODES:
         if mode.group(config) is None:
@@ -489,9 +475,6 @@ def _build(
 
     plans = _gpu_plans(machine, resources)
     labels = node_labels(machine, resources, strategy, config)
-    if mig is not None and not machine.real and any(g.mig_capable for g in machine.gpus):
-        # the MIG manager's label once it applied the layout; on real GPUs kgpu applies none
-        labels["nvidia.com/mig.config.state"] = "success"
     return NodeView(
         machine=machine,
         resources=tuple(resources),
@@ -505,6 +488,7 @@ def _build(
         mig_pending=mig_pending,
         device_list_strategy=config.device_list_strategy,
         device_id_strategy=config.device_id_strategy,
+        pass_device_specs=config.pass_device_specs,
         shared_devices_allocation_policy=config.shared_devices_allocation_policy,
         cdi_annotation_prefix=config.cdi_annotation_prefix,
         allocate_envs=config.allocate_envs,

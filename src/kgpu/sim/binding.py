@@ -6,9 +6,17 @@ workers placed all or none, a pod naming
 ``spec.nodeName`` handed straight to its kubelet (which may reject it, as the real one does with
 ``OutOf<resource>``), and a pod that failed not retried until something in the cluster changed.
 
+Between Reserve and the bind, plugins with a ``prebind`` (DRA binding conditions, see
+:mod:`kgpu.sim.dra_binding`) may hold the pod: it waits in ``ctx.prebinding`` with its node's
+resources assumed (``BindingConditionsPending``) and is asked again every round and at the time
+the plugin names; an error is upstream's ``FailedScheduling`` (``running PreBind plugin
+"<name>": <error>``), the pod is unreserved and queued again.
+
 A pod no node takes goes through the PostFilter plugins, as kube-scheduler's framework runs
-them: DynamicResources (``still not schedulable`` for a pod with claims; in 1.32 also ``no new
-claims to deallocate`` for one without), then DefaultPreemption (:mod:`kgpu.sim.preemption`),
+them: DynamicResources (a plugin's ``post_filter`` hook when it frees something, e.g.
+``deallocation of ResourceClaim completed``; else ``still not schedulable`` for a pod with
+claims, and in 1.32 ``no new claims to deallocate`` for one without), then DefaultPreemption
+(:mod:`kgpu.sim.preemption`),
 whose result ends the ``FailedScheduling`` message -- or, when it finds victims, evicts them and
 nominates the node, and the message is the filters' alone. The pass then ends, so that the
 preemptor, first in the queue by its priority, takes the room it made before pods of lower
@@ -22,8 +30,11 @@ the filters' for the member that did not fit.
 
 from __future__ import annotations
 
+from typing import Any
+
 from kgpu.errors import KgpuError
 from kgpu.sim.context import SimContext
+from kgpu.sim.plugins import PreBindResult
 from kgpu.sim.pod_lifecycle import delete_pod, set_status, write_pod
 from kgpu.sim.preemption import PREFIX, Candidate, preempt
 from kgpu.sim.scheduler import Placement
@@ -37,7 +48,10 @@ def schedule_pending(ctx: SimContext) -> bool:
     """One pass over the scheduling queue; True when any pod was bound or rejected. A pod
     placed can make a pod waiting on pod affinity or topology spread schedulable (upstream
     requeues those on pod events), so binding one then counts as a change for them."""
-    progress = False
+    for plugin in ctx.scheduler.plugins:
+        if hasattr(plugin, "now"):
+            plugin.now = ctx.now  # time-dependent verdicts (binding timeouts)
+    progress = _prebind_waiting(ctx)
     seen_gangs: set[str] = set()
     follows_pods = any(r.req.affinity_terms or r.req.spread for r in ctx.pending.values())
     queue = list(ctx.pending.values())
@@ -74,10 +88,63 @@ def schedule_pending(ctx: SimContext) -> bool:
         except KgpuError as exc:
             _unschedulable(ctx, rec, f"0/{len(ctx.nodes)} nodes are available: 1 {exc}.")
             continue
-        _bind(ctx, rec, node)
         progress = True
+        if _prebind(ctx, rec, node, first=True):
+            _bind(ctx, rec, node)
     if progress and follows_pods:
         ctx.epoch += 1
+    return progress
+
+
+def _prebind_plugins(ctx: SimContext) -> list[Any]:
+    return [p for p in ctx.scheduler.plugins if hasattr(p, "prebind")]
+
+
+def _prebind(ctx: SimContext, rec: PodRecord, node: SimNode, *, first: bool) -> bool:
+    """Run the plugins' PreBind; True when the pod may be bound now. A waiting pod is parked
+    in ``ctx.prebinding``; a failing one is unreserved and queued again."""
+    for plugin in _prebind_plugins(ctx):
+        result: PreBindResult = plugin.prebind(rec.obj, node.name, ctx.store)
+        if result.error:
+            ctx.prebinding.pop(rec.key, None)
+            ctx.scheduler.unreserve(rec, node)
+            ctx.pending[rec.key] = rec
+            message = f'running PreBind plugin "{plugin.name}": {result.error}'
+            rec.last_message = message
+            rec.failed_epoch = ctx.epoch
+            ctx.emit("Warning", "FailedScheduling", f"Pod/{rec.key}", message)
+            return False
+        if result.waiting:
+            if result.wake_at is not None:
+                ctx.wake_at(result.wake_at)
+            if first:
+                ctx.pending.pop(rec.key, None)
+                ctx.prebinding[rec.key] = (rec, node)
+                ctx.emit(
+                    "Normal",
+                    "BindingConditionsPending",
+                    f"Pod/{rec.key}",
+                    f"waiting for binding conditions for device on node {node.name}",
+                )
+            return False
+    ctx.prebinding.pop(rec.key, None)
+    return True
+
+
+def _prebind_waiting(ctx: SimContext) -> bool:
+    """Ask again for every pod waiting in PreBind; True when one was bound or failed."""
+    progress = False
+    for key, (rec, node) in list(ctx.prebinding.items()):
+        if ctx.node_by_name.get(node.name) is not node:  # the node went away
+            ctx.prebinding.pop(key, None)
+            ctx.pending[key] = rec
+            progress = True
+            continue
+        if _prebind(ctx, rec, node, first=False):
+            _bind(ctx, rec, node)
+            progress = True
+        elif key not in ctx.prebinding:
+            progress = True
     return progress
 
 

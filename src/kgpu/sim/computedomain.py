@@ -2,8 +2,10 @@
 ``compute-domain.nvidia.com``.
 
 * :class:`ComputeDomainController` runs :func:`kgpu.computedomain.reconcile.reconcile` in the
-  controller loop, then lets every node's simulated IMEX daemon re-read its domain's node list
-  (upstream's daemon rewrites ``nodes_config.cfg`` when the domain's nodes change).
+  controller loop, then lets every node's simulated IMEX daemon re-read its domain's clique
+  (the node side rewrites the daemon's ``hosts`` mapping when the clique's daemons change, as
+  upstream's daemon rewrites its /etc/hosts; ``nodes.cfg`` lists fixed names and never
+  changes).
 * :class:`ComputeDomainKubeletPlugin` is the kubelet's DRA plugin for that driver on every
   simulated node: it runs the agent's own :class:`~kgpu.kubelet.dra.plugin.DraPlugin` with the
   agent's :class:`~kgpu.drivers.computedomain.ComputeDomainHandler` (checkpoint, CDI files and IMEX
@@ -200,7 +202,7 @@ class ComputeDomainController:
                         "Normal",
                         "IMEXNodesConfigUpdated",
                         f"Node/{node}",
-                        f"IMEX daemon of {what} rewrote nodes_config.cfg",
+                        f"IMEX daemon of {what} rewrote its hosts mapping",
                     )
                 )
         return events

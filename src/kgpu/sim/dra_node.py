@@ -9,7 +9,9 @@ played here as the real one does it: find the pod's claims (``spec.resourceClaim
 templates: :func:`kgpu.sim.controllers.resourceclaim.pod_claim_name`), prepare those with
 devices of this driver, give each container the CDI devices of the claims (and requests) it
 lists in ``resources.claims``, and unprepare a claim only when the last pod on the node using
-it is gone.
+it is gone. The claim kube-scheduler made for extended resources backed by DRA (named in
+``status.extendedResourceClaimStatus``) is prepared too, and each container gets the devices of
+the requests ``requestMappings`` gives it, as the kubelet does.
 
 Beyond the agent, a partitionable MIG placement that does not exist yet is materialised (the
 simulated GPU "creates" the MIG device), so the simulator can demonstrate on-demand MIG shapes.
@@ -29,11 +31,14 @@ from kgpu.hardware.model import Machine
 from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
 from kgpu.kubelet.dra.plugin import DraPlugin
 from kgpu.sim.controllers.resourceclaim import pod_claim_name
+from kgpu.sim.dra_extended import claim_status
 from kgpu.sim.plugins import ContainerDevices
-from kgpu.store import NotFound, ObjectStore
+from kgpu.store import NotFound, ObjectStore, namespace_of
 
 Obj = dict[str, Any]
 PodKey = tuple[str, str, str]  # node, namespace, pod name
+#: the pod-level name the extended-resource claim goes by here (no spec entry names it)
+EXTENDED = "<extended-resources>"
 
 
 class DraKubeletPlugin:
@@ -72,6 +77,13 @@ class DraKubeletPlugin:
             handler.update_machine(machine)
         publish(store, handler, node_name)
 
+    def node_health(self, node_name: str, unhealthy: Mapping[str, str], store: ObjectStore) -> None:
+        """The node's health changed: republish its slices with unhealthy devices tainted (the
+        agent's DRA driver does the same from its health view)."""
+        handler = self.handlers.get(node_name)
+        if handler is not None and handler.set_health(unhealthy):
+            publish(store, handler, node_name)
+
     def _claims(self, pod: Mapping[str, Any], store: ObjectStore) -> dict[str, Obj]:
         """Pod-level claim name -> ResourceClaim, for claims with devices of this driver."""
         namespace = (pod.get("metadata") or {}).get("namespace") or "default"
@@ -85,11 +97,11 @@ class DraKubeletPlugin:
                     claim = store.get(RESOURCE_API, "ResourceClaim", name, namespace)
             if claim is None:
                 raise ClaimError(f"pod claim {pod_name!r}: its ResourceClaim does not exist")
-            results = (
-                ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
-            ).get("results") or []
-            if any(r.get("driver") == DRIVER for r in results):
+            if _has_driver(claim):
                 out[pod_name] = claim
+        extended = _extended_claim(pod, store)
+        if extended is not None and _has_driver(extended):
+            out[EXTENDED] = extended
         return out
 
     def prepare(self, pod: Obj, node_name: str, store: ObjectStore) -> dict[str, ContainerDevices]:
@@ -121,11 +133,20 @@ class DraKubeletPlugin:
                     f"prepare claim {ref.namespace}/{ref.name}: {results[ref.uid].error}"
                 )
 
+        mappings = (claim_status(pod) or claim_status(_stored(pod, store)) or {}).get(
+            "requestMappings"
+        ) or []
         out: dict[str, ContainerDevices] = {}
         for container in (pod.get("spec") or {}).get("containers") or []:
             got = ContainerDevices()
             uuids: list[str] = []
-            for use in (container.get("resources") or {}).get("claims") or []:
+            uses = list((container.get("resources") or {}).get("claims") or [])
+            uses += [
+                {"name": EXTENDED, "request": m.get("requestName")}
+                for m in mappings
+                if m.get("containerName") == container.get("name")
+            ]
+            for use in uses:
                 used = refs.get(str(use.get("name")))
                 if used is None:
                     continue
@@ -167,6 +188,37 @@ class DraKubeletPlugin:
         errors = [e for e in plugin.unprepare(done).values() if e]
         if errors:
             raise ClaimError(errors[0])
+
+
+def _has_driver(claim: Mapping[str, Any]) -> bool:
+    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+        "results"
+    ) or []
+    return any(r.get("driver") == DRIVER for r in results)
+
+
+def _stored(pod: Mapping[str, Any], store: ObjectStore) -> Obj:
+    meta = pod.get("metadata") or {}
+    try:
+        return store.get("v1", "Pod", str(meta.get("name", "")), namespace_of(pod))
+    except NotFound:
+        return {}
+
+
+def _extended_claim(pod: Mapping[str, Any], store: ObjectStore) -> Obj | None:
+    """The claim kube-scheduler made for the pod's extended resources (DRAExtendedResource),
+    named in ``status.extendedResourceClaimStatus``; the kubelet prepares it like any claim."""
+    status = claim_status(pod) or claim_status(_stored(pod, store))
+    if status is None:
+        return None
+    try:
+        return store.get(
+            RESOURCE_API, "ResourceClaim", str(status["resourceClaimName"]), namespace_of(pod)
+        )
+    except NotFound:
+        raise ClaimError(
+            f"extended resource claim {status['resourceClaimName']!r} does not exist"
+        ) from None
 
 
 def chosen_names(spec: Mapping[str, Any] | None, chosen: list[Any]) -> list[str]:

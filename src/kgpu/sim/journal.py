@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from kgpu.store import MemoryStore, Obj, namespace_of
+from kgpu.store import MemoryStore, Obj, group_of, namespace_of
 
 
 class SimStore(MemoryStore):
@@ -19,6 +19,9 @@ class SimStore(MemoryStore):
         super().__init__(clock)
         self._mute = 0
         self._journal: dict[str, set[tuple[str, str]]] = {}
+        #: (API group, kind) of every object ever stored: a controller of a kind the cluster
+        #: never had skips its listing (most scenarios have no ScaledObject or HPA)
+        self.kinds: set[tuple[str, str]] = set()
 
     @contextmanager
     def muted(self) -> Iterator[None]:
@@ -40,6 +43,7 @@ class SimStore(MemoryStore):
     def create(self, obj: Obj) -> Obj:
         out = super().create(obj)
         self._note_obj(out)
+        self.kinds.add((group_of(str(out.get("apiVersion", ""))), str(out.get("kind", ""))))
         return out
 
     def update(self, obj: Obj) -> Obj:
@@ -50,6 +54,7 @@ class SimStore(MemoryStore):
     def apply(self, obj: Obj) -> Obj:
         out = super().apply(obj)
         self._note_obj(obj)
+        self.kinds.add((group_of(str(out.get("apiVersion", ""))), str(out.get("kind", ""))))
         return out
 
     def patch(

@@ -56,6 +56,7 @@ PASS_THROUGH = frozenset(
         "ResourceClaim",
         "ResourceClaimTemplate",
         "ResourceSlice",
+        "DeviceTaintRule",
         "ScaledObject",
         "ServiceMonitor",
         "PodMonitor",

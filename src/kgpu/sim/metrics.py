@@ -2,9 +2,13 @@
 
 Every simulated node with GPUs becomes one exporter target (``Hostname`` = node name) whose
 values come from :class:`~kgpu.metrics.simulated.SimulatedTelemetry`, fed at each scrape with
-the pods the simulator bound to that node (``node.allocations``) and their
-``metrics.kgpu.dev/*`` annotations, on the simulator's clock. Attribution is exact: the
-simulator knows which container holds which device, so no kubelet or ``/proc`` is involved.
+the pods the simulator bound to that node (``node.allocations``), their
+``metrics.kgpu.dev/*`` annotations and the load a ``traffic`` step puts on them
+(``sim.gpu_loads()``), on the simulator's clock. Attribution is exact: the simulator knows
+which container holds which device, so no kubelet or ``/proc`` is involved.
+
+The simulator's own Prometheus (:mod:`kgpu.sim.prometheus`) scrapes each node's exposition
+separately (:meth:`SimMetrics.scrape_each`), as a real one scrapes each exporter pod.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from kgpu.hardware.model import Machine
 from kgpu.kubelet.podresources import ContainerResources, PodResources
 from kgpu.metrics.attribution import Attribution
 from kgpu.metrics.collector import Exporter, NodeTarget
+from kgpu.metrics.counters import DEFAULT as DEFAULT_COUNTERS
+from kgpu.metrics.counters import CounterSet
 from kgpu.metrics.server import MetricsServer
 from kgpu.metrics.simulated import SimulatedTelemetry, workloads_from_allocations
 
@@ -67,47 +73,93 @@ def _live_allocations(node: Any) -> dict[str, dict[str, list[str]]]:
     return out
 
 
+def _loads(sim: Any) -> Mapping[str, float]:
+    """The steady GPU load per pod that ``traffic`` steps set (none on other simulators)."""
+    loads = getattr(sim, "gpu_loads", None)
+    return loads() if callable(loads) else {}
+
+
 class SimMetrics:
     """Exporter targets for every GPU node of a running simulation."""
 
-    def __init__(self, sim: Any, hostname_label: str = "Hostname") -> None:
+    def __init__(
+        self, sim: Any, hostname_label: str = "Hostname", counters: CounterSet = DEFAULT_COUNTERS
+    ) -> None:
         self.sim = sim
+        self.hostname_label = hostname_label
+        self.counters = counters
         self._sources: dict[str, SimulatedTelemetry] = {}
         self._lock = threading.Lock()
-        self.exporter = Exporter(self._targets, hostname_label=hostname_label)
+        self.exporter = Exporter(self._targets, hostname_label=hostname_label, counters=counters)
+        #: per node: its own exporter (own error counts, as one exporter pod per node has) and
+        #: the target it serves, refreshed before each scrape
+        self._per_node: dict[str, tuple[Exporter, list[NodeTarget]]] = {}
+
+    def _target(self, node: Any, loads: Mapping[str, float]) -> NodeTarget | None:
+        view = node.view
+        # the MIG layout the node runs (the simulator keeps node.machine equal to it)
+        machine: Machine | None = view.machine if view is not None else node.machine
+        if machine is None or not machine.gpus:
+            return None
+        source = self._sources.get(node.name)
+        if source is None:
+            source = SimulatedTelemetry(clock=lambda: _now(self.sim))
+            self._sources[node.name] = source
+        source.set_xids(getattr(node, "xids", {}))
+        allocations = _live_allocations(node)
+        pods = getattr(node, "pods", {}) or {}
+        objs = {key: getattr(rec, "obj", {}) for key, rec in pods.items()}
+        if view is not None:
+            source.set_workloads(workloads_from_allocations(view, allocations, objs, loads))
+        attribution = _attribution(allocations, view, machine)
+        return NodeTarget(
+            machine=_const(machine),
+            source=source,
+            attribution=_const(attribution),
+            hostname=node.name,
+        )
 
     def _targets(self) -> list[NodeTarget]:
-        targets = []
+        loads = _loads(self.sim)
         with self._lock:
-            for node in _nodes(self.sim):
-                view = node.view
-                # the MIG layout the node runs (the simulator keeps node.machine equal to it)
-                machine: Machine | None = view.machine if view is not None else node.machine
-                if machine is None or not machine.gpus:
-                    continue
-                source = self._sources.get(node.name)
-                if source is None:
-                    source = SimulatedTelemetry(clock=lambda: _now(self.sim))
-                    self._sources[node.name] = source
-                source.set_xids(getattr(node, "xids", {}))
-                allocations = _live_allocations(node)
-                pods = getattr(node, "pods", {}) or {}
-                objs = {key: getattr(rec, "obj", {}) for key, rec in pods.items()}
-                if view is not None:
-                    source.set_workloads(workloads_from_allocations(view, allocations, objs))
-                attribution = _attribution(allocations, view, machine)
-                targets.append(
-                    NodeTarget(
-                        machine=_const(machine),
-                        source=source,
-                        attribution=_const(attribution),
-                        hostname=node.name,
-                    )
-                )
+            targets = [_target for n in _nodes(self.sim) if (_target := self._target(n, loads))]
         return targets
 
     def scrape(self) -> str:
         return self.exporter.scrape()
+
+    def serve_only(self, counters: CounterSet) -> None:
+        """Serve these families from the per-node exporters of :meth:`scrape_each` (what a
+        dcgm-exporter counters CSV does): a scraper that keeps a few metrics asks for few."""
+        with self._lock:
+            self.counters = counters
+            self._per_node.clear()
+
+    def scrape_each(self) -> list[tuple[Any, str]]:
+        """``(node, its exposition)`` for every GPU node: what scraping each node's exporter
+        pod would return. Nodes gone since are forgotten."""
+        loads = _loads(self.sim)
+        out = []
+        with self._lock:
+            nodes = _nodes(self.sim)
+            names = {n.name for n in nodes}
+            for name in [n for n in self._per_node if n not in names]:
+                del self._per_node[name]
+                self._sources.pop(name, None)
+            for node in nodes:
+                target = self._target(node, loads)
+                if target is None:
+                    continue
+                entry = self._per_node.get(node.name)
+                if entry is None:
+                    serves: list[NodeTarget] = []
+                    exporter = Exporter(
+                        _const(serves), hostname_label=self.hostname_label, counters=self.counters
+                    )
+                    entry = self._per_node[node.name] = (exporter, serves)
+                entry[1][:] = [target]
+                out.append((node, entry[0].scrape()))
+        return out
 
 
 def _attribution(

@@ -1,10 +1,11 @@
 """Nodes joining, changing and leaving the simulated cluster.
 
-What the node advertises comes from kgpu's real node code (:mod:`kgpu.sim.nodeside`); this
-module decides when it is recomputed and what follows: the Node is republished, the scheduler
-sees the new node, kubelet plugins learn of new hardware, and pods the node can no longer run
-are evicted (the taint manager for NoExecute taints, the node lifecycle controller for a node
-that stops answering).
+What the node advertises comes from kgpu's real node code (:mod:`kgpu.sim.nodeside`) over the
+node's simulated GPUs, whose MIG layout only the node's MIG manager changes
+(:mod:`kgpu.sim.node_mig`); this module decides when it is recomputed and what follows: the
+Node is republished, the scheduler sees the new node, kubelet plugins learn of new hardware,
+and pods the node can no longer run are evicted (the taint manager for NoExecute taints, the
+node lifecycle controller for a node that stops answering).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import contextlib
 from collections.abc import Iterable, Mapping
 
 from kgpu.errors import FieldError, KgpuError
+from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.node.selectors import Taint, parse_taints, tolerates
-from kgpu.sim import nodeside
+from kgpu.sim import node_mig, nodeside
 from kgpu.sim.context import SimContext
 from kgpu.sim.node_status import (
     advertised,
@@ -24,6 +26,7 @@ from kgpu.sim.node_status import (
     node_labels,
     node_object,
 )
+from kgpu.sim.plugins import NodeInfo
 from kgpu.sim.pod_lifecycle import delete_pod
 from kgpu.sim.scenario_parts import NodeSpec
 from kgpu.sim.state import SimNode
@@ -36,59 +39,75 @@ def _node_ready(ctx: SimContext, name: str) -> None:
     ctx.emit("Normal", "NodeReady", f"Node/{name}", f"Node {name} status is now: NodeReady")
 
 
-def add_nodes(ctx: SimContext, spec: NodeSpec) -> None:
-    """The nodes of one scenario entry join, Ready."""
+def add_nodes(ctx: SimContext, spec: NodeSpec, group: str = "") -> None:
+    """The nodes of one scenario entry join, Ready, members of node group ``group`` (by default
+    the entry's name). An autoscaled group is remembered, so cluster-autoscaler can add nodes
+    to it later (:func:`add_group_node`)."""
+    if spec.autoscale is not None:
+        ctx.node_groups[spec.name] = spec
+        ctx.group_next_index[spec.name] = spec.count
     for name in spec.names():
-        machine = nodeside.machine_for(spec.machine, name, spec.clique) if spec.machine else None
-        node = SimNode(
-            name=name,
-            machine=machine,
-            view=None,
-            labels={},
-            scenario_labels=dict(spec.labels),
-            taints=parse_taints(spec.taints),
-            unschedulable=spec.unschedulable,
-            device_plugin=ctx.device_plugin,
-            base_machine=machine,
-            ip=node_address(next(ctx.ip_seq)),
-            capacity=host_capacity(spec, machine),
-        )
-        ctx.nodes.append(node)
-        ctx.node_by_name[name] = node
-        refresh_node(ctx, node, register=True)
-        _node_ready(ctx, name)
+        _join(ctx, spec, name, group)
+
+
+def add_group_node(ctx: SimContext, group: str) -> str:
+    """One more node of an autoscaled group joins (the cloud provisioned it), named
+    ``<group>-<n>`` with the group's next index; the same path as the group's first nodes."""
+    spec = ctx.node_groups[group]
+    while True:
+        index = ctx.group_next_index[group]
+        ctx.group_next_index[group] = index + 1
+        name = spec.node_name(index)
+        if name not in ctx.node_by_name:
+            break
+    _join(ctx, spec, name)
+    return name
+
+
+def _new_node(ctx: SimContext, spec: NodeSpec, name: str, ip: str, group: str = "") -> SimNode:
+    machine = nodeside.machine_for(spec.machine, name, spec.clique) if spec.machine else None
+    return SimNode(
+        name=name,
+        machine=machine,
+        view=None,
+        labels={},
+        scenario_labels=dict(spec.labels),
+        taints=parse_taints(spec.taints),
+        unschedulable=spec.unschedulable,
+        device_plugin=ctx.device_plugin,
+        base_machine=machine,
+        # the node's GPUs as its MIG manager changes them (a template node's are never changed)
+        hardware=SimulatedBackend(machine) if machine is not None else None,
+        ip=ip,
+        capacity=host_capacity(spec, machine),
+        group=group or spec.name,
+    )
+
+
+def _join(ctx: SimContext, spec: NodeSpec, name: str, group: str = "") -> None:
+    node = _new_node(ctx, spec, name, node_address(next(ctx.ip_seq)), group)
+    node_mig.attach(ctx, node, spec.mig_manager)
+    ctx.nodes.append(node)
+    ctx.node_by_name[name] = node
+    refresh_node(ctx, node, register=True)
+    _node_ready(ctx, name)
+
+
+def template_node(ctx: SimContext, spec: NodeSpec) -> SimNode:
+    """The node a new member of the group would be, as cluster-autoscaler's template node
+    info: the same machine, device plugin, configs and labels as :func:`add_group_node` gives
+    it, not part of the cluster (no address, not published, no pods)."""
+    node = _new_node(ctx, spec, f"template-node-for-{spec.name}", "")
+    _advertise(ctx, node, template=True)
+    node.obj = node_object(node)
+    node.info = NodeInfo(name=node.name, labels=node.labels, node=node.obj, pods=[])
+    return node
 
 
 def refresh_node(ctx: SimContext, node: SimNode, *, register: bool = False) -> None:
     """Recompute what the node advertises (view, labels, capacity) and publish the Node."""
-    base = node.base_machine
     old_machine = node.machine
-    if base is not None and node.device_plugin:
-        try:
-            node.view = nodeside.view_for(
-                base,
-                ctx.configs,
-                node.scenario_labels,
-                default_config=ctx.scenario.default_config,
-                mig_strategy=ctx.scenario.mig_strategy,
-                unhealthy=node.health.unhealthy,
-            )
-        except FieldError as exc:  # a bad label or config: the last good view keeps serving
-            ctx.emit("Warning", "InvalidConfig", f"Node/{node.name}", str(exc))
-    else:
-        node.view = None
-    node.machine = node.view.machine if node.view is not None else base
-    node.labels = node_labels(node.name, base, node.view, node.scenario_labels)
-    cap, alloc = advertised(node.capacity, node.view)
-    if node.view is None:
-        node.servicers = {}
-    elif set(node.servicers) != {r.name for r in node.view.resources}:
-        node.servicers = nodeside.servicers_for(node)
-    else:
-        for servicer in node.servicers.values():
-            servicer.notify()
-    node.capacity, node.allocatable = cap, alloc
-    node.mps = nodeside.mps_daemons(node.view)
+    _advertise(ctx, node)
     _publish(ctx, node)
     ctx.scheduler.upsert_node(node)
     ctx.epoch += 1
@@ -98,6 +117,47 @@ def refresh_node(ctx: SimContext, node: SimNode, *, register: bool = False) -> N
                 plugin.register_node(node.name, node.machine, ctx.store)
             except KgpuError as exc:
                 ctx.emit("Warning", "PluginError", f"Node/{node.name}", str(exc))
+    unhealthy = {p.uuid: p.reason for p in node.health.problems.values()}
+    for plugin in ctx.kubelet_plugins:  # a DRA driver taints unhealthy devices in its slices
+        health = getattr(plugin, "node_health", None)
+        if health is not None:
+            health(node.name, unhealthy, ctx.store)
+
+
+def _advertise(ctx: SimContext, node: SimNode, *, template: bool = False) -> None:
+    """What the node's device plugin and GPU feature discovery make of it now: view, labels,
+    capacity and allocatable, MPS daemons; a real node's device-plugin servicers follow, and a
+    bad label or config is a warning event on it (a ``template`` node has neither)."""
+    base = node.base_machine
+    hardware = node.hardware.snapshot() if node.hardware is not None else None
+    if hardware is not None and node.device_plugin:
+        try:
+            view = nodeside.view_for(
+                hardware,
+                ctx.configs,
+                node.scenario_labels,
+                default_config=ctx.scenario.default_config,
+                mig_strategy=ctx.scenario.mig_strategy,
+                unhealthy=node.health.unhealthy,
+            )
+            node.view = node_mig.served(node, view)
+        except FieldError as exc:  # a bad label or config: the last good view keeps serving
+            if not template:
+                ctx.emit("Warning", "InvalidConfig", f"Node/{node.name}", str(exc))
+    else:
+        node.view = None
+    node.machine = hardware
+    node.labels = node_labels(node.name, base, node.view, node.scenario_labels)
+    cap, alloc = advertised(node.capacity, node.view)
+    if template or node.view is None:  # a template node serves nothing
+        node.servicers = {}
+    elif set(node.servicers) != {r.name for r in node.view.resources}:
+        node.servicers = nodeside.servicers_for(node)
+    else:
+        for servicer in node.servicers.values():
+            servicer.notify()
+    node.capacity, node.allocatable = cap, alloc
+    node.mps = nodeside.mps_daemons(node.view)
 
 
 def refresh_all(ctx: SimContext) -> None:

@@ -23,12 +23,22 @@ Obj = dict[str, Any]
 
 @dataclass(frozen=True)
 class Event:
-    """A Kubernetes Event as ``kgpu sim`` reports it (``type`` Normal|Warning)."""
+    """A Kubernetes Event as ``kgpu sim`` reports it (``type`` Normal|Warning).
+
+    ``count``, ``first_seen`` and ``last_seen`` (seconds on the simulated clock) are what the
+    event recorder keeps: the same event again on the same object raises the count of the one
+    already recorded, unless a different outcome came in between
+    (:meth:`kgpu.sim.context.SimContext.record`). Plugins create events with the first four
+    fields; the simulator fills the rest when it records them.
+    """
 
     type: str
     reason: str
     object: str  # "Pod/default/name", "ComputeDomain/default/name", "Node/gpu-node-0"
     message: str
+    count: int = 1
+    first_seen: float | None = None
+    last_seen: float | None = None
 
 
 @dataclass
@@ -71,6 +81,18 @@ class SchedulerPlugin(Protocol):
     def unreserve(self, pod: Obj, node: NodeInfo, store: ObjectStore) -> None: ...
 
     def release(self, pod: Obj, store: ObjectStore) -> None: ...
+
+
+@dataclass(frozen=True)
+class PreBindResult:
+    """What a scheduler plugin's optional ``prebind(pod, node_name, store)`` answers (run after
+    Reserve, before the pod is bound): go on (the default), keep waiting (``waiting``; the cycle
+    asks again each round, and at ``wake_at`` on the simulated clock), or fail with ``error``
+    (the pod is unreserved and goes back to the queue)."""
+
+    waiting: bool = False
+    error: str = ""
+    wake_at: float | None = None
 
 
 class KubeletPlugin(Protocol):

@@ -22,6 +22,8 @@ from kgpu.sim.state import PodRecord, SimNode
 from kgpu.store import NotFound
 
 Obj = dict[str, Any]
+#: pod status fields others own (the resourceclaim controller, the scheduler's DRA plugin)
+_CLAIM_STATUS = ("resourceClaimStatuses", "extendedResourceClaimStatus")
 
 
 # -- records -----------------------------------------------------------------------------------
@@ -47,6 +49,7 @@ def track_pod(
         owner_kind=owner_kind,
         gang=gang,
         gang_size=gang_size,
+        created_at=ctx.now,
     )
     rec.run_seconds = ctx.scenario.runtimes.get(root or meta["name"])
     ctx.pods[key] = rec
@@ -90,6 +93,11 @@ def delete_pod(ctx: SimContext, key: str) -> None:
         ctx.gangs.get(rec.gang, {}).pop(key, None)
     ctx.pending.pop(key, None)
     ctx.to_admit.pop(key, None)
+    waiting = ctx.prebinding.pop(key, None)
+    if waiting is not None:  # reserved, waiting in PreBind: the scheduler lets go of it
+        for listener in ctx.release_listeners:
+            listener.pod_released(rec.obj)
+        ctx.scheduler.release(rec, waiting[1])
     if rec.node and not rec.finished:
         release(ctx, rec)
     with ctx.store.muted(), contextlib.suppress(NotFound):
@@ -99,22 +107,25 @@ def delete_pod(ctx: SimContext, key: str) -> None:
 # -- status ------------------------------------------------------------------------------------
 def merge_external(rec: PodRecord, stored: Obj) -> None:
     """Keep what others wrote into a pod (labels, annotations, the resourceclaim
-    controller's ``status.resourceClaimStatuses``) in the simulator's copy."""
+    controller's ``status.resourceClaimStatuses``, the scheduler's
+    ``status.extendedResourceClaimStatus``) in the simulator's copy."""
     meta = stored.get("metadata") or {}
     for key in ("labels", "annotations"):
         if meta.get(key) is not None:
             rec.obj["metadata"][key] = meta[key]
     rec.obj["metadata"]["resourceVersion"] = meta.get("resourceVersion")
-    claims = (stored.get("status") or {}).get("resourceClaimStatuses")
-    if claims is not None:
-        rec.obj.setdefault("status", {})["resourceClaimStatuses"] = claims
+    for kept in _CLAIM_STATUS:
+        claims = (stored.get("status") or {}).get(kept)
+        if claims is not None:
+            rec.obj.setdefault("status", {})[kept] = claims
 
 
 def set_status(ctx: SimContext, rec: PodRecord, status: Obj) -> None:
     """Replace the pod's status (keeping its claim statuses) and write the pod."""
-    claims = (rec.obj.get("status") or {}).get("resourceClaimStatuses")
-    if claims is not None:
-        status["resourceClaimStatuses"] = claims
+    for kept in _CLAIM_STATUS:
+        claims = (rec.obj.get("status") or {}).get(kept)
+        if claims is not None:
+            status[kept] = claims
     rec.obj["status"] = status
     write_pod(ctx, rec)
 

@@ -38,7 +38,14 @@ from dataclasses import dataclass, field
 
 from kgpu.sim.podindex import IndexedPod
 from kgpu.sim.rejection import Rejection
-from kgpu.sim.scheduler import Cycle, Diagnosis, Scheduler, fit_error, fit_rejection
+from kgpu.sim.scheduler import (
+    Cycle,
+    Diagnosis,
+    Scheduler,
+    fit_error,
+    fit_rejection,
+    fit_requests,
+)
 from kgpu.sim.state import PodRecord, SimNode
 
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
@@ -94,6 +101,9 @@ class _DryRun:
         self.node = node
         self.cycle = cycle
         self.removed: list[PodRecord] = []
+        self.requests = fit_requests(
+            rec.req.requests, node.allocatable, scheduler.delegated(rec.req)
+        )
 
     def _move(self, rec: PodRecord, delta: int) -> None:
         if self.cycle is None:
@@ -124,7 +134,7 @@ class _DryRun:
     def check(self) -> Rejection | None:
         sched, node = self.scheduler, self.node
         fit = fit_rejection(
-            self.rec.req.requests, _free(node, self.removed), node.allocatable, sched.version
+            self.requests, _free(node, self.removed), node.allocatable, sched.version
         )
         if fit is not None:
             return fit

@@ -12,12 +12,15 @@ Kubernetes API.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kgpu.dra.api import RESOURCE_API
 from kgpu.node.ids import replica_id, split_replica
 from kgpu.sim import nodeside
-from kgpu.sim.context import SimContext
+from kgpu.sim.context import SimContext, time_string
+from kgpu.sim.plugins import Event
 from kgpu.sim.quantity import format_units
 from kgpu.sim.state import PodRecord, SimNode
 
@@ -25,6 +28,11 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 HOST_RESOURCES = ("cpu", "memory", "pods", "ephemeral-storage")
+CD_API, CD_KIND = "resource.nvidia.com/v1beta1", "ComputeDomain"
+#: Events every node or pod gets once: they fill tables without telling anything.
+QUIET_REASONS = frozenset({"Scheduled", "NodeReady"})
+#: From this terminal width on, tables show ids (device UUIDs) whole: folded, never shortened.
+FULL_IDS_WIDTH = 120
 
 
 def _q(values: dict[str, int]) -> dict[str, str]:
@@ -36,6 +44,7 @@ def node_json(node: SimNode) -> dict[str, Any]:
     out: dict[str, Any] = {
         "name": node.name,
         "machine": node.machine.profile if node.machine else None,
+        "group": node.group,
         "ready": node.ready,
         "unschedulable": node.unschedulable,
         "labels": dict(sorted(node.labels.items())),
@@ -97,6 +106,21 @@ def pod_json(rec: PodRecord) -> dict[str, Any]:
     return out
 
 
+def event_json(e: Event) -> dict[str, Any]:
+    """An event as the API shows it: repeats counted (``count``), first and last time."""
+    out: dict[str, Any] = {
+        "type": e.type,
+        "reason": e.reason,
+        "object": e.object,
+        "message": e.message,
+        "count": e.count,
+    }
+    if e.first_seen is not None:
+        out["firstTimestamp"] = time_string(e.first_seen)
+        out["lastTimestamp"] = time_string(e.last_seen if e.last_seen is not None else e.first_seen)
+    return out
+
+
 def build_report(sim: SimContext) -> dict[str, Any]:
     pods = sorted(sim.pods.values(), key=lambda r: r.seq)
     out: dict[str, Any] = {
@@ -104,10 +128,7 @@ def build_report(sim: SimContext) -> dict[str, Any]:
         "time": sim.now,
         "nodes": [node_json(n) for n in sim.nodes],
         "pods": [pod_json(p) for p in pods],
-        "events": [
-            {"type": e.type, "reason": e.reason, "object": e.object, "message": e.message}
-            for e in sim.events
-        ],
+        "events": [event_json(e) for e in sim.events],
     }
     for key, api, kind in (
         ("resourceClaims", RESOURCE_API, "ResourceClaim"),
@@ -119,6 +140,53 @@ def build_report(sim: SimContext) -> dict[str, Any]:
     out["unsupported"] = list(sim.unsupported)
     out["warnings"] = list(sim.warnings)
     return out
+
+
+# -- events -----------------------------------------------------------------------------------
+
+
+@dataclass
+class EventGroup:
+    """Identical events (type, reason, message) shown as one row: the objects they were about,
+    in order, and how many there were."""
+
+    type: str
+    reason: str
+    message: str
+    objects: list[str] = field(default_factory=list)
+    count: int = 0
+
+    def who(self) -> str:
+        more = len(self.objects) - 1
+        return self.objects[0] + (f" (+{more} more)" if more else "")
+
+
+def fold_events(
+    events: Iterable[Event], quiet: Collection[str] = QUIET_REASONS
+) -> list[EventGroup]:
+    """Events as table rows, in the order things happened: an event joins the latest row of
+    identical events (same type, reason and message) unless its object had a different event
+    since, so a later outcome never hides in an earlier row. A domain that went Ready, NotReady,
+    then Ready again with the same message shows three rows, the last one Ready; twelve pods
+    failing to schedule with the same message show one row with twelve objects. Events whose
+    reason is in ``quiet`` are left out."""
+    groups: list[EventGroup] = []
+    latest: dict[tuple[str, str, str], EventGroup] = {}  # per key: its newest row
+    last_key: dict[str, tuple[str, str, str]] = {}  # per object: the key of its last event
+    for e in events:
+        if e.reason in quiet:
+            continue
+        key = (e.type, e.reason, e.message)
+        group = latest.get(key)
+        if group is None or last_key.get(e.object, key) != key:
+            group = EventGroup(e.type, e.reason, e.message)
+            groups.append(group)
+            latest[key] = group
+        if e.object not in group.objects:
+            group.objects.append(e.object)
+        group.count += 1
+        last_key[e.object] = key
+    return groups
 
 
 # -- tables -----------------------------------------------------------------------------------
@@ -140,15 +208,13 @@ def gpu_summary(node: SimNode) -> str:
     return "\n".join(parts) or "-"
 
 
-def step_snapshot(
-    sim: SimContext, title: str, earlier: list[dict[str, Any]]
-) -> dict[str, Any]:
+def step_snapshot(sim: SimContext, title: str, earlier: list[dict[str, Any]]) -> dict[str, Any]:
     """A compact picture of the cluster after one step, for ``--watch`` (``earlier``: the
     snapshots of the steps before, whose events it does not repeat)."""
     phases = Counter(r.phase for r in sim.pods.values())
     seen = sum(len(s["newEvents"]) for s in earlier) + sum(s["quietEvents"] for s in earlier)
-    fresh = sim.events[seen:]
-    shown = [e for e in fresh if e.reason not in ("Scheduled", "NodeReady")]
+    fresh = sim.event_log[seen:]  # occurrences: a repeat the recorder counted shows here
+    shown = [e for e in fresh if e.reason not in QUIET_REASONS]
     return {
         "newEvents": [
             {"type": e.type, "reason": e.reason, "object": e.object, "message": e.message}
@@ -171,6 +237,7 @@ def step_snapshot(
                         "nvidia.com/gpu.product",
                         "nvidia.com/device-plugin.config",
                         "nvidia.com/mig.config",
+                        "nvidia.com/mig.config.state",
                         "nvidia.com/gpu.sharing-strategy",
                     )
                 },
@@ -205,59 +272,165 @@ def _longest(values: list[str], floor: int = 0) -> int:
     return max([floor, *(len(v) for v in values)])
 
 
+def _device_lines(rec: PodRecord, full: bool) -> list[str]:
+    """Per container, its device ids: whole ones one per line (``full``), or shortened ones
+    on one line, for narrow terminals."""
+    lines: list[str] = []
+    for container, ids in rec.devices.items():
+        if not ids:
+            continue
+        if not full:
+            lines.append(f"{container}: {', '.join(_short(i) for i in ids)}")
+            continue
+        indent = " " * (len(container) + 2)
+        lines += [f"{container}: {ids[0]}", *(indent + i for i in ids[1:])]
+    return lines
+
+
 def _pods_table(records: list[PodRecord], width: int) -> Any:
     """Pods with their whole names, in the widest layout that fits ``width``: PHASE, NODE and
     DEVICES columns; devices under the name; or, when even PHASE and NODE leave too little room
-    for the name, one column with phase, node and devices under it."""
+    for the name, one column with phase, node and devices under it. From
+    :data:`FULL_IDS_WIDTH` columns on, device ids are whole (folded where they must be).
+
+    Every column gets its width here: rich, left to honour minimum widths itself, drew tables
+    wider than the terminal, which cut their right edge off."""
     from rich.markup import escape
     from rich.table import Table
 
+    full = width >= FULL_IDS_WIDTH
+    devices = {r.key: _device_lines(r, full) for r in records}
+    lines = [line for ls in devices.values() for line in ls]
     where_width = _longest([r.node or "-" for r in records], 4)
+    phase_width = len("Succeeded")
     pod_width = _longest([r.key for r in records], 3)
-    room = width - _fixed_width([pod_width, len("Succeeded"), where_width])
-    columns = (
-        ("POD", "PHASE", "NODE", "DEVICES")
-        if room - 3 >= MIN_FOLDED_WIDTH
-        else ("POD, devices", "PHASE", "NODE")
-        if room >= 0
-        else ("POD: phase, node, devices",)
-    )
+    room = width - _fixed_width([pod_width, phase_width, where_width])
+    longest = _longest(lines, 0)
+    # whole ids that would fold in a DEVICES column read better under the pod's name
+    under_fits = longest > room - 3 and longest + 2 <= pod_width + room
     table = Table(title="Pods")
-    # beyond the terminal's width a name folds onto a second line: still whole, never cut
-    table.add_column(columns[0], min_width=min(pod_width, width - 4), overflow="fold")
-    for header in columns[1:]:
+    if room - 3 >= MIN_FOLDED_WIDTH and not (full and under_fits):
+        layout = 4
+        table.add_column("POD", width=pod_width, overflow="fold")
+        table.add_column("PHASE", width=phase_width, no_wrap=True)
+        table.add_column("NODE", width=where_width, overflow="fold")
+        table.add_column("DEVICES", width=min(room - 3, max(longest, 7)), overflow="fold")
+    elif room >= 0:
+        layout = 2
+        under = longest + 2
         table.add_column(
-            header,
-            min_width=where_width if header == "NODE" else None,
-            no_wrap=header != "DEVICES",
-            overflow="fold",
+            "POD, DEVICES", width=min(max(pod_width, under), pod_width + room), overflow="fold"
         )
+        table.add_column("PHASE", width=phase_width, no_wrap=True)
+        table.add_column("NODE", width=where_width, overflow="fold")
+    else:
+        layout = 1
+        table.add_column("POD: PHASE, NODE, DEVICES", width=max(width - 4, 3), overflow="fold")
     for r in records:
         color = {"Running": "green", "Pending": "yellow", "Failed": "red"}.get(r.phase, "white")
         phase = f"[{color}]{escape(r.phase)}[/{color}]"
-        devices = [
-            f"{c}: {', '.join(_short(i) for i in ids)}" for c, ids in r.devices.items() if ids
-        ]
-        if len(columns) == 4:
+        if layout == 4:
             table.add_row(
-                escape(r.key), phase, escape(r.node or "-"), escape("\n".join(devices) or "-")
+                escape(r.key),
+                phase,
+                escape(r.node or "-"),
+                escape("\n".join(devices[r.key]) or "-"),
             )
             continue
-        under = [escape(d) for d in devices]
-        if len(columns) == 1:
-            under.insert(0, f"{phase} on {escape(r.node or '-')}")
-        cell = escape(r.key) + "".join(f"\n  [dim]{line}[/dim]" for line in under)
-        if len(columns) == 1:
+        under_lines = [escape(d) for d in devices[r.key]]
+        if layout == 1:
+            under_lines.insert(0, f"{phase} on {escape(r.node or '-')}")
+        cell = escape(r.key) + "".join(f"\n  [dim]{line}[/dim]" for line in under_lines)
+        if layout == 1:
             table.add_row(cell)
         else:
             table.add_row(cell, phase, escape(r.node or "-"))
     return table
 
 
-def render(
-    sim: SimContext, console: Console, *, max_pods: int = 40, max_events: int = 25
-) -> None:
-    """The human summary: nodes like ``kubectl describe node``, pods, then events.
+def domain_rows(sim: SimContext) -> list[dict[str, str]]:
+    """One row per ComputeDomain: its status, its nodes (Ready of listed, of wanted), the
+    cliques they are in and the Ready condition's message."""
+    rows = []
+    for domain in sim.store.list(CD_API, CD_KIND):
+        meta = domain.get("metadata") or {}
+        status = domain.get("status") or {}
+        nodes = [n for n in status.get("nodes") or () if isinstance(n, dict)]
+        ready = sum(1 for n in nodes if n.get("status") == "Ready")
+        want = (domain.get("spec") or {}).get("numNodes")
+        conditions = [c for c in status.get("conditions") or () if isinstance(c, dict)]
+        condition: dict[str, Any] = conditions[0] if conditions else {}
+        rows.append(
+            {
+                "name": f"{meta.get('namespace', 'default')}/{meta.get('name')}",
+                "status": str(status.get("status") or "-"),
+                "nodes": f"{ready}/{len(nodes)}" + (f" of {want}" if want else ""),
+                "cliques": ", ".join(sorted({str(n.get("cliqueID")) for n in nodes})) or "-",
+                "message": str(condition.get("message") or "-"),
+            }
+        )
+    return rows
+
+
+def _domains_table(rows: list[dict[str, str]]) -> Any:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="ComputeDomains")
+    table.add_column(
+        "COMPUTEDOMAIN", min_width=_longest([r["name"] for r in rows]), overflow="fold"
+    )
+    table.add_column("STATUS", no_wrap=True)
+    table.add_column("NODES READY/LISTED", overflow="fold")
+    table.add_column("CLIQUE", overflow="fold")
+    table.add_column("MESSAGE", overflow="fold")
+    for r in rows:
+        color = "green" if r["status"] == "Ready" else "yellow"
+        table.add_row(
+            escape(r["name"]),
+            f"[{color}]{escape(r['status'])}[/{color}]",
+            escape(r["nodes"]),
+            escape(r["cliques"]),
+            escape(r["message"]),
+        )
+    return table
+
+
+def _events_table(groups: list[EventGroup], width: int) -> Any:
+    """Events, objects whole on one line where the terminal leaves the message 24 columns."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    rows = [
+        (g.type, g.reason + (f" (x{g.count})" if g.count > len(g.objects) else ""), g.who(), g)
+        for g in groups
+    ]
+    reasons = _longest([r[1] for r in rows], 6)
+    who = _longest([r[2] for r in rows], 6)
+    messages = _longest([r[3].message for r in rows], 7)
+    table = Table(title="Events")
+    # explicit widths: rich, given a minimum width for OBJECT, drew tables wider than the
+    # terminal; when even that does not fit, rich shares the width out (objects fold)
+    room = width - _fixed_width([len("Warning"), reasons, 0, 0])
+    obj = min(who, room - 24)
+    fixed = obj >= 10
+    table.add_column("TYPE", no_wrap=True, width=len("Warning") if fixed else None)
+    table.add_column("REASON", overflow="fold", width=reasons if fixed else None)
+    table.add_column("OBJECT", overflow="fold", width=obj if fixed else None)
+    table.add_column("MESSAGE", overflow="fold", width=min(messages, room - obj) if fixed else None)
+    for type_, reason, who_cell, g in rows:
+        color = "red" if type_ == "Warning" else "white"
+        table.add_row(
+            f"[{color}]{escape(type_)}[/{color}]",
+            escape(reason),
+            escape(who_cell),
+            escape(g.message),
+        )
+    return table
+
+
+def render(sim: SimContext, console: Console, *, max_pods: int = 40, max_events: int = 25) -> None:
+    """The human summary: nodes like ``kubectl describe node``, pods, ComputeDomains, events.
 
     Names (nodes, pods) are never cut: at 80 columns ``default/time-slicing-ver…`` left every
     pod of a Deployment looking the same. Their columns keep their width; the others fold, and
@@ -269,13 +442,13 @@ def render(
     title = sim.scenario.name + (
         f" — {sim.scenario.description}" if sim.scenario.description else ""
     )
-    console.print(f"[bold]{escape(title)}[/bold]  (t={sim.now:g}s)")
+    console.print(f"[bold]{escape(title)}[/bold] (t={sim.now:g}s)", highlight=False)
     shown_nodes = sim.nodes[:100]
     node_width = _longest([n.name for n in shown_nodes], 4)
     nodes = Table(title="Nodes")
     nodes.add_column("NODE", min_width=node_width, overflow="fold")
     nodes.add_column("CONFIG", overflow="fold")
-    nodes.add_column("GPU RESOURCES used/allocatable", overflow="fold")
+    nodes.add_column("GPU RESOURCES USED/ALLOCATABLE", overflow="fold")
     nodes.add_column("PODS", no_wrap=True)
     for n in shown_nodes:
         head = escape(n.name) + ("" if n.ready else " [red](NotReady)[/red]")
@@ -288,7 +461,8 @@ def render(
         if n.view is not None:
             config = n.view.config_name or "-"
             if n.view.mig_config_name:
-                config += f"\nmig: {n.view.mig_config_name}"
+                state = n.labels.get("nvidia.com/mig.config.state")
+                config += f"\nmig: {n.view.mig_config_name}" + (f" ({state})" if state else "")
         mps = "".join(
             f"\n[cyan]MPS daemon[/cyan] {escape(_gpu_name(n, d.gpus))}: "
             f"{len(nodeside.mps_clients(n, d))}/{d.replicas} clients, "
@@ -312,27 +486,19 @@ def render(
             f"... {len(records) - max_pods} more pods; totals: "
             + ", ".join(f"{k} {v}" for k, v in sorted(phases.items()))
         )
-    events = Table(title="Events")
-    events.add_column("TYPE", no_wrap=True)
-    events.add_column("REASON", overflow="fold")
-    events.add_column("OBJECT", overflow="fold")
-    events.add_column("MESSAGE", overflow="fold")
-    groups: dict[tuple[str, str, str], list[str]] = {}
-    for e in sim.events:
-        if e.reason in ("Scheduled", "NodeReady"):
-            continue
-        groups.setdefault((e.type, e.reason, e.message), []).append(e.object)
-    rows = list(groups.items())
-    for (type_, reason, message), objects in rows[-max_events:]:
-        color = "red" if type_ == "Warning" else "white"
-        who = objects[0] + (f" (+{len(objects) - 1} more)" if len(objects) > 1 else "")
-        events.add_row(
-            f"[{color}]{escape(type_)}[/{color}]", escape(reason), escape(who), escape(message)
-        )
-    console.print(events)
-    console.print(f"({len(sim.events)} events in all; -o json lists every one)")
+    domains = domain_rows(sim)
+    if domains:
+        console.print(_domains_table(domains))
+    groups = fold_events(sim.events)
+    console.print(_events_table(groups[-max_events:], console.width))
+    earlier = len(groups) - max_events
+    console.print(
+        f"({len(sim.events)} events in all"
+        + (f"; {earlier} earlier rows not shown" if earlier > 0 else "")
+        + "; -o json lists every one)"
+    )
     for w in sim.warnings:
-        console.print(f"[yellow]warning:[/yellow] {escape(w)}")
+        console.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False)
 
 
 def _used(node: SimNode, resource: str) -> str:
@@ -341,23 +507,31 @@ def _used(node: SimNode, resource: str) -> str:
 
 
 def _short(device_id: str) -> str:
-    """``GPU-1b2c...::3`` -> ``GPU-1b2c3d4e::3``: enough to tell devices apart in a table."""
+    """``GPU-1b2c...::3`` -> ``GPU-1b2c3d4e::3``: enough to tell devices apart in a narrow
+    table (from :data:`FULL_IDS_WIDTH` columns on, ids are whole)."""
     head, replica = split_replica(device_id)
     if head.startswith(("GPU-", "MIG-")) and len(head) > 12:
         head = head[:12]
     return head if replica is None else replica_id(head, replica)
 
 
+#: Rows of events one ``--watch`` step shows at most: the first few (what the step did) and
+#: the last ones (how it ended).
+STEP_EVENT_ROWS = (3, 7)
+
+
 def render_steps(snapshots: list[dict[str, Any]], console: Console) -> None:
-    """One table per step: what each node has allocated and how the pods stand."""
+    """One table per step: what each node has allocated and how the pods stand, then the
+    step's events, folded as :func:`fold_events` folds them."""
     from rich.markup import escape
     from rich.table import Table
 
     for i, snap in enumerate(snapshots):
-        table = Table(title=escape(f"[{i}] t={snap['time']:g}s  {snap['title']}"))
+        where = snap["title"] if i == 0 else f"steps[{i - 1}]  {snap['title']}"
+        table = Table(title=escape(f"{where}  t={snap['time']:g}s"))
         shown = snap["nodes"][:50]
         table.add_column("NODE", min_width=_longest([n["name"] for n in shown]), overflow="fold")
-        table.add_column("GPU RESOURCES used/allocatable", overflow="fold")
+        table.add_column("GPU RESOURCES USED/ALLOCATABLE", overflow="fold")
         table.add_column("PODS", no_wrap=True)
         table.add_column("LABELS", overflow="fold")
         for n in shown:
@@ -371,14 +545,21 @@ def render_steps(snapshots: list[dict[str, Any]], console: Console) -> None:
         console.print(
             "pods: " + (", ".join(f"{k} {v}" for k, v in sorted(snap["phases"].items())) or "none")
         )
-        groups: dict[tuple[str, str, str], int] = {}
-        for e in snap["newEvents"]:
-            key = (e["type"], e["reason"], e["message"])
-            groups[key] = groups.get(key, 0) + 1
-        for (type_, reason, message), count in list(groups.items())[:6]:
-            color = "red" if type_ == "Warning" else "dim"
-            times = f" (x{count})" if count > 1 else ""
+        groups = fold_events(Event(**e) for e in snap["newEvents"])
+        head, tail = STEP_EVENT_ROWS
+        hidden = len(groups) - head - tail
+        rows: list[EventGroup | None] = (
+            [*groups[:head], None, *groups[-tail:]] if hidden > 0 else list(groups)
+        )
+        for g in rows:
+            if g is None:
+                console.print(f"  ... {hidden} more (-o json lists every one)")
+                continue
+            color = "red" if g.type == "Warning" else "dim"
+            times = f" (x{g.count})" if g.count > 1 else ""
             console.print(
-                f"  [{color}]{escape(type_)} {escape(reason)}[/{color}]{times}: {escape(message)}",
+                f"  [{color}]{escape(g.type)} {escape(g.reason)}[/{color}]{times} "
+                f"{escape(g.who())}: {escape(g.message)}",
                 soft_wrap=True,
+                highlight=False,
             )

@@ -16,10 +16,13 @@ from typing import Any
 
 import yaml
 
+from kgpu.autoscaling.ca_settings import CASettings, parse_settings
 from kgpu.config.plugin import MIG_STRATEGIES
 from kgpu.errors import FieldError, FieldProblem, join_path
+from kgpu.sim.expect.schema import Expectations, load_expectations, read_expectations
 from kgpu.sim.kubeversion import DEFAULT_VERSION, KubeVersion, parse_version, version_problem
 from kgpu.sim.manifests import Manifest
+from kgpu.sim.mig_settings import MigManagerSettings, parse_mig_manager
 from kgpu.sim.scenario_parts import (
     Errors,
     NodeSpec,
@@ -46,6 +49,9 @@ TOP_KEYS = (
     "runtimes",
     "seed",
     "kubernetesVersion",
+    "expect",
+    "clusterAutoscaler",
+    "migManager",
 )
 #: The actions a step may take (:data:`kgpu.sim.steps.STEP_TYPES`).
 STEP_ACTIONS = tuple(STEP_TYPES)
@@ -69,6 +75,11 @@ class Scenario:
     seed: int = 0
     #: the kube-scheduler release whose wording and behaviour the cluster has
     kubernetes_version: KubeVersion = field(default_factory=parse_version)
+    expect: Expectations = field(default_factory=Expectations)  # the ``expect`` key
+    #: cluster-autoscaler's flags (``clusterAutoscaler``); it runs when a group autoscales
+    cluster_autoscaler: CASettings = field(default_factory=CASettings)
+    # every node's MIG manager settings, unless its group says otherwise
+    mig_manager: MigManagerSettings = field(default_factory=MigManagerSettings)
 
 
 def parse_step(
@@ -177,6 +188,14 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
     if version_error:
         err.add(version_error, "kubernetesVersion")
         raw_version = DEFAULT_VERSION
+    expect = _parse_expect(data.get("expect"), base, err, steps)
+    settings = CASettings()
+    try:
+        settings = parse_settings(data.get("clusterAutoscaler"))
+    except FieldError as exc:
+        for found in exc.problems:
+            err.add(found.message, found.path)
+    mig_manager = parse_mig_manager(data.get("migManager"), "migManager", err, parse_duration)
     if err.problems:
         raise FieldError(err.problems)
     return Scenario(
@@ -195,7 +214,28 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         runtimes=runtimes,
         seed=seed,
         kubernetes_version=parse_version(raw_version),
+        expect=expect,
+        cluster_autoscaler=settings,
+        mig_manager=mig_manager,
     )
+
+
+def _parse_expect(raw: object, base: Path, err: Errors, steps: list[Step]) -> Expectations:
+    """The ``expect`` key: an expect document inline, or the path of an expect file."""
+    if raw is None:
+        return Expectations()
+    if isinstance(raw, str):
+        resolved = resolve(base, raw)
+        problem = unreadable(resolved)
+        if problem:
+            err.add(problem, "expect")
+            return Expectations()
+        try:
+            return load_expectations(resolved, steps)
+        except FieldError as exc:
+            err.absorb(exc)
+            return Expectations()
+    return Expectations(read_expectations(raw, "expect", err, steps), (err.file,))
 
 
 def manifest_not_scenario(docs: list[Any], file: str) -> str:

@@ -20,6 +20,7 @@ from kgpu.errors import FieldError, FieldProblem, join_path
 from kgpu.node.label_syntax import label_key_problem, label_value_problem
 from kgpu.node.selectors import TAINT_EFFECTS
 from kgpu.sim.manifests import Manifest, check, load_manifest_file
+from kgpu.sim.mig_settings import MigManagerSettings, parse_mig_manager
 from kgpu.sim.quantity import QuantityError, to_units
 
 NODE_KEYS = (
@@ -33,7 +34,13 @@ NODE_KEYS = (
     "memory",
     "pods",
     "unschedulable",
+    "autoscale",
+    "migManager",
 )
+#: The largest ``autoscale.max`` a group may have (the size a scenario's node group may have).
+MAX_AUTOSCALE = 20_000
+#: The kinds a ``traffic`` step may name: what owns pods, and a Pod itself.
+TRAFFIC_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet", "Job", "MPIJob", "Pod")
 SCALABLE = ("Deployment", "ReplicaSet", "StatefulSet", "Job", "MPIJob")
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
@@ -51,9 +58,19 @@ class NodeSpec:
     memory: int | None = None  # bytes
     pods: int | None = None
     unschedulable: bool = False
+    autoscale: tuple[int, int] | None = None  # (min, max): cluster-autoscaler resizes the group
+    # given fields override the scenario's migManager
+    mig_manager: MigManagerSettings = field(default_factory=MigManagerSettings)
 
     def names(self) -> list[str]:
-        return [self.name] if self.count == 1 else [f"{self.name}-{i}" for i in range(self.count)]
+        """The group's starting nodes: ``name`` alone, or ``name-0``, ``name-1``... when there
+        are several or the group autoscales (its new nodes continue the numbering)."""
+        if self.count == 1 and self.autoscale is None:
+            return [self.name]
+        return [self.node_name(i) for i in range(self.count)]
+
+    def node_name(self, index: int) -> str:
+        return f"{self.name}-{index}"
 
 
 @dataclass(frozen=True)
@@ -152,8 +169,18 @@ def parse_node_spec(raw: object, path: str, err: Errors) -> NodeSpec | None:
     if not isinstance(name, str) or not NAME_RE.match(name):
         err.add(f"{name!r}: a node name must be a lowercase DNS name", join_path(path, "name"))
         return None
-    count = raw.get("count", 1)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+    autoscale = _autoscale(raw.get("autoscale"), join_path(path, "autoscale"), err)
+    count = raw.get("count", 1 if autoscale is None else autoscale[0])
+    if autoscale is not None:
+        low, high = autoscale
+        if isinstance(count, bool) or not isinstance(count, int) or not low <= count <= high:
+            err.add(
+                f"{count!r}: the starting size of an autoscaled group must be between "
+                f"autoscale.min ({low}) and autoscale.max ({high})",
+                join_path(path, "count"),
+            )
+            count = low
+    elif isinstance(count, bool) or not isinstance(count, int) or count < 1:
         err.add(f"{count!r}: must be a positive integer", join_path(path, "count"))
         count = 1
     machine = raw.get("machine")
@@ -198,7 +225,41 @@ def parse_node_spec(raw: object, path: str, err: Errors) -> NodeSpec | None:
         memory=amounts["memory"],
         pods=amounts["pods"],
         unschedulable=unschedulable,
+        autoscale=autoscale,
+        mig_manager=parse_mig_manager(
+            raw.get("migManager"), join_path(path, "migManager"), err, parse_duration
+        ),
     )
+
+
+def _autoscale(raw: object, path: str, err: Errors) -> tuple[int, int] | None:
+    """A node group's ``autoscale: {min, max}``: the sizes cluster-autoscaler keeps it
+    between (``--nodes=min:max:group`` on a real cluster)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        err.add("must be a map with min and max (the group's smallest and largest size)", path)
+        return None
+    for key in raw:
+        if key not in ("min", "max"):
+            err.add(f"unknown field {key!r}; allowed: min, max", join_path(path, str(key)))
+    sizes: list[int] = []
+    for key in ("min", "max"):
+        value = raw.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            err.add(f"{value!r}: must be a non-negative integer", join_path(path, key))
+            return None
+        sizes.append(value)
+    low, high = sizes
+    if high > MAX_AUTOSCALE:
+        err.add(f"{high}: at most {MAX_AUTOSCALE:,} nodes per group", join_path(path, "max"))
+        return None
+    if high < 1 or high < low:
+        err.add(
+            f"{high}: must be at least 1 and at least min ({low})", join_path(path, "max")
+        )
+        return None
+    return low, high
 
 
 def resolve(base: Path, value: str) -> Path:

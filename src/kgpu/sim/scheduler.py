@@ -21,7 +21,11 @@ key involved is a per-node label (hostname), else node by node -- from an index 
 (:mod:`kgpu.sim.podindex`); a pod without affinity terms or spread constraints, in a cluster where
 no pod has required anti-affinity, costs nothing there. Scoring is LeastAllocated (the default) over
 CPU, memory, pod count and the extended resources the pod asks for; ties go to the node that
-waited longest, which spreads pods across equal nodes as kube-scheduler's rotation does.
+waited longest, which spreads pods across equal nodes as kube-scheduler's rotation does. When a
+plugin scores the pod (DynamicResources' prioritized-list score), the first
+:func:`feasible_to_find` feasible nodes are scored and the best total wins. An extended resource
+a DRA DeviceClass provides is left to the DRA plugin on nodes that do not advertise it
+(:func:`fit_requests`).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from kgpu.node.selectors import Taint, first_untolerated, tolerates
 from kgpu.sim import interpod, spread
 from kgpu.sim.kubeversion import KubeVersion, parse_version
 from kgpu.sim.plugins import NodeInfo, SchedulerPlugin
-from kgpu.sim.podindex import NAMESPACE_NAME_LABEL, PodIndex, indexed
+from kgpu.sim.podindex import NAMESPACE_NAME_LABEL, IndexedPod, PodIndex, indexed
 from kgpu.sim.podspec import PodRequirements, node_affinity_matches
 from kgpu.sim.rejection import Rejection
 from kgpu.sim.state import PodRecord, SimNode
@@ -54,7 +58,8 @@ _FIT_ORDER = {"cpu": 0, "memory": 1, "ephemeral-storage": 2}
 
 #: Labels unique to each node: kept out of node classes, so a pod that selects on them (or on
 #: ``metadata.name`` through matchFields) is filtered node by node.
-PER_NODE_LABELS = frozenset({"kubernetes.io/hostname"})
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+PER_NODE_LABELS = frozenset({HOSTNAME_LABEL})
 
 
 def needs_node_identity(req: PodRequirements) -> bool:
@@ -65,6 +70,15 @@ def needs_node_identity(req: PodRequirements) -> bool:
     return any(
         t.fields or any(r.key in PER_NODE_LABELS for r in t.expressions) for t in req.affinity.terms
     )
+
+
+def feasible_to_find(num_nodes: int) -> int:
+    """How many feasible nodes kube-scheduler looks for before scoring
+    (``numFeasibleNodesToFind`` with the adaptive ``percentageOfNodesToScore``)."""
+    if num_nodes < 100:
+        return num_nodes
+    percentage = max(5, 50 - num_nodes // 125)
+    return max(100, num_nodes * percentage // 100)
 
 
 def taint_reason(taint: Taint, version: KubeVersion = LATEST) -> str:
@@ -167,6 +181,17 @@ def fit_reasons(requests: Iterable[tuple[str, int]], free: dict[str, int]) -> li
     short.sort(key=lambda r: (_FIT_ORDER.get(r, 3), r))
     reasons.extend(f"Insufficient {r}" for r in short)
     return reasons
+
+
+def fit_requests(
+    requests: Iterable[tuple[str, int]], allocatable: Mapping[str, int], delegated: Collection[str]
+) -> Iterable[tuple[str, int]]:
+    """The requests NodeResourcesFit checks on a node: an extended resource a DRA DeviceClass
+    provides (``delegated``) is left to the DRA plugin on a node that does not advertise it
+    (DRAExtendedResource: ShouldDelegateResourceToDRA)."""
+    if not delegated:
+        return requests
+    return [(r, a) for r, a in requests if not (r in delegated and allocatable.get(r, 0) <= 0)]
 
 
 def fit_rejection(
@@ -280,6 +305,8 @@ class Scheduler:
         self._class_members: dict[int, tuple[dict[str, str], tuple[Taint, ...], bool]] = {}
         self._static_cache: dict[tuple[object, ...], tuple[str, ...]] = {}
         self._buckets: dict[tuple[object, ...], Bucket] = {}
+        #: nodes that exist only in a what-if (:meth:`what_if`): cluster-autoscaler's templates
+        self._what_if_nodes: dict[str, spread.NodeView] = {}
 
     # -- node bookkeeping --------------------------------------------------------------------
     def upsert_node(self, node: SimNode) -> None:
@@ -348,11 +375,16 @@ class Scheduler:
     # -- what the inter-pod filters read ------------------------------------------------------
     def node_labels(self, name: str) -> Mapping[str, str] | None:
         node = self.nodes.get(name)
-        return None if node is None else node.labels
+        if node is None:
+            view = self._what_if_nodes.get(name)
+            return None if view is None else view[1]
+        return node.labels
 
     def node_view(self, name: str) -> spread.NodeView | None:
         node = self.nodes.get(name)
-        return None if node is None else (node.name, node.labels, node.taints)
+        if node is None:
+            return self._what_if_nodes.get(name)
+        return (node.name, node.labels, node.taints)
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str]:
         """A namespace's labels (its Namespace object's, else only the name label every
@@ -382,13 +414,59 @@ class Scheduler:
             for n in self.nodes.values():
                 by_class.setdefault(n.class_id, []).append((n.name, n.labels, n.taints))
             identity = needs_node_identity(req)
-            spread_state = spread.prefilter(
-                req, self.pods, ((group, identity) for group in by_class.values()), self.node_view
-            )
+            groups = [(group, identity) for group in by_class.values()]
+            groups.extend(([view], identity) for view in self._what_if_nodes.values())
+            spread_state = spread.prefilter(req, self.pods, groups, self.node_view)
         affinity_state = interpod.prefilter(req, self.pods, self.node_labels, self.namespace_labels)
         if spread_state is None and affinity_state is None:
             return None
         return Cycle(spread_state, affinity_state)
+
+    def what_if(
+        self,
+        rec: PodRecord,
+        node: spread.NodeView,
+        *,
+        new_nodes: Sequence[spread.NodeView] = (),
+        placed: Sequence[tuple[PodRecord, str]] = (),
+        removed: Iterable[PodRecord] = (),
+    ) -> Rejection | None:
+        """PodTopologySpread and InterPodAffinity for ``rec`` on ``node`` in the cluster as
+        cluster-autoscaler's snapshot has it: ``new_nodes`` added (template nodes, ``node``
+        may be one), ``placed`` pods put on nodes by name, ``removed`` pods taken off theirs.
+        The scheduler's own state is unchanged afterwards."""
+        req = rec.req
+        if (
+            not req.spread
+            and not req.inter_pod
+            and not self.pods.anti_terms
+            and not any(r.req.anti_affinity_terms for r, _ in placed)
+        ):
+            return None  # both filters skip this pod
+        index = self.pods
+        saved: dict[str, IndexedPod] = {}
+        added: list[str] = []
+        try:
+            self._what_if_nodes = {view[0]: view for view in new_nodes}
+            for gone in removed:
+                was = index.pods.get(gone.key)
+                if was is not None:
+                    saved.setdefault(gone.key, was)
+                    index.remove(gone.key)
+            for other, where in placed:
+                was = index.pods.get(other.key)
+                if was is not None:
+                    saved.setdefault(other.key, was)
+                index.add(indexed(other.key, other.req, where, next(self._bind_seq)))
+                added.append(other.key)
+            cycle = self.cycle(req)
+        finally:
+            for key in added:
+                index.remove(key)
+            for was in saved.values():
+                index.add(was)
+            self._what_if_nodes = {}
+        return None if cycle is None else cycle.check(node[1])
 
     # -- filtering ---------------------------------------------------------------------------
     def _static(self, req: PodRequirements, class_id: int, node: SimNode | None) -> tuple[str, ...]:
@@ -404,8 +482,24 @@ class Scheduler:
             self._static_cache[key] = hit
         return hit
 
-    def _fit(self, req: PodRequirements, bucket: Bucket) -> Rejection | None:
-        return fit_rejection(req.requests, bucket.free, bucket.allocatable, self.version)
+    def delegated(self, req: PodRequirements) -> frozenset[str]:
+        """Extended resources of the pod that a DRA DeviceClass provides (the plugins'
+        ``extended_resource_names``): see :func:`fit_requests`."""
+        wanted = {r for r, _ in req.requests if "/" in r}
+        if not wanted:
+            return frozenset()
+        out: frozenset[str] = frozenset()
+        for plugin in self.plugins:
+            names = getattr(plugin, "extended_resource_names", None)
+            if names is not None:
+                out |= names(self.store) & wanted
+        return out
+
+    def _fit(
+        self, req: PodRequirements, bucket: Bucket, delegated: Collection[str] = ()
+    ) -> Rejection | None:
+        requests = fit_requests(req.requests, bucket.allocatable, delegated)
+        return fit_rejection(requests, bucket.free, bucket.allocatable, self.version)
 
     def _score(self, req: PodRequirements, bucket: Bucket) -> float:
         free, alloc = bucket.free, bucket.allocatable
@@ -433,6 +527,7 @@ class Scheduler:
         cycle = diagnosis.cycle = self.cycle(req)
         identity = needs_node_identity(req)
         per_node = identity or (cycle is not None and cycle.per_node)
+        delegated = self.delegated(req)
         candidates: list[tuple[float, int, Bucket]] = []
         for order, bucket in enumerate(self._buckets.values()):
             if identity:
@@ -445,7 +540,7 @@ class Scheduler:
                         passing.append(node)
                 if not passing:
                     continue
-                fit = self._fit(req, bucket)
+                fit = self._fit(req, bucket, delegated)
                 if fit is not None:
                     diagnosis.reject(fit, passing)
                     continue
@@ -457,13 +552,15 @@ class Scheduler:
                 for r in why:
                     diagnosis.reasons[r] += n
                 continue
-            fit = self._fit(req, bucket)
+            fit = self._fit(req, bucket, delegated)
             if fit is not None:
                 diagnosis.reject(fit, bucket.nodes.values())  # read before anything changes
                 continue
             candidates.append((-self._score(req, bucket), order, bucket))
         candidates.sort(key=lambda c: (c[0], c[1]))
         class_verdicts: dict[int, Rejection | None] = {}
+        scored: list[tuple[SimNode, Bucket, list[int]]] = []
+        wanted = feasible_to_find(total)
         for _, _, bucket in candidates:
             if cycle is not None and not per_node:
                 cid = bucket.class_id
@@ -483,9 +580,51 @@ class Scheduler:
                         continue
                 why_plugin = self._plugin_reason(pod, node)
                 if why_plugin is None:
-                    return Placement(node)
+                    plugin_scores = self._plugin_scores(pod, node)
+                    if plugin_scores is None:
+                        return Placement(node)
+                    scored.append((node, bucket, plugin_scores))
+                    if len(scored) >= wanted:
+                        return Placement(self._best(req, scored))
+                    continue
                 diagnosis.reasons[why_plugin] += 1  # DRA filters reject unresolvably
+        if scored:
+            return Placement(self._best(req, scored))
         return Placement(None, fit_error(total, diagnosis.reasons), diagnosis)
+
+    def _plugin_scores(self, pod: dict[str, Any], node: SimNode) -> list[int] | None:
+        """Scores of the plugins that score this pod (the DRA plugin's prioritized-list score),
+        None when none does: then the first node that passes wins, as before."""
+        info = node.info
+        assert info is not None
+        out: list[int] = []
+        for plugin in self.plugins:
+            score = getattr(plugin, "score", None)
+            value = score(pod, info, self.store) if score is not None else None
+            if value is not None:
+                out.append(int(value))
+        return out or None
+
+    def _best(
+        self, req: PodRequirements, scored: list[tuple[SimNode, Bucket, list[int]]]
+    ) -> SimNode:
+        """The node with the highest total score: LeastAllocated (0-100, CPU and memory, as
+        kube-scheduler's default) plus each plugin's score normalised to 0-100 over the
+        feasible nodes (the framework's DefaultNormalizeScore); ties keep the scheduler's order."""
+        width = max(len(s[2]) for s in scored)
+        tops = [max((s[2][i] if i < len(s[2]) else 0) for s in scored) for i in range(width)]
+        wanted = {r: a for r, a in req.requests}
+
+        def total(item: tuple[SimNode, Bucket, list[int]]) -> float:
+            _, bucket, values = item
+            least = 0.0
+            for r in ("cpu", "memory"):
+                alloc = bucket.allocatable.get(r, 0)
+                if alloc > 0:
+                    least += max(0, bucket.free.get(r, 0) - wanted.get(r, 0)) * 100 / alloc / 2
+            return least + sum(v * 100 / tops[i] for i, v in enumerate(values) if tops[i] > 0)
+
+        return max(scored, key=total)[0]
 
     def node_verdict(
         self, rec: PodRecord, node: SimNode, cycle: Cycle | None, only: str | None = None
@@ -503,7 +642,8 @@ class Scheduler:
                     return Rejection((why,), False)
         if only in (None, "NodeResourcesFit"):
             free = {r: v - node.requested.get(r, 0) for r, v in node.allocatable.items()}
-            fit = fit_rejection(req.requests, free, node.allocatable, self.version)
+            requests = fit_requests(req.requests, node.allocatable, self.delegated(req))
+            fit = fit_rejection(requests, free, node.allocatable, self.version)
             if fit is not None:
                 return fit
         if cycle is not None and cycle.spread is not None and only in (None, "PodTopologySpread"):
@@ -591,6 +731,7 @@ class Scheduler:
 __all__ = [
     "AFFINITY",
     "FILTER_ORDER",
+    "HOSTNAME_LABEL",
     "STATIC_FILTERS",
     "TOO_MANY_PODS",
     "UNSCHEDULABLE",
@@ -599,9 +740,11 @@ __all__ = [
     "Diagnosis",
     "Placement",
     "Scheduler",
+    "feasible_to_find",
     "fit_error",
     "fit_reasons",
     "fit_rejection",
+    "fit_requests",
     "static_reasons",
     "taint_reason",
 ]

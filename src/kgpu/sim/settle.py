@@ -10,12 +10,14 @@ start bound ones. Rounds repeat until nothing changes (bounded by :data:`MAX_ROU
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from kgpu.errors import KgpuError
 from kgpu.manifests import validate_manifest
 from kgpu.node.selectors import parse_taints
+from kgpu.sim import node_mig
 from kgpu.sim.admission import AdmissionDenied
 from kgpu.sim.binding import schedule_pending
 from kgpu.sim.context import SimContext
@@ -28,15 +30,15 @@ from kgpu.store import NotFound
 MAX_ROUNDS = 64
 
 
-def settle(
-    ctx: SimContext, manager: ControllerManager, controllers: Sequence[Controller]
-) -> None:
+def settle(ctx: SimContext, manager: ControllerManager, controllers: Sequence[Controller]) -> None:
     """Run controllers, the scheduler and the kubelets until nothing changes (bounded)."""
     for _ in range(MAX_ROUNDS):
-        progress = manager.reconcile()
+        progress = node_mig.reconcile_due(ctx, refresh_node)  # node agents act on changes first
+        progress |= manager.reconcile()
         for ctrl in controllers:
             try:
-                ctx.events.extend(ctrl.reconcile(ctx.store, ctx.now))
+                for event in ctrl.reconcile(ctx.store, ctx.now):
+                    ctx.record(event)
             except KgpuError as exc:
                 ctx.emit("Warning", "ReconcileError", f"Controller/{ctrl.name}", str(exc))
         progress |= sync_external(ctx)
@@ -53,16 +55,38 @@ def advance(
     manager: ControllerManager,
     controllers: Sequence[Controller],
 ) -> None:
-    """Move the clock; pods whose runtime ends on the way succeed, in time order, and the
-    cluster settles after each moment at which some did."""
+    """Move the clock. On the way, in time order: pods whose runtime ends succeed, MIG
+    managers are called at the times they asked for (a drain's poll and timeout, a retry),
+    moments something asked to be woken at (:meth:`SimContext.wake_at`: a controller's delay, a
+    binding timeout) arrive, and the periodic work of :mod:`kgpu.sim.loops` runs (scrapes, KEDA
+    polls, HPA syncs, cluster-autoscaler scans). At one instant they come in that order. The
+    cluster settles after each moment that changed something."""
     target = ctx.now + seconds
-    while ctx.timers and ctx.timers[0][0] <= target:
-        when, _, key = heapq.heappop(ctx.timers)
+    loops = ctx.loops
+    while True:
+        pod_time = ctx.timers[0][0] if ctx.timers else math.inf
+        mig_wake = node_mig.next_wake(ctx)  # a MIG manager polling a drain or backing off
+        mig_time = math.inf if mig_wake is None else mig_wake
+        wake_time = ctx.wakeups[0] if ctx.wakeups else math.inf
+        loop_time = loops.next_time()
+        when = min(pod_time, mig_time, wake_time, loop_time)
+        if when > target:
+            break
         ctx.now = max(ctx.now, when)
-        if not _finish_running(ctx, key):
+        if pod_time <= when:
+            if not _finish_running(ctx, heapq.heappop(ctx.timers)[2]):
+                continue
+            while ctx.timers and ctx.timers[0][0] <= ctx.now:
+                _finish_running(ctx, heapq.heappop(ctx.timers)[2])
+        elif mig_time <= when:
+            if not node_mig.reconcile_due(ctx, refresh_node):
+                continue
+        elif wake_time <= when:
+            while ctx.wakeups and ctx.wakeups[0] <= ctx.now:
+                heapq.heappop(ctx.wakeups)
+            ctx.epoch += 1  # time-dependent verdicts (a binding timeout) may have changed
+        elif not loops.pop().action(ctx.now) and not ctx.store.pending():
             continue
-        while ctx.timers and ctx.timers[0][0] <= ctx.now:
-            _finish_running(ctx, heapq.heappop(ctx.timers)[2])
         settle(ctx, manager, controllers)
     ctx.now = target
 

@@ -24,17 +24,23 @@ them imports this module (a test keeps the package free of import cycles).
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from kgpu.config.loader import ConfigSet
-from kgpu.sim import node_lifecycle, nodeside, objects, pod_lifecycle
+from kgpu.sim import node_lifecycle, nodeside, objects, pod_lifecycle, traffic
 from kgpu.sim.context import SimContext
 from kgpu.sim.controllers import ControllerManager, ResourceClaimController
+from kgpu.sim.controllers.cluster_autoscaler import ClusterAutoscaler
+from kgpu.sim.controllers.hpa import HPAController
+from kgpu.sim.controllers.keda import KedaController
+from kgpu.sim.dra_binding import FakeAttachController
+from kgpu.sim.dra_taints import DeviceTaintEvictionController
 from kgpu.sim.manifests import Manifest
 from kgpu.sim.plugin_loader import install_device_classes, load_plugins
 from kgpu.sim.plugins import Controller, KubeletPlugin, SchedulerPlugin
+from kgpu.sim.prometheus import SimPrometheus
 from kgpu.sim.report import build_report, step_snapshot
 from kgpu.sim.scenario import Scenario, parse_step
 from kgpu.sim.scenario_parts import NodeSpec, ObjectRef
@@ -42,6 +48,7 @@ from kgpu.sim.settle import advance as advance_clock
 from kgpu.sim.settle import settle as settle_cluster
 from kgpu.sim.state import PodRecord, SimNode
 from kgpu.sim.steps import Step
+from kgpu.sim.steps.objects import ApplyStep
 
 Obj = dict[str, Any]
 
@@ -93,11 +100,35 @@ class Simulation:
         self.unsupported = ctx.unsupported
         self.warnings = ctx.warnings
         self.suffixes = ctx.suffixes
+        # the autoscalers: the cluster's Prometheus, KEDA, the HPA controller and
+        # cluster-autoscaler; idle (and free) in a cluster without their objects
+        self.prometheus = SimPrometheus(ctx)
+        self.keda = KedaController(ctx, self.prometheus)
+        self.hpa = HPAController(ctx, self.keda.external_metric)
+        self.cluster_autoscaler = ClusterAutoscaler(ctx)
+        autoscalers: list[Controller] = [self.keda, self.hpa, self.cluster_autoscaler]
         # the resourceclaim controller runs last, so the claims of new pods exist when the
-        # scheduler meets them
-        claims: list[Controller] = [ResourceClaimController(ctx)] if ctx.dra else []
-        self.controllers: list[Controller] = [*ctrls, *extra_controllers, *claims]
+        # scheduler meets them; before it, the device taint eviction controller and the
+        # stand-in for drivers that attach devices (binding conditions)
+        claims: list[Controller] = (
+            [
+                DeviceTaintEvictionController(ctx),
+                FakeAttachController(ctx),
+                ResourceClaimController(ctx),
+            ]
+            if ctx.dra
+            else []
+        )
+        self.controllers: list[Controller] = [
+            *ctrls,
+            *extra_controllers,
+            *autoscalers,
+            *claims,
+        ]
         self.controller_manager = ControllerManager(ctx)
+        #: called with the step just taken (None after the start) once the cluster settled:
+        #: what checks or records the cluster at every point of a run (``--expect``) hooks in
+        self.observers: list[Callable[[Step | None], None]] = []
         self._started = False
         self._steps_done = 0
 
@@ -131,12 +162,25 @@ class Simulation:
         self._started = True
         if self.scenario.dra_driver and self._ctx.dra:
             install_device_classes(self.store, self.warnings)
+        self.keda.expect(
+            [
+                *(m.obj for m in self.scenario.apply),
+                *(
+                    m.obj
+                    for step in self.scenario.steps
+                    if isinstance(step, ApplyStep)
+                    for m in step.manifests
+                ),
+            ]
+        )
         for spec in self.scenario.nodes:
             self.add_nodes(spec)
         for manifest in self.scenario.apply:
             self.apply(manifest)
         self.settle()
         self._snapshot("initial state")
+        for observe in self.observers:
+            observe(None)
 
     def run(self) -> Simulation:
         """Start, then run every remaining step of the scenario."""
@@ -162,6 +206,8 @@ class Simulation:
         if self._steps_done < len(steps) and step is steps[self._steps_done]:
             self._steps_done += 1  # run() continues after the scenario steps already taken
         self._snapshot(step.describe())
+        for observe in self.observers:
+            observe(step)
 
     def settle(self) -> None:
         """Run controllers, the scheduler and the kubelets until nothing changes (bounded)."""
@@ -219,6 +265,16 @@ class Simulation:
 
     def scale(self, ref: ObjectRef, replicas: int) -> None:
         objects.scale(self._ctx, ref, replicas)
+
+    def set_traffic(self, ref: ObjectRef, gpu_utilization: float) -> None:
+        """Put ``gpu_utilization`` percent of one GPU of load on a workload
+        (:mod:`kgpu.sim.traffic`)."""
+        traffic.set_traffic(self._ctx, ref, gpu_utilization)
+
+    def gpu_loads(self) -> dict[str, float]:
+        """The load ``traffic`` puts on each Running pod's devices now ("ns/pod" -> percent of
+        one device), as the simulated GPUs report it."""
+        return traffic.gpu_loads(self._ctx)
 
     def create_pod(
         self,

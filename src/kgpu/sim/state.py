@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kgpu.drivers.migmanager import MigManager
 from kgpu.hardware.model import Machine
+from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.node.health import HealthState
 from kgpu.node.model import NodeView
 from kgpu.node.selectors import Taint
@@ -41,6 +43,7 @@ class PodRecord:
     failed_epoch: int = -1  # epoch of its last failed scheduling attempt
     failed_at: float | None = None  # clock time the kubelet rejected it (admission error)
     last_message: str = ""
+    created_at: float = 0.0  # clock time it was created (cluster-autoscaler's pod age)
 
     @property
     def namespace(self) -> str:
@@ -70,6 +73,18 @@ class MpsDaemon:
 
 
 @dataclass
+class NodeMig:
+    """The node's MIG manager (kgpu's own, wired by :mod:`kgpu.sim.node_mig`) and when the
+    simulator calls it again."""
+
+    manager: MigManager
+    seen: tuple[object, ...] = ()  # its inputs (configs, labels, ...) at the last call
+    wake_at: float | None = None  # the clock time it asked to be called at (draining, retry)
+    draining: bool = False
+    changed: bool = False  # the last call wrote a label or an event, or withheld GPUs
+
+
+@dataclass
 class SimNode:
     """A simulated node: its hardware, what its device plugin advertises, what is bound."""
 
@@ -78,11 +93,14 @@ class SimNode:
     view: NodeView | None
     labels: dict[str, str]
     scenario_labels: dict[str, str]
+    group: str = ""  # the node group (scenario ``nodes`` entry) it was created from
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
     ready: bool = True
     device_plugin: bool = True
-    base_machine: Machine | None = None  # the hardware before any MIG config is applied
+    base_machine: Machine | None = None  # the hardware as the node was created
+    hardware: SimulatedBackend | None = None  # its GPUs now: MIG changes go through it
+    mig: NodeMig | None = None  # its MIG manager (MIG-capable GPUs only)
     health: HealthState = field(default_factory=HealthState)  # XIDs seen, per device
     xids: dict[str, int] = field(default_factory=dict)  # last XID per GPU UUID (metrics)
     ip: str = ""  # InternalIP, given once when the node joins

@@ -254,7 +254,9 @@ class FakeKubelet:
         channel = grpc.insecure_channel(unix_target(self.plugin_dir / request.endpoint))
         stub = api_pb2_grpc.DevicePluginStub(channel)
         try:
-            options = stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=5)
+            # the kubelet dials a new endpoint blocking, for up to 10 s (grpc.WithBlock): a
+            # first connection attempt that fails under load is retried, not fatal
+            options = stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=10, wait_for_ready=True)
             stream = stub.ListAndWatch(api_pb2.Empty())
         except grpc.RpcError:
             channel.close()

@@ -1,6 +1,7 @@
-"""The agent keeps IMEX daemon configs current: when a ComputeDomain gains or loses a node in
-the API server, the node's ``nodes_config.cfg`` is rewritten without any kubelet call, from a
-watch on exactly that domain's nodes (no timer, no list of all nodes)."""
+"""The agent keeps IMEX daemon configs current: when a ComputeDomain's daemons in the node's
+clique change in the API server (its ComputeDomainClique, which the controller writes), the
+daemon's ``hosts`` mapping is rewritten without any kubelet call, from a watch on exactly that
+one object (no timer, no list of all nodes)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from dra_kubelet_helpers import NODE
 
-from kgpu.computedomain.api import API_VERSION, CLIQUE_LABEL, node_label
+from kgpu.computedomain.api import API_VERSION, CLIQUE_ID_LABEL, DOMAIN_LABEL
 from kgpu.config.loader import ConfigSet
 from kgpu.drivers.computedomain import compute_domain_driver
 from kgpu.drivers.dra import DraComponent
@@ -116,8 +117,10 @@ def started(
         ref = ClaimRef("default", "claim-d", "train-daemon")
         result = component.plugins[CD_DRIVER].prepare([ref], {ref.uid: claim})[ref.uid]
         assert not result.error
-        (config,) = (short_tmp / "kubelet").rglob(f"domains/{uid}/nodes_config.cfg")
-        assert config.read_text() == "10.1.0.1\n"  # the peer is not in the domain yet
+        (config,) = (short_tmp / "kubelet").rglob(f"domains/{uid}/hosts")
+        assert config.read_text() == ""  # the controller has listed no daemon yet
+        _set_clique(store, uid, [(NODE, "10.1.0.1")])
+        assert _wait_for(config, ME) == ME
         return component, config
 
     yield start
@@ -125,14 +128,32 @@ def started(
         component.stop()
 
 
-def _label_peer(store: MemoryStore, config: Path, present: bool) -> None:
-    uid = config.parent.name
-    node = store.get("v1", "Node", PEER)
-    if present:
-        node["metadata"]["labels"][node_label(uid)] = "true"
-    else:
-        node["metadata"]["labels"].pop(node_label(uid))
-    store.update(node)
+ME = "10.1.0.1\tcompute-domain-daemon-0000\n"
+BOTH = ME + "10.1.0.2\tcompute-domain-daemon-0001\n"
+
+
+def _set_clique(store: MemoryStore, uid: str, daemons: list[tuple[str, str]]) -> None:
+    """The domain's ComputeDomainClique as the controller writes it."""
+    store.apply(
+        {
+            "apiVersion": API_VERSION,
+            "kind": "ComputeDomainClique",
+            "metadata": {
+                "name": f"{uid}.{CLIQUE}",
+                "namespace": "kgpu-system",
+                "labels": {DOMAIN_LABEL: uid, CLIQUE_ID_LABEL: CLIQUE},
+            },
+            "daemons": [
+                {"nodeName": n, "ipAddress": ip, "cliqueID": CLIQUE, "index": i}
+                for i, (n, ip) in enumerate(daemons)
+            ],
+        }
+    )
+
+
+def _peer(store: MemoryStore, config: Path, present: bool) -> None:
+    daemons = [(NODE, "10.1.0.1"), (PEER, "10.1.0.2")] if present else [(NODE, "10.1.0.1")]
+    _set_clique(store, config.parent.name, daemons)
 
 
 def _wait_for(config: Path, text: str, seconds: float = 10.0) -> str:
@@ -151,34 +172,30 @@ def test_daemon_config_follows_the_domain_nodes_in_the_background(
     uid = config.parent.name
     scopes = {i.scope for i in component.store.informers.informers()}
     assert scopes == {
-        Scope.of("v1", "Node", labels={node_label(uid): "true", CLIQUE_LABEL: CLIQUE}),
+        Scope.of(
+            API_VERSION, "ComputeDomainClique", labels={DOMAIN_LABEL: uid, CLIQUE_ID_LABEL: CLIQUE}
+        ),
         Scope.of(API_VERSION, "ComputeDomain"),
         Scope.of("resource.k8s.io/v1", "ResourceSlice", fields={"spec.nodeName": NODE}),
     }
-    _label_peer(store, config, present=True)
-    assert _wait_for(config, "10.1.0.1\n10.1.0.2\n") == "10.1.0.1\n10.1.0.2\n"
+    _peer(store, config, present=True)
+    assert _wait_for(config, BOTH) == BOTH
 
-    peer = store.get("v1", "Node", PEER)  # the peer fails: it leaves the daemon's list
-    peer["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
-    store.update(peer)
-    assert _wait_for(config, "10.1.0.1\n") == "10.1.0.1\n"
+    _peer(store, config, present=False)  # the peer's daemon left the clique
+    assert _wait_for(config, ME) == ME
 
     component.stop()  # the watches end with the component
-    _label_peer(store, config, present=False)
-    peer = store.get("v1", "Node", PEER)
-    peer["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
-    store.update(peer)
-    _label_peer(store, config, present=True)
+    _peer(store, config, present=True)
     time.sleep(0.3)
-    assert config.read_text() == "10.1.0.1\n"
+    assert config.read_text() == ME
 
 
-def test_a_label_change_needs_no_view_and_a_view_rewrites_nothing_more(
+def test_a_clique_change_needs_no_view_and_a_view_rewrites_nothing_more(
     started: Any, store: MemoryStore, gb200: Machine
 ) -> None:
     component, config = started()
-    _label_peer(store, config, present=True)
-    assert _wait_for(config, "10.1.0.1\n10.1.0.2\n") == "10.1.0.1\n10.1.0.2\n"
+    _peer(store, config, present=True)
+    assert _wait_for(config, BOTH) == BOTH
     component.on_view(build_node_view(gb200, ConfigSet(), {}))
-    assert config.read_text() == "10.1.0.1\n10.1.0.2\n"
+    assert config.read_text() == BOTH
     assert component.sync_daemons() == []  # nothing changed since: nothing rewritten

@@ -413,6 +413,10 @@ def test_the_agent_publishes_its_slices_once_from_the_served_mig_layout(
     short_tmp: Path, store: MemoryStore
 ) -> None:
     from kgpu.agent.daemon import Agent, AgentOptions
+    from kgpu.config import load_config_files
+    from kgpu.drivers.migpreview import machine_after_mig
+    from kgpu.hardware.profiles import load_machine
+    from kgpu.hardware.simulated import SimulatedBackend
 
     repo = Path(__file__).resolve().parents[3]
     opts = AgentOptions(
@@ -424,7 +428,13 @@ def test_the_agent_publishes_its_slices_once_from_the_served_mig_layout(
         cdi_root=short_tmp / "cdi",
         dra=True,
     )
-    agent = Agent(opts, store=store)
+    # the GPUs as the MIG manager left them before the agent started
+    gpus = machine_after_mig(
+        load_machine("p4de.24xlarge", hostname=NODE),
+        load_config_files(list(opts.config_files)),
+        opts.labels,
+    )
+    agent = Agent(opts, store=store, backend=SimulatedBackend(gpus))
     agent.start()
     try:
         slices = store.list("resource.k8s.io/v1", "ResourceSlice")

@@ -86,3 +86,23 @@ app.kubernetes.io/component: {{ .component }}
 {{- $settings := dict "mig" (dict "strategy" .Values.mig.strategy) "devicePlugin" (dict "config" $dp) "migManager" (dict "config" $mig) }}
 {{- toYaml $settings }}
 {{- end }}
+
+{{/* The controller's admission webhook: its Service and the Secret holding its certificate. */}}
+{{- define "kgpu.webhookService" -}}
+{{- printf "%s-webhook" (include "kgpu.componentName" (dict "context" . "component" "controller")) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kgpu.webhookSecret" -}}
+{{- printf "%s-webhook-tls" (include "kgpu.componentName" (dict "context" . "component" "controller")) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* --device-classes of kgpu controller: the DeviceClass groups the chart installs, which the
+     controller then keeps present (empty when deviceClasses.create is false). */}}
+{{- define "kgpu.controllerDeviceClasses" -}}
+{{- $groups := list }}
+{{- if .Values.deviceClasses.create }}
+{{- if .Values.resources.gpus.enabled }}{{ $groups = append $groups "gpus" }}{{ end }}
+{{- if .Values.resources.computeDomains.enabled }}{{ $groups = append $groups "compute-domains" }}{{ end }}
+{{- end }}
+{{- join "," $groups }}
+{{- end }}

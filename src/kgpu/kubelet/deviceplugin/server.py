@@ -18,6 +18,7 @@ import grpc
 
 from kgpu.kubelet.deviceplugin.registration import DEVICE_PLUGINS_DIR, KUBELET_SOCKET, register
 from kgpu.kubelet.deviceplugin.servicer import DevicePluginServicer
+from kgpu.kubelet.nvidia_cdi import NodeDriver
 from kgpu.kubelet.proto.deviceplugin.v1beta1 import api_pb2_grpc
 from kgpu.kubelet.sockets import Identity, identity, serve_unix, wait_listening
 from kgpu.node.model import NodeView
@@ -40,13 +41,14 @@ class PluginServer:
         kubelet_root: Path,
         *,
         max_workers: int = 4,
+        driver: Callable[[], NodeDriver | None] | None = None,
     ) -> None:
         self.resource = resource
         self.kubelet_root = Path(kubelet_root)
         self.plugin_dir = self.kubelet_root / DEVICE_PLUGINS_DIR
         self.endpoint = socket_name(resource)
         self.socket_path = self.plugin_dir / self.endpoint
-        self.servicer = DevicePluginServicer(resource, view)
+        self.servicer = DevicePluginServicer(resource, view, driver)
         self._max_workers = max_workers
         self._server: grpc.Server | None = None
         self._identity: Identity | None = None

@@ -21,14 +21,21 @@ from typing import Any
 
 import grpc
 
+from kgpu.kubelet.nvidia_cdi import NodeDriver, pass_device_specs
 from kgpu.kubelet.proto.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
-from kgpu.node.allocate import AllocationError, container_allocation, preferred_allocation
+from kgpu.node.allocate import (
+    AllocationError,
+    DeviceNode,
+    container_allocation,
+    preferred_allocation,
+)
 from kgpu.node.model import NodeView, ResourceView
 
 log = logging.getLogger(__name__)
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
+CDI_STRATEGIES = frozenset({"cdi-annotations", "cdi-cri"})
 _STREAM_POLL_S = 0.5  # how often an idle stream checks that the kubelet is still there
 
 
@@ -58,9 +65,12 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         self,
         resource: str,
         view: Callable[[], NodeView],
+        driver: Callable[[], NodeDriver | None] | None = None,
     ) -> None:
         self.resource = resource
         self._view = view
+        # the node's driver, for the device nodes passDeviceSpecs adds (None: a simulated node)
+        self._driver = driver or (lambda: None)
         self._cond = threading.Condition()
         self._version = 0
         self._stopped = False
@@ -178,10 +188,23 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
                     )
                 for name in alloc.cdi_devices:
                     out.cdi_devices.add(name=name)
+                for d in self._device_specs(view, list(creq.devices_ids)):
+                    out.devices.add(
+                        container_path=d.container_path,
+                        host_path=d.host_path,
+                        permissions=d.permissions,
+                    )
         except AllocationError as exc:
             log.warning("refused Allocate for %s: %s", self.resource, exc)
             _refuse(context, exc)
         return response
+
+    def _device_specs(self, view: NodeView, ids: list[str]) -> tuple[DeviceNode, ...]:
+        """``passDeviceSpecs``: the device nodes the kubelet gives the container itself, as
+        upstream adds them: only when a non-CDI device-list strategy is in use."""
+        if not view.pass_device_specs or not set(view.device_list_strategy) - CDI_STRATEGIES:
+            return ()
+        return pass_device_specs(view, ids, self._driver())
 
     def PreStartContainer(
         self, request: api_pb2.PreStartContainerRequest, context: Any

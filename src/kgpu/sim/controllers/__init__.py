@@ -1,7 +1,9 @@
 """The controllers of the simulated cluster's control plane, one module per controller, as
 kube-controller-manager and the MPI operator have them: ``deployment``, ``replicaset``,
 ``job``, ``statefulset``, ``daemonset``, ``mpijob`` (workload controllers over ``base``, run in
-order by ``manager``) and ``resourceclaim`` (claims from templates).
+order by ``manager``), ``resourceclaim`` (claims from templates), and the autoscalers ``keda``,
+``hpa`` and ``cluster_autoscaler`` (over ``scale``, the scale subresource), which also act on a
+period as the clock advances (:mod:`kgpu.sim.loops`).
 
 Names follow the real controllers: a Deployment's ReplicaSet is ``<deployment>-<template
 hash>``; ReplicaSet, Job and DaemonSet pods are ``<owner>-<5 random chars>`` (Indexed Jobs

@@ -4,7 +4,8 @@
 The claim is made from the template the first time (``generateName: <pod>-<claim name>-``, so
 its name is ``<pod>-<claim name>-<suffix>``; owned by the pod; annotated
 ``resource.kubernetes.io/pod-claim-name``) and recorded in the pod's
-``status.resourceClaimStatuses``, where the scheduler and the kubelet find it. A template that
+``status.resourceClaimStatuses``, where the scheduler and the kubelet find it (the claim the
+scheduler makes for extended resources backed by DRA is deleted with its pod too). A template that
 does not exist is a ``FailedResourceClaimCreation`` warning on the pod (the scheduler then says
 ``ResourceClaim not created yet``). When its pod is torn down (it finished, failed or was
 deleted), a generated claim no other pod reserves is deleted, which frees its devices.
@@ -93,6 +94,28 @@ class ResourceClaimController:
         if self.ctx is not None:
             ns, name, uid = namespace_of(pod), _name(pod), _uid(pod)
             self.collect(self.ctx.store, only=(ns, name, uid))
+            self._delete_extended(pod, self.ctx.store)
+
+    @staticmethod
+    def _delete_extended(pod: Obj, store: ObjectStore) -> None:
+        """The claim the scheduler made for the pod's extended resources (DRAExtendedResource)
+        goes with the pod, unless another pod reserves it."""
+        status = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+        name = status.get("resourceClaimName")
+        if not name:
+            return
+        try:
+            claim = store.get(RESOURCE_API, "ResourceClaim", str(name), namespace_of(pod))
+        except NotFound:
+            return
+        owners = (claim.get("metadata") or {}).get("ownerReferences") or []
+        if not any(o.get("uid") == _uid(pod) for o in owners):
+            return
+        reserved = (claim.get("status") or {}).get("reservedFor") or []
+        if any(r.get("uid") != _uid(pod) for r in reserved):
+            return
+        with contextlib.suppress(NotFound):
+            store.delete(RESOURCE_API, "ResourceClaim", str(name), namespace_of(pod))
 
     def reconcile(self, store: ObjectStore, now: float) -> list[Event]:
         events: list[Event] = []

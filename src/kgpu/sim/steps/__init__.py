@@ -31,6 +31,7 @@ from kgpu.sim.steps.nodes import (
     XidStep,
 )
 from kgpu.sim.steps.objects import ApplyStep, DeleteStep, ScaleStep
+from kgpu.sim.steps.traffic import TrafficStep
 
 #: action -> step type, in the order error messages list them.
 STEP_TYPES: dict[str, type[Step]] = {
@@ -50,6 +51,7 @@ STEP_TYPES: dict[str, type[Step]] = {
         UncordonStep,
         TaintStep,
         DevicePluginStep,
+        TrafficStep,
     )
 }
 

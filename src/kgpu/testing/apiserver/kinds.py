@@ -110,6 +110,15 @@ KINDS: tuple[Kind, ...] = (
     Kind(DRA_GROUP, _DRA, "ResourceClaimTemplate", "resourceclaimtemplates", True, False),
     Kind(DRA_GROUP, _DRA, "DeviceClass", "deviceclasses", False, False),
     Kind("resource.nvidia.com", ("v1beta1",), "ComputeDomain", "computedomains", True, True, True),
+    Kind(
+        "resource.nvidia.com",
+        ("v1beta1",),
+        "ComputeDomainClique",
+        "computedomaincliques",
+        True,
+        False,
+        True,
+    ),
     Kind("nfd.k8s-sigs.io", ("v1alpha1",), "NodeFeature", "nodefeatures", True, False, True),
     Kind("example.com", ("v1",), "Widget", "widgets", True, False, True),
 )

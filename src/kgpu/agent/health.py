@@ -1,0 +1,95 @@
+"""The agent's health endpoint: ``GET /healthz`` for the kubelet's startup and liveness probes.
+
+Why its own server rather than a path on the metrics one: metrics are optional (and may be
+turned off), the probes are not; and a scrape that is slow to render must never make a probe
+time out. The answer is computed by the agent at request time (:meth:`Agent.health_check`): 200 with
+``ok`` once its components have started and its loops keep ticking, else 503 with the reason
+in the body (``starting: ...``, ``the watch loop has not run for 41.0 s``), which is what
+``kubectl describe pod`` shows for a failed probe. ``HOST:PORT`` is parsed as the metrics
+address is (``:8081`` every interface, port 0 a free one).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from kgpu.metrics.server import parse_address
+
+log = logging.getLogger(__name__)
+
+HEALTH_PATH = "/healthz"
+#: (healthy, reason): what the agent says about itself right now.
+Check = Callable[[], tuple[bool, str]]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path != HEALTH_PATH:
+            self._reply(404, f"not found; the agent's health is at {HEALTH_PATH}\n")
+            return
+        try:
+            healthy, reason = self.server.check()
+        except Exception as exc:  # a probe must get an answer, never a reset connection
+            healthy, reason = False, f"the health check failed: {exc}"
+        self._reply(200 if healthy else 503, reason + "\n")
+
+    def _reply(self, code: int, text: str) -> None:
+        body = text.encode("utf-8")
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("health http: " + format, *args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    check: Check
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class HealthServer:
+    """``GET /healthz`` on ``address``, answered by ``check``, in a background thread. Binds in
+    the constructor, so a busy port fails the agent's start with the address named."""
+
+    def __init__(self, address: str, check: Check) -> None:
+        host, port = parse_address(address, "--health-address")
+        server_class = _Server6 if ":" in host else _Server
+        try:
+            self._httpd = server_class((host, port), _Handler)
+        except OSError as exc:
+            raise OSError(
+                exc.errno, f"--health-address: cannot serve on {address}: {exc.strerror}"
+            ) from None
+        self._httpd.check = check
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="kgpu-agent-health", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
+            self._thread = None
+        self._httpd.server_close()
