@@ -76,8 +76,24 @@ def argv(command: str) -> list[str]:
     return out
 
 
+#: options whose value is a file the command writes: the test writes it under tmp_path
+WRITES = ("--report",)
+
+
+def redirect_outputs(args: list[str], into: Path) -> list[str]:
+    """``args`` with every file the command would write moved into ``into`` (a documented
+    ``--report cluster.html`` must not leave a file in the checkout)."""
+    out = list(args)
+    for i, word in enumerate(out[:-1]):
+        if word in WRITES:
+            out[i + 1] = str(into / Path(out[i + 1]).name)
+    return out
+
+
 @pytest.mark.parametrize(("where", "command"), COMMANDS, ids=[w for w, _ in COMMANDS])
-def test_command_runs(where: str, command: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_command_runs(
+    where: str, command: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     words = shlex.split(command, comments=True)
     if any(SYNOPSIS.search(w) for w in words[1:]) or "..." in words:
         pytest.skip("a usage synopsis, not a command")
@@ -86,6 +102,7 @@ def test_command_runs(where: str, command: str, monkeypatch: pytest.MonkeyPatch)
             pytest.skip(need)
     monkeypatch.chdir(REPO)
     monkeypatch.setattr(output.console, "_width", 120)
-    result = CliRunner().invoke(app, argv(command), env={"COLUMNS": "120"})
+    args = redirect_outputs(argv(command), tmp_path)
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "120"})
     assert result.exit_code == 0, f"{where}: {command}\n{result.output}"
     assert "Traceback" not in result.output

@@ -316,14 +316,13 @@ def test_a_table_with_rows_missing_never_forbids_a_valid_layout(
     assert got is not None and len(got[0]["devices"]["results"]) == 4
 
 
-def test_engine_table_names_real_profiles() -> None:
+def test_mig_capacities_take_the_hardware_models_engine_counts() -> None:
     from kgpu.dra import engines
 
-    for products, profiles in engines._TABLE:
-        for product in products:
-            geometry = geometry_for_product(product)
-            assert geometry is not None, product
-            assert set(profiles) <= set(geometry.profiles), product
+    geometry = geometry_for_product("NVIDIA A100-SXM4-80GB")
+    assert geometry is not None
+    for name, profile in geometry.profiles.items():
+        assert profile_engines("NVIDIA A100-SXM4-80GB", name) == profile.engines
     assert profile_engines("NVIDIA H100 80GB HBM3", "7g.80gb") == engines.Engines(8, 7, 0, 7, 1)
     assert profile_engines("NVIDIA GB200", "7g.186gb") is None  # no published row
 
