@@ -410,7 +410,7 @@ def register(app: typer.Typer) -> None:
             typer.Argument(
                 metavar="FILE",
                 help="YAML/JSON with node, classes, slices, allocated, claims "
-                "(resource.k8s.io v1, v1beta2 or v1beta1 objects), deviceTaintRules, featureGates"
+                "(resource.k8s.io v1, v1beta2 or v1beta1 objects), deviceTaintRules, featureGates",
             ),
         ],
         output: Annotated[str, output_option()] = "table",
