@@ -10,6 +10,10 @@ servicer's GetPreferredAllocation and Allocate for every container):
   GPUs, every pod placed), then 3,750 pods that ask only for CPU, to total 10,000. (Applied the
   other way round, the single-GPU pods spread over every node, as kube-scheduler's
   LeastAllocated scoring does, and no node keeps 8 GPUs free for the big pods.)
+* ``affinity``: the inter-pod filters at work, on nodes in four zones: 20% of the pods spread
+  over the zones (``DoNotSchedule``, maxSkew 1), 10% (at most one per node) with required
+  anti-affinity on the hostname, 10% with required affinity to the spread pods' zone, the rest
+  plain single-GPU pods.
 
 Reports pods per second over the whole run (controllers + scheduling + kubelets; node setup is
 timed separately) from an untraced run, and peak memory from a second run under tracemalloc
@@ -32,7 +36,7 @@ from kgpu.sim.scenario import scenario_from_dict
 from kgpu.sim.simulation import Simulation
 
 
-def deployment(name: str, replicas: int, gpus: int, cpu: str = "") -> dict[str, Any]:
+def deployment(name: str, replicas: int, gpus: int, cpu: str = "", **spec: Any) -> dict[str, Any]:
     limits: dict[str, Any] = {}
     if gpus:
         limits["nvidia.com/gpu"] = gpus
@@ -50,15 +54,55 @@ def deployment(name: str, replicas: int, gpus: int, cpu: str = "") -> dict[str, 
                 "spec": {
                     "containers": [
                         {"name": "main", "image": "cuda", "resources": {"limits": limits}}
-                    ]
+                    ],
+                    **spec,
                 },
             },
         },
     }
 
 
+def _term(app: str, key: str) -> dict[str, Any]:
+    return {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}
+
+
+def affinity_case(nodes: int, pods: int) -> list[dict[str, Any]]:
+    spread = [
+        {
+            "maxSkew": 1,
+            "topologyKey": ZONE,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "spread"}},
+        }
+    ]
+    required = "requiredDuringSchedulingIgnoredDuringExecution"
+    lonely = {"podAntiAffinity": {required: [_term("lonely", "kubernetes.io/hostname")]}}
+    near = {"podAffinity": {required: [_term("spread", ZONE)]}}
+    return [
+        deployment("spread", pods // 5, 1, topologySpreadConstraints=spread),
+        deployment("lonely", min(pods // 10, nodes), 1, affinity=lonely),
+        deployment("near", pods // 10, 1, affinity=near),
+        deployment("plain", pods - pods // 5 - min(pods // 10, nodes) - pods // 10, 1),
+    ]
+
+
+ZONE = "topology.kubernetes.io/zone"
+
+
 def run(case: str, nodes: int, pods: int, trace: bool, plugins: bool = False) -> dict[str, Any]:
-    if case == "mixed":
+    groups = [{"name": "dgx", "count": nodes, "machine": "dgx-h100"}]
+    if case == "affinity":
+        apply = affinity_case(nodes, pods)
+        groups = [
+            {
+                "name": f"zone{z}-dgx",
+                "count": nodes // 4 + (1 if z < nodes % 4 else 0),
+                "machine": "dgx-h100",
+                "labels": {ZONE: f"zone-{z}"},
+            }
+            for z in range(4)
+        ]
+    elif case == "mixed":
         eight = pods // 5
         apply = [deployment("one-gpu", pods - eight, 1), deployment("eight-gpu", eight, 8)]
     else:
@@ -71,9 +115,7 @@ def run(case: str, nodes: int, pods: int, trace: bool, plugins: bool = False) ->
             deployment("one-gpu", one, 1),
             deployment("cpu-only", cpu_only, 0, "500m"),
         ]
-    scenario = scenario_from_dict(
-        {"nodes": [{"name": "dgx", "count": nodes, "machine": "dgx-h100"}], "apply": []}
-    )
+    scenario = scenario_from_dict({"nodes": groups, "apply": []})
     if trace:
         tracemalloc.start()
     t0 = time.perf_counter()
@@ -114,7 +156,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=10000)
-    parser.add_argument("--case", choices=["mixed", "packed", "both"], default="both")
+    parser.add_argument("--case", choices=["mixed", "packed", "affinity", "both"], default="both")
     parser.add_argument(
         "--plugins", action="store_true", help="also load the DRA/ComputeDomain plugins"
     )

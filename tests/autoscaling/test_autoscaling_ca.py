@@ -20,6 +20,7 @@ from kgpu.autoscaling.cluster_autoscaler import (
     CANode,
     CAPod,
     CAState,
+    Elsewhere,
     NodeGroup,
     NodeRef,
     Option,
@@ -140,7 +141,9 @@ class Cluster:
         self.groups = {g.name: g for g in groups}
         self.nodes = {n.name: n for n in nodes}
 
-    def fit(self, pod: CAPod, node: NodeRef, placed: Sequence[CAPod]) -> list[str]:
+    def fit(
+        self, pod: CAPod, node: NodeRef, placed: Sequence[CAPod], elsewhere: Elsewhere
+    ) -> list[str]:
         if node.template:
             allocatable: Mapping[str, int] = self.groups[node.group].allocatable
             used: list[CAPod] = list(placed)

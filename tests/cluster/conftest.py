@@ -11,6 +11,10 @@ from kgpu.cluster.kube import KubeStore
 from kgpu.testing.apiserver import FakeApiServer
 
 TOKEN = "kgpu-test-token"
+#: The user agent of the tests' own stores: test code, not a kgpu process, so the session's RBAC
+#: check (tests/rbac/plugin.py) leaves its requests out; KubeStore's default ``kgpu/<version>``
+#: would fail it as a kgpu client that names no process.
+TEST_CLIENT = "test-client/1.0"
 
 
 def write_kubeconfig(path: Path, server: str, token: str = TOKEN) -> Path:
@@ -48,7 +52,9 @@ def apiserver() -> Iterator[FakeApiServer]:
 
 @pytest.fixture
 def kube(apiserver: FakeApiServer, tmp_path: Path) -> Iterator[KubeStore]:
-    store = KubeStore.from_config(str(write_kubeconfig(tmp_path / "kubeconfig", apiserver.url)))
+    store = KubeStore.from_config(
+        str(write_kubeconfig(tmp_path / "kubeconfig", apiserver.url)), user_agent=TEST_CLIENT
+    )
     try:
         yield store
     finally:

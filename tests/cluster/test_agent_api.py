@@ -22,7 +22,7 @@ from kgpu.testing.apiserver import RELEASES, FakeApiServer
 from kgpu.testing.fake_kubelet import FakeKubelet
 from kgpu.testing.fake_kubelet_dra import FakeDraKubelet
 
-from .conftest import TOKEN, write_kubeconfig
+from .conftest import TEST_CLIENT, TOKEN, write_kubeconfig
 
 NODE = "tray-0"
 
@@ -40,7 +40,7 @@ def root() -> Iterator[Path]:
 def _slices(kubeconfig: Path) -> dict[str, list[str]]:
     """Driver -> device names of the ResourceSlices the API server holds."""
     out: dict[str, list[str]] = {}
-    store = KubeStore.from_config(str(kubeconfig))
+    store = KubeStore.from_config(str(kubeconfig), user_agent=TEST_CLIENT)
     try:
         for s in store.list("resource.k8s.io/v1", "ResourceSlice"):
             devices = [d["name"] for d in s["spec"].get("devices", [])]
@@ -97,7 +97,7 @@ def test_agent_publishes_slices_and_prepares_claims_through_the_api_server(
             ) in applied
 
             # the scheduler's allocation, as the API server holds it: the plugin reads it there
-            store = KubeStore.from_config(str(kubeconfig))
+            store = KubeStore.from_config(str(kubeconfig), user_agent=TEST_CLIENT)
             claim = store.create(
                 {
                     "apiVersion": "resource.k8s.io/v1",

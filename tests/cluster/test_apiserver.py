@@ -220,6 +220,7 @@ def test_apply_conflicts_unless_forced_and_status_is_its_own() -> None:
     assert call(server, "PUT", base, stale)[1]["reason"] == "Conflict"
 
 
+@pytest.mark.rbac_exempt("requests sent by hand under the agent's name, not by the agent")
 def test_requests_are_recorded_as_rbac_sees_them() -> None:
     server = FakeApiServer()
     call(server, "GET", "/apis/resource.k8s.io", agent="kgpu-agent/0.1")

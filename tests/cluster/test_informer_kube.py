@@ -14,7 +14,7 @@ from kgpu.cluster.kube import KubeStore
 from kgpu.store import Backoff, Informer, Scope
 from kgpu.testing.apiserver import FakeApiServer
 
-from .conftest import TOKEN, write_kubeconfig
+from .conftest import TEST_CLIENT, TOKEN, write_kubeconfig
 
 AUTH = {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
 
@@ -31,7 +31,10 @@ def server() -> Iterator[FakeApiServer]:
 @pytest.fixture
 def kube(server: FakeApiServer, tmp_path: Path) -> Iterator[KubeStore]:
     store = KubeStore.from_config(
-        str(write_kubeconfig(tmp_path / "kubeconfig", server.url)), qps=None, page_size=2
+        str(write_kubeconfig(tmp_path / "kubeconfig", server.url)),
+        qps=None,
+        page_size=2,
+        user_agent=TEST_CLIENT,
     )
     try:
         yield store

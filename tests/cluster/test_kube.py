@@ -13,7 +13,7 @@ from kgpu.errors import FieldError
 from kgpu.store import AlreadyExists, Conflict, NotFound
 from kgpu.testing.apiserver import FakeApiServer
 
-from .conftest import TOKEN, write_kubeconfig
+from .conftest import TEST_CLIENT, TOKEN, write_kubeconfig
 
 SLICE: dict[str, Any] = {
     "apiVersion": "resource.k8s.io/v1",
@@ -44,7 +44,7 @@ def test_publishing_a_resource_slice_posts_it_with_the_agents_credentials(
     assert post.body == SLICE
     assert made["metadata"]["resourceVersion"] and made["metadata"]["uid"]
     assert made["spec"] == SLICE["spec"]
-    assert post.user_agent == "kgpu/0.1.0"
+    assert post.user_agent == TEST_CLIENT
     # The table knows ResourceSlices; the one discovery request finds the group's versions.
     assert [r.path for r in apiserver.requests] == [
         "/apis/resource.k8s.io",
@@ -180,7 +180,7 @@ def test_wrong_credentials_are_an_api_error_not_a_missing_object(
     apiserver: FakeApiServer, tmp_path: Path
 ) -> None:
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", apiserver.url, token="wrong")
-    store = KubeStore.from_config(str(kubeconfig))
+    store = KubeStore.from_config(str(kubeconfig), user_agent=TEST_CLIENT)
     with pytest.raises(KubeApiError) as err:
         store.get("v1", "Node", "a")
     assert (err.value.reason, err.value.code) == ("Unauthorized", 401)
@@ -191,7 +191,9 @@ def test_unreachable_server_is_reported(tmp_path: Path) -> None:
     server = FakeApiServer().start()
     url = server.url
     server.stop()
-    store = KubeStore.from_config(str(write_kubeconfig(tmp_path / "kubeconfig", url)), timeout=2)
+    store = KubeStore.from_config(
+        str(write_kubeconfig(tmp_path / "kubeconfig", url)), timeout=2, user_agent=TEST_CLIENT
+    )
     with pytest.raises(KubeApiError, match="cannot reach the API server") as err:
         store.list("v1", "Node")
     assert err.value.code == 0
@@ -224,7 +226,7 @@ def test_in_cluster_config_uses_the_service_account(
     host, port = apiserver.url.removeprefix("http://").split(":")
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
-    store = KubeStore.from_config()
+    store = KubeStore.from_config(user_agent=TEST_CLIENT)
     assert store.host == f"https://{host}:{port}"
     store.close()
 

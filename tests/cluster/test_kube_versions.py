@@ -15,7 +15,7 @@ from kgpu.dra.slices import resource_slices
 from kgpu.hardware.profiles import load_machine
 from kgpu.testing.apiserver import KINDS, RELEASES, FakeApiServer
 
-from .conftest import TOKEN, write_kubeconfig
+from .conftest import TEST_CLIENT, TOKEN, write_kubeconfig
 
 API = "resource.k8s.io/v1"
 
@@ -28,7 +28,9 @@ def release(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def served(release: str, tmp_path: Path) -> Iterator[tuple[FakeApiServer, KubeStore]]:
     server = FakeApiServer(token=TOKEN, release=release).start()
-    store = KubeStore.from_config(str(write_kubeconfig(tmp_path / "kc", server.url)), qps=None)
+    store = KubeStore.from_config(
+        str(write_kubeconfig(tmp_path / "kc", server.url)), qps=None, user_agent=TEST_CLIENT
+    )
     try:
         yield server, store
     finally:
@@ -98,7 +100,9 @@ def test_a_server_without_dra_is_a_clear_error(tmp_path: Path) -> None:
     """Kubernetes 1.31 or DRA switched off: no resource.k8s.io version kgpu speaks."""
     kinds = tuple(k for k in KINDS if k.group != "resource.k8s.io")
     server = FakeApiServer(kinds=kinds).start()
-    store = KubeStore.from_config(str(write_kubeconfig(tmp_path / "kc", server.url)), qps=None)
+    store = KubeStore.from_config(
+        str(write_kubeconfig(tmp_path / "kc", server.url)), qps=None, user_agent=TEST_CLIENT
+    )
     try:
         with pytest.raises(KubeApiError, match=r"Kubernetes 1\.32 or newer") as err:
             store.list(API, "ResourceSlice")

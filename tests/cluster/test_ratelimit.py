@@ -12,7 +12,7 @@ from kgpu.cluster.kube import KubeStore
 from kgpu.cluster.ratelimit import TokenBucket
 from kgpu.testing.apiserver import FakeApiServer
 
-from .conftest import write_kubeconfig
+from .conftest import TEST_CLIENT, write_kubeconfig
 
 
 class Clock:
@@ -56,7 +56,10 @@ def test_bad_limits_are_refused() -> None:
 def test_the_store_paces_its_requests(tmp_path: Path) -> None:
     server = FakeApiServer().start()
     store = KubeStore.from_config(
-        str(write_kubeconfig(tmp_path / "kc", server.url)), qps=50.0, burst=2
+        str(write_kubeconfig(tmp_path / "kc", server.url)),
+        qps=50.0,
+        burst=2,
+        user_agent=TEST_CLIENT,
     )
     try:
         start = time.monotonic()

@@ -14,7 +14,7 @@ from kgpu.cluster.kube import KubeStore
 from kgpu.store import AlreadyExists, Conflict, MemoryStore, NotFound, ObjectStore
 from kgpu.testing.apiserver import FakeApiServer
 
-from .conftest import TOKEN, write_kubeconfig
+from .conftest import TEST_CLIENT, TOKEN, write_kubeconfig
 
 
 @pytest.fixture(params=["memory", "kube"])
@@ -23,7 +23,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStor
         yield MemoryStore()
         return
     server = FakeApiServer(token=TOKEN).start()
-    kube = KubeStore.from_config(str(write_kubeconfig(tmp_path / "kubeconfig", server.url)))
+    kube = KubeStore.from_config(
+        str(write_kubeconfig(tmp_path / "kubeconfig", server.url)), user_agent=TEST_CLIENT
+    )
     try:
         yield kube
     finally:

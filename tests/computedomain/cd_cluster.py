@@ -1,8 +1,9 @@
-"""A small cluster on a MemoryStore for ComputeDomain tests: real controller, real clique
-scheduler plugin, real DRA allocator and DeviceClasses, real node handler (through the agent's
-DraPlugin), with the parts kube-scheduler, the DaemonSet controller and the kubelet play done
-here in a few lines. It lets these tests run before and independently of ``kgpu sim``; it does
-not check resource fit beyond what :func:`kgpu.computedomain.placement.pod_fits` does."""
+"""A small cluster on a MemoryStore for ComputeDomain tests: real controller, real admission
+(the clique placement webhook's mutation), real InterPodAffinity and node-affinity filters, real
+DRA allocator and DeviceClasses, real node handler (through the agent's DraPlugin), with the
+parts kube-scheduler's loop, the DaemonSet controller and the kubelet play done here in a few
+lines. It lets these tests run before and independently of ``kgpu sim``; it does not check
+resource fit beyond what :func:`kgpu.computedomain.placement.pod_fits` does."""
 
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ from kgpu.computedomain.placement import pod_fits
 from kgpu.dra.allocator import allocate
 from kgpu.dra.classes import device_classes
 from kgpu.hardware.profiles import load_machine
+from kgpu.sim import interpod
+from kgpu.sim.admission import Admission
 from kgpu.sim.computedomain import ComputeDomainController, ComputeDomainKubeletPlugin
-from kgpu.sim.plugins import NodeInfo
+from kgpu.sim.podindex import NAMESPACE_NAME_LABEL, PodIndex, indexed
+from kgpu.sim.podspec import node_affinity_matches, pod_requirements
 from kgpu.store import MemoryStore, NotFound
 
 Obj = dict[str, Any]
@@ -39,7 +43,7 @@ class MiniCluster:
         self.store = MemoryStore()
         self.kubelet = ComputeDomainKubeletPlugin(work)
         self.controller = ComputeDomainController()
-        self.sched = self.controller.scheduler_plugin
+        self.admission = Admission(self.store)  # the API server runs kgpu's webhook
         self.messages: dict[str, str] = {}
         self.devices: dict[str, dict[str, list[str]]] = {}
         self.events: list[Any] = []
@@ -77,6 +81,8 @@ class MiniCluster:
             obj = copy.deepcopy(obj)
             if obj["kind"] == "MPIJob":
                 self._expand_mpijob(obj)
+            elif obj["kind"] == "Pod":
+                self.store.create(self.admission.admit_pod(obj))
             else:
                 self.store.create(obj)
 
@@ -95,7 +101,7 @@ class MiniCluster:
                     "uid": "x",
                 }
             ]
-            self.store.create({"apiVersion": "v1", "kind": "Pod", **tpl})
+            self.store.create(self.admission.admit_pod({"apiVersion": "v1", "kind": "Pod", **tpl}))
 
     def pod(self, name: str, ns: str = "default") -> Obj:
         return self.store.get("v1", "Pod", name, ns)
@@ -153,7 +159,6 @@ class MiniCluster:
         meta = pod["metadata"]
         if pod["spec"].get("nodeName"):
             self.kubelet.unprepare(pod, pod["spec"]["nodeName"], self.store)
-        self.sched.release(pod, self.store)
         for st in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
             with contextlib.suppress(NotFound):
                 self.store.delete(RES, "ResourceClaim", st["resourceClaimName"], meta["namespace"])
@@ -172,18 +177,27 @@ class MiniCluster:
             for pod in members:
                 node = self._find(pod, placed)
                 if node is None:
-                    for done, where in placed:
-                        self.sched.unreserve(done, self._info(where), self.store)
-                    placed = []
+                    placed = []  # all or none: the gang waits
                     break
-                self.sched.reserve(pod, self._info(node), self.store)
                 placed.append((pod, node))
             for pod, node in placed:
                 self._bind(pod, node)
 
-    def _info(self, node: str) -> NodeInfo:
-        obj = self.store.get("v1", "Node", node)
-        return NodeInfo(node, obj["metadata"].get("labels") or {}, obj)
+    def _affinity(self, pod: Obj, pods: list[Obj], nodes: list[Obj]) -> Any:
+        """InterPodAffinity's PreFilter over the pods placed so far (None: nothing to check)."""
+        labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in nodes}
+        index = PodIndex()
+        for i, other in enumerate(pods):
+            where = other["spec"].get("nodeName")
+            if where and (other.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                key = f"{other['metadata'].get('namespace', 'default')}/{other['metadata']['name']}"
+                index.add(indexed(key, pod_requirements(other), where, i))
+        return interpod.prefilter(
+            pod_requirements(pod),
+            index,
+            labels.get,
+            lambda ns: {NAMESPACE_NAME_LABEL: ns},
+        )
 
     def _claims_for(self, pod: Obj) -> list[Obj]:
         ns = pod["metadata"].get("namespace", "default")
@@ -206,10 +220,6 @@ class MiniCluster:
 
     def _find(self, pod: Obj, assumed: list[tuple[Obj, str]]) -> str | None:
         key = pod["metadata"]["name"]
-        reason = self.sched.prefilter(pod, self.store)
-        if reason:
-            self.messages[key] = reason
-            return None
         try:
             claims = self._claims_for(pod)
         except NotFound:
@@ -219,14 +229,20 @@ class MiniCluster:
         pods += [{**p, "spec": {**p["spec"], "nodeName": n}} for p, n in assumed]
         used = self.store.list(RES, "ResourceClaim")
         used += [c for p, _ in assumed for c in p["_claims"]]
-        for node in self.store.list("v1", "Node"):
+        nodes = self.store.list("v1", "Node")
+        req = pod_requirements(pod)
+        affinity = self._affinity(pod, pods, nodes)
+        for node in nodes:
             name = node["metadata"]["name"]
             if pod["spec"].get("affinityNode") not in (None, name):
+                continue
+            labels = node["metadata"].get("labels") or {}
+            if not node_affinity_matches(req, labels, name):
                 continue
             on_node = [p for p in pods if p["spec"].get("nodeName") == name]
             if not pod_fits(pod, node, on_node):
                 continue
-            if self.sched.filter(pod, self._info(name), self.store):
+            if affinity is not None and affinity.check(labels) is not None:
                 continue
             results = allocate(
                 node,
@@ -283,7 +299,7 @@ class MiniCluster:
             if pod["spec"].get("nodeName") == name:
                 self.delete_pod(pod)
                 if (pod["metadata"].get("labels") or {}).get("gang"):
-                    fresh = {
+                    fresh: Obj = {
                         "apiVersion": "v1",
                         "kind": "Pod",
                         "metadata": {
@@ -293,4 +309,4 @@ class MiniCluster:
                         },
                         "spec": {k: v for k, v in pod["spec"].items() if k != "nodeName"},
                     }
-                    self.store.create(fresh)
+                    self.store.create(self.admission.admit_pod(fresh))

@@ -104,6 +104,11 @@ def test_failed_node_heals_in_the_simulator(tmp_path: Path, step: str) -> None:
     assert len(set(ips)) == 4  # every node keeps its own address after rack-a-0 goes
     for node in names:
         assert sorted(_nodes_config(tmp_path, node, cd["metadata"]["uid"])) == ips
+    rewrites = [e for e in sim.events if e.reason == "IMEXNodesConfigUpdated"]
+    assert rewrites and all(
+        e.message == "IMEX daemon of ComputeDomain default/train-4 rewrote its hosts mapping"
+        for e in rewrites
+    )
     reasons = [e.reason for e in sim.events if e.object == "ComputeDomain/default/train-4"]
     assert "ComputeDomainNotReady" in reasons
     assert reasons.index("ComputeDomainNotReady") < len(reasons) - 1 - reasons[::-1].index(

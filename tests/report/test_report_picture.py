@@ -51,7 +51,8 @@ def test_a_frame_per_step_with_the_steps_titles(quickstart: dict[str, Any]) -> N
         {
             "pod": "default/gpu-operator-test",
             "workload": "Pod default/gpu-operator-test",
-            "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+            "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: "
+            "0/2 nodes are available: 2 Preemption is not helpful for scheduling.",
         }
     ]
     assert [e["reason"] for e in frames[0]["events"]] == ["FailedScheduling"]

@@ -52,8 +52,11 @@ def test_row1_no_device_plugin_pod_stays_pending(tmp_path: Path, acceptance: Pat
     )
     report = sim.report()
     assert pods_by_phase(sim) == {"Pending": ["gpu-operator-test"]}
+    # the guide's words, then what kube-scheduler 1.35 appends: a node without the resource
+    # could not take the pod even empty, so preemption does not try it
     assert warnings_for(report, "gpu-operator-test") == [
-        "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+        "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. "
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     ]
     assert "nvidia.com/gpu" not in node(report, "gpu-node")["capacity"]
 
@@ -95,7 +98,8 @@ def test_row3_time_slicing_four_share_fifth_waits(tmp_path: Path, acceptance: Pa
     assert len(phases["Running"]) == 4 and len(phases["Pending"]) == 1
     report = sim.report()
     assert warnings_for(report, phases["Pending"][0]) == [
-        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. "
+        "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
     ]
     # all four share the one physical GPU
     gpus = {
@@ -197,7 +201,8 @@ def test_row6_after_sharing_config_selector_matches_nothing(
     )
     assert sim.pods["default/cuda-vectoradd"].phase == "Pending"
     assert warnings_for(sim.report(), "cuda-vectoradd") == [
-        "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+        "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector. "
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     ]
 
 

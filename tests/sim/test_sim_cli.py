@@ -23,7 +23,8 @@ def test_quickstart_tells_the_story_as_json() -> None:
         "type": "Warning",
         "reason": "FailedScheduling",
         "object": "Pod/default/gpu-operator-test",
-        "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+        "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. "
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.",
         "count": 1,
         "firstTimestamp": "2025-01-01T00:00:00Z",
         "lastTimestamp": "2025-01-01T00:00:00Z",

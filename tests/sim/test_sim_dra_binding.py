@@ -60,7 +60,8 @@ def test_prebind_waits_fails_retries_and_times_out(tmp_path: Path) -> None:
         (
             "FailedScheduling",
             "0/2 nodes are available: 2 resourceclaim not available on the node. "
-            "deallocation of ResourceClaim completed",
+            "deallocation of ResourceClaim completed, preemption: 0/2 nodes are available: "
+            "2 Preemption is not helpful for scheduling.",
         ),
         ("BindingConditionsPending", "waiting for binding conditions for device on node node-0"),
     ]

@@ -63,7 +63,10 @@ def test_seed_pod_runs_on_a_dra_only_gb200_node(tmp_path: Path) -> None:
     # four more GPUs do not fit beside it: the DRA plugin says so, not NodeResourcesFit
     waiting = sim.pods["default/four-gpus"]
     assert waiting.phase == "Pending"
-    assert waiting.last_message == "0/1 nodes are available: 1 cannot allocate all claims."
+    assert waiting.last_message == (
+        "0/1 nodes are available: 1 cannot allocate all claims. "
+        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+    )
 
 
 def test_the_claim_goes_with_its_pod(tmp_path: Path) -> None:
@@ -96,7 +99,8 @@ def test_without_a_dra_driver_the_pod_waits_as_in_the_guide(tmp_path: Path) -> N
         scenario_from_dict(scenario(devicePlugin=False, draDriver=False)), work_dir=tmp_path
     ).run()
     assert sim.pods["default/gpu-operator-test"].last_message == (
-        "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+        "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. "
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     )
 
 
@@ -109,7 +113,8 @@ def test_cpu_node_is_left_to_the_dra_plugin(tmp_path: Path) -> None:
     assert pod.phase == "Running" and pod.node == "gpu-node"
     sim.step({"apply": [str(EXAMPLE.parent / "manifests" / "four-gpus.yaml")]})
     assert sim.pods["default/four-gpus"].last_message == (
-        "0/2 nodes are available: 2 cannot allocate all claims."
+        "0/2 nodes are available: 2 cannot allocate all claims. "
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     )
 
 

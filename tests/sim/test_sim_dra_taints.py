@@ -64,7 +64,8 @@ def test_no_execute_rule_evicts_and_xid_taints_the_gpu(tmp_path: Path) -> None:
     assert sorted(devices_by_pod(sim).values()) == [["gpu-1"], ["gpu-2"], ["gpu-3"]]
     pending = [r for r in sim.pods.values() if r.phase == "Pending"]
     assert [r.last_message for r in pending] == [
-        "0/1 nodes are available: 1 cannot allocate all claims."
+        "0/1 nodes are available: 1 cannot allocate all claims. still not schedulable, "
+        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
     ]
 
 

@@ -100,9 +100,14 @@ def test_plugins_are_called_and_their_writes_kept() -> None:
     p = sim.pods["default/p"]
     assert p.node == "b" and p.devices["c"][-1] == "vendor.com/dev=x" and p.env["c"]["EXTRA"] == "1"
     assert sim.pods["default/q"].last_message == (
-        "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) rejected by recorder."
+        "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) rejected by recorder. "
+        "preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, "
+        "1 Preemption is not helpful for scheduling."
     )
-    assert sim.pods["default/held"].last_message == "0/2 nodes are available: pod is on hold."
+    assert sim.pods["default/held"].last_message == (
+        "0/2 nodes are available: pod is on hold. "
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+    )
     stored = sim.store.get("v1", "Pod", "p", "default")
     assert stored["status"]["phase"] == "Running"
     assert stored["status"]["resourceClaimStatuses"][0]["resourceClaimName"] == "made-by-plugin"

@@ -50,7 +50,19 @@ def test_histogram_is_sorted_as_strings_and_joined() -> None:
     )
 
 
-def test_taint_selector_and_resources_counted_per_node() -> None:
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+
+
+@pytest.mark.parametrize(
+    ("version", "taint"),
+    [
+        ("1.35", "node(s) had untolerated taint(s)"),
+        ("1.34", "node(s) had untolerated taint(s)"),  # 1.34.2 and later
+        ("1.34.1", "node(s) had untolerated taint {nvidia.com/gpu: true}"),
+        ("1.32", "node(s) had untolerated taint {nvidia.com/gpu: true}"),
+    ],
+)
+def test_taint_selector_and_resources_counted_per_node(version: str, taint: str) -> None:
     sim = simulate(
         [
             {
@@ -62,10 +74,12 @@ def test_taint_selector_and_resources_counted_per_node() -> None:
             {"name": "cpu"},
         ],
         pod("p", nodeSelector={"pool": "a"}),
+        kubernetesVersion=version,
     )
     assert message(sim, "p") == (
-        "0/3 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: true}, "
-        "2 node(s) didn't match Pod's node affinity/selector."
+        f"0/3 nodes are available: 1 {taint}, "
+        "2 node(s) didn't match Pod's node affinity/selector. "
+        f"preemption: 0/3 nodes are available: 3 {NOT_HELPFUL}."
     )
 
 
@@ -91,7 +105,8 @@ def test_toleration_lets_pod_onto_tainted_node() -> None:
     )
     assert sim.pods["default/tolerates"].node == "tainted"
     assert message(sim, "equal") == (
-        "0/1 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: true}."
+        "0/1 nodes are available: 1 node(s) had untolerated taint(s). "
+        f"preemption: 0/1 nodes are available: 1 {NOT_HELPFUL}."
     )
 
 
@@ -117,14 +132,19 @@ def test_unschedulable_node_and_cpu_memory_pods_fit() -> None:
         ],
         pod("big", limits={"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": 2}),
     )
+    # the small node could not take the pod even empty: from 1.34 preemption does not try it
     assert message(sim, "big") == (
         "0/2 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, "
-        "1 Insufficient nvidia.com/gpu, 1 node(s) were unschedulable."
+        "1 Insufficient nvidia.com/gpu, 1 node(s) were unschedulable. "
+        f"preemption: 0/2 nodes are available: 2 {NOT_HELPFUL}."
     )
     sim2 = simulate(
         [{"name": "one", "machine": "t4", "pods": 1}], pod("a", limits={}), pod("b", limits={})
     )
-    assert message(sim2, "b") == "0/1 nodes are available: 1 Too many pods."
+    assert message(sim2, "b") == (
+        "0/1 nodes are available: 1 Too many pods. "
+        "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    )
 
 
 @pytest.mark.parametrize(

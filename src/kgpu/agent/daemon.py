@@ -404,9 +404,7 @@ class Agent:
             self.driver = None
             return
         try:
-            config = settings.plugin_config(
-                self.options, configs, self._labels(), view.config_name
-            )
+            config = settings.plugin_config(self.options, configs, self._labels(), view.config_name)
         except KgpuError as exc:  # the labels changed under us: the next reload decides
             log.debug("keeping the node's driver settings: %s", exc)
             return

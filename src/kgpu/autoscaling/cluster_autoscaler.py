@@ -42,6 +42,7 @@ import random
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from kgpu.autoscaling.ca_settings import CASettings, go_duration
@@ -98,9 +99,14 @@ class NodeRef:
     template: bool = False
 
 
-#: ``fit(pod, node, pods placed there by this simulation) -> reasons it does not fit`` (empty:
-#: it fits), in kube-scheduler's words (e.g. "Insufficient nvidia.com/gpu").
-FitCheck = Callable[[CAPod, NodeRef, Sequence[CAPod]], Sequence[str]]
+#: Pods this simulation put on other nodes (new template nodes of the same estimate, or
+#: destinations of a drain), with those nodes: cluster-autoscaler schedules them into one
+#: snapshot, so they count for the inter-pod filters (affinity, topology spread). A thunk, so
+#: a pod those filters skip costs nothing.
+Elsewhere = Callable[[], Sequence[tuple[NodeRef, Sequence[CAPod]]]]
+#: ``fit(pod, node, pods placed there by this simulation, elsewhere) -> reasons it does not
+#: fit`` (empty: it fits), in kube-scheduler's words (e.g. "Insufficient nvidia.com/gpu").
+FitCheck = Callable[[CAPod, NodeRef, Sequence[CAPod], Elsewhere], Sequence[str]]
 
 
 @dataclass(frozen=True)
@@ -209,17 +215,21 @@ def _score(pod: CAPod, allocatable: Mapping[str, int]) -> float:
     return total
 
 
+def _all_but(
+    items: Sequence[tuple[NodeRef, Sequence[CAPod]]], i: int
+) -> Sequence[tuple[NodeRef, Sequence[CAPod]]]:
+    return [*items[:i], *items[i + 1 :]]
+
+
 def _binpack(
     group: NodeGroup, pods: Sequence[CAPod], limit: int, fit: FitCheck
 ) -> tuple[int, list[CAPod]]:
     """How many new nodes of ``group`` the pods need (at most ``limit``), and which pods go."""
-    nodes: list[list[CAPod]] = []
+    nodes: list[tuple[NodeRef, list[CAPod]]] = []
     placed: list[CAPod] = []
     for pod in sorted(pods, key=lambda p: -_score(p, group.allocatable)):
-        for i, on_node in enumerate(nodes):
-            if not fit(
-                pod, NodeRef(f"template-node-for-{group.name}-{i}", group.name, True), on_node
-            ):
+        for i, (ref, on_node) in enumerate(nodes):
+            if not fit(pod, ref, on_node, partial(_all_but, nodes, i)):
                 on_node.append(pod)
                 placed.append(pod)
                 break
@@ -227,8 +237,8 @@ def _binpack(
             if len(nodes) >= limit:
                 continue
             ref = NodeRef(f"template-node-for-{group.name}-{len(nodes)}", group.name, True)
-            if not fit(pod, ref, []):
-                nodes.append([pod])
+            if not fit(pod, ref, [], lambda: nodes):
+                nodes.append((ref, [pod]))
                 placed.append(pod)
     return len(nodes), placed
 
@@ -339,6 +349,7 @@ class _Scan:
         self.skip_scale_down = False
         # pods this scan's removal simulation has moved, by destination node
         self.moved_to: dict[str, list[CAPod]] = {}
+        self.groups_of = {n.name: n.group or "" for n in self.nodes}
         # where moved pods may go: Ready, schedulable nodes, by name
         self.destinations = sorted(
             (n for n in self.nodes if n.ready and not n.unschedulable), key=lambda n: n.name
@@ -360,8 +371,8 @@ class _Scan:
         ]
         left = []
         for pod in pods:
-            for ref, placed in slots:
-                if not self.fit(pod, ref, placed):
+            for i, (ref, placed) in enumerate(slots):
+                if not self.fit(pod, ref, placed, partial(_all_but, slots, i)):
                     placed.append(pod)
                     break
             else:
@@ -421,7 +432,7 @@ class _Scan:
             eligible = []
             for pod in pods:
                 reasons = list(
-                    self.fit(pod, NodeRef(f"template-node-for-{name}-0", name, True), [])
+                    self.fit(pod, NodeRef(f"template-node-for-{name}-0", name, True), [], list)
                 )
                 if reasons:
                     rejected[pod.key][name] = reasons
@@ -506,13 +517,28 @@ class _Scan:
                 on_dest = placed.get(dest.name)
                 if on_dest is None:
                     on_dest = placed[dest.name] = list(self.moved_to.get(dest.name, []))
-                if not self.fit(pod, NodeRef(dest.name, dest.group or ""), on_dest):
+                if not self.fit(
+                    pod,
+                    NodeRef(dest.name, dest.group or ""),
+                    on_dest,
+                    partial(self._moved_elsewhere, dest.name, placed),
+                ):
                     on_dest.append(pod)
                     break
             else:
                 return "NoPlaceToMovePods", f"no place to move pod {pod.key}", []
         self.moved_to.update(placed)
         return "", "", movable
+
+    def _moved_elsewhere(
+        self, name: str, placed: Mapping[str, Sequence[CAPod]]
+    ) -> list[tuple[NodeRef, Sequence[CAPod]]]:
+        """The pods this scan's removal simulation moved onto nodes other than ``name``."""
+        return [
+            (NodeRef(other, self.groups_of.get(other, "")), moved)
+            for other, moved in {**self.moved_to, **placed}.items()
+            if other != name and moved
+        ]
 
     def scale_down(
         self,

@@ -1,8 +1,9 @@
 """Placement by NVLink clique: all nodes of one ComputeDomain share a clique, and a domain
 spans at most ``numNodes`` nodes.
 
-Pure functions over plain Node and Pod objects, so the simulator's scheduler plugin, the
-controller's status ("why is my domain not Ready?") and tests all reach the same answer. The
+Pure functions over plain Node and Pod objects, so the admission webhook's choice of cliques for a
+domain's first pod, the controller's status ("why is my domain not Ready?") and tests all reach
+the same answer. The
 room check is a conservative copy of kube-scheduler's fit (Ready, schedulable, taints,
 nodeSelector, requested resources); the scheduler's own filters still decide the final fit, this
 only decides which clique a domain can still grow into and explains it when none can.

@@ -19,6 +19,7 @@ from kgpu.errors import FieldProblem, join_path
 from kgpu.node.label_syntax import label_key_problem, label_value_problem
 from kgpu.node.selectors import (
     FIELD_OPERATORS,
+    LABEL_SELECTOR_OPERATORS,
     NAME_FIELD,
     SELECTOR_OPERATORS,
     TAINT_EFFECTS,
@@ -32,6 +33,8 @@ IMAGE_PULL_POLICIES = ("Always", "Never", "IfNotPresent")
 DNS_POLICIES = ("ClusterFirstWithHostNet", "ClusterFirst", "Default", "None")
 PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
 PROTOCOLS = ("TCP", "UDP", "SCTP")
+UNSATISFIABLE_ACTIONS = ("DoNotSchedule", "ScheduleAnyway")
+INCLUSION_POLICIES = ("Honor", "Ignore")
 
 Problems = list[FieldProblem]
 
@@ -199,12 +202,172 @@ def node_selector_term_problems(term: object, path: str, out: Problems) -> None:
     requirement_problems(term.get("matchFields"), join_path(path, "matchFields"), out, True)
 
 
+def label_selector_problems(selector: object, path: str, out: Problems) -> None:
+    """A metav1.LabelSelector as the API server checks it: valid label keys and values, an
+    operator it knows, values for In/NotIn and none for Exists/DoesNotExist."""
+    if selector is None:
+        return
+    if not isinstance(selector, Mapping):
+        out.append(FieldProblem("must be a map with matchLabels and/or matchExpressions", path))
+        return
+    label_map_problems(selector.get("matchLabels"), join_path(path, "matchLabels"), out)
+    exprs = selector.get("matchExpressions")
+    if exprs is None:
+        return
+    if not isinstance(exprs, list):
+        out.append(FieldProblem("must be a list", join_path(path, "matchExpressions")))
+        return
+    for i, expr in enumerate(exprs):
+        where = join_path(path, "matchExpressions", i)
+        if not isinstance(expr, Mapping):
+            out.append(FieldProblem("must be a map with key, operator, values", where))
+            continue
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values")
+        problem = label_key_problem(key)
+        if problem:
+            out.append(FieldProblem(problem, join_path(where, "key")))
+        if op not in LABEL_SELECTOR_OPERATORS:
+            allowed = ", ".join(LABEL_SELECTOR_OPERATORS)
+            out.append(
+                FieldProblem(
+                    f"{op!r}: not a valid selector operator; allowed: {allowed}",
+                    join_path(where, "operator"),
+                )
+            )
+            continue
+        if values is not None and (
+            not isinstance(values, list) or not all(isinstance(v, str) for v in values)
+        ):
+            out.append(FieldProblem("must be a list of strings", join_path(where, "values")))
+            continue
+        vals = values or []
+        at = join_path(where, "values")
+        if op in ("In", "NotIn") and not vals:
+            out.append(FieldProblem(f"must be specified when `operator` is '{op}'", at))
+        elif op in ("Exists", "DoesNotExist") and vals:
+            out.append(FieldProblem(f"may not be specified when `operator` is '{op}'", at))
+        for j, v in enumerate(vals):
+            problem = label_value_problem(str(key), v)
+            if problem:
+                out.append(FieldProblem(problem, join_path(at, j)))
+
+
+def _pod_affinity_term_problems(term: object, path: str, out: Problems) -> None:
+    if not isinstance(term, Mapping):
+        out.append(FieldProblem("must be a map with labelSelector and topologyKey", path))
+        return
+    label_selector_problems(term.get("labelSelector"), join_path(path, "labelSelector"), out)
+    label_selector_problems(
+        term.get("namespaceSelector"), join_path(path, "namespaceSelector"), out
+    )
+    names = term.get("namespaces")
+    if names is not None and (
+        not isinstance(names, list) or not all(isinstance(n, str) for n in names)
+    ):
+        out.append(FieldProblem("must be a list of namespace names", join_path(path, "namespaces")))
+    key = term.get("topologyKey")
+    if not key:
+        out.append(
+            FieldProblem(
+                "is required: the node label whose value groups nodes (kubernetes.io/hostname, "
+                "topology.kubernetes.io/zone, ...)",
+                join_path(path, "topologyKey"),
+            )
+        )
+    elif label_key_problem(key):
+        out.append(FieldProblem(str(label_key_problem(key)), join_path(path, "topologyKey")))
+
+
+def _pod_affinity_problems(affinity: Mapping[str, Any], path: str, out: Problems) -> None:
+    for kind in ("podAffinity", "podAntiAffinity"):
+        block = affinity.get(kind)
+        if block is None:
+            continue
+        base = join_path(path, kind)
+        if not isinstance(block, Mapping):
+            out.append(FieldProblem("must be a map", base))
+            continue
+        required = block.get("requiredDuringSchedulingIgnoredDuringExecution")
+        rpath = join_path(base, "requiredDuringSchedulingIgnoredDuringExecution")
+        if required is not None and not isinstance(required, list):
+            out.append(FieldProblem("must be a list of pod affinity terms", rpath))
+        for i, term in enumerate(required if isinstance(required, list) else []):
+            _pod_affinity_term_problems(term, join_path(rpath, i), out)
+        preferred = block.get("preferredDuringSchedulingIgnoredDuringExecution")
+        ppath = join_path(base, "preferredDuringSchedulingIgnoredDuringExecution")
+        for i, item in enumerate(preferred if isinstance(preferred, list) else []):
+            if not isinstance(item, Mapping):
+                out.append(FieldProblem("must be a map with weight and podAffinityTerm", ppath))
+                continue
+            weight = item.get("weight")
+            if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
+                out.append(
+                    FieldProblem(
+                        f"{weight!r}: must be in the range 1-100", join_path(ppath, i, "weight")
+                    )
+                )
+            _pod_affinity_term_problems(
+                item.get("podAffinityTerm"), join_path(ppath, i, "podAffinityTerm"), out
+            )
+
+
+def _spread_problems(constraints: object, path: str, out: Problems) -> None:
+    """``topologySpreadConstraints`` as the API server checks them."""
+    if constraints is None:
+        return
+    if not isinstance(constraints, list):
+        out.append(FieldProblem("must be a list", path))
+        return
+    for i, c in enumerate(constraints):
+        where = join_path(path, i)
+        if not isinstance(c, Mapping):
+            out.append(FieldProblem("must be a map", where))
+            continue
+        skew = c.get("maxSkew")
+        if isinstance(skew, bool) or not isinstance(skew, int) or skew < 1:
+            out.append(
+                FieldProblem(f"{skew!r}: must be greater than zero", join_path(where, "maxSkew"))
+            )
+        key = c.get("topologyKey")
+        if not key:
+            out.append(FieldProblem("is required", join_path(where, "topologyKey")))
+        elif label_key_problem(key):
+            out.append(FieldProblem(str(label_key_problem(key)), join_path(where, "topologyKey")))
+        action = c.get("whenUnsatisfiable")
+        if action not in UNSATISFIABLE_ACTIONS:
+            out.append(
+                FieldProblem(
+                    f"{action!r}: allowed: {', '.join(UNSATISFIABLE_ACTIONS)}",
+                    join_path(where, "whenUnsatisfiable"),
+                )
+            )
+        minimum = c.get("minDomains")
+        if minimum is not None:
+            if isinstance(minimum, bool) or not isinstance(minimum, int) or minimum < 1:
+                out.append(
+                    FieldProblem(
+                        f"{minimum!r}: must be greater than zero", join_path(where, "minDomains")
+                    )
+                )
+            elif action != "DoNotSchedule":
+                out.append(
+                    FieldProblem(
+                        "can only use minDomains when whenUnsatisfiable is DoNotSchedule",
+                        join_path(where, "minDomains"),
+                    )
+                )
+        for policy in ("nodeAffinityPolicy", "nodeTaintsPolicy"):
+            enum_problem(c.get(policy), INCLUSION_POLICIES, join_path(where, policy), out)
+        label_selector_problems(c.get("labelSelector"), join_path(where, "labelSelector"), out)
+
+
 def _affinity_problems(affinity: object, path: str, out: Problems) -> None:
     if affinity is None:
         return
     if not isinstance(affinity, Mapping):
         out.append(FieldProblem("must be a map", path))
         return
+    _pod_affinity_problems(affinity, path, out)
     na = affinity.get("nodeAffinity")
     if not isinstance(na, Mapping):
         return
@@ -372,6 +535,9 @@ def validate_pod_spec(spec: object, path: str) -> Problems:
     )
     _toleration_problems(spec.get("tolerations"), join_path(path, "tolerations"), out)
     _affinity_problems(spec.get("affinity"), join_path(path, "affinity"), out)
+    _spread_problems(
+        spec.get("topologySpreadConstraints"), join_path(path, "topologySpreadConstraints"), out
+    )
     return out
 
 

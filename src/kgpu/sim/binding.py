@@ -1,7 +1,8 @@
 """The scheduling cycle the simulator runs each round: pending pods to nodes.
 
 kube-scheduler's decisions come from :class:`kgpu.sim.scheduler.Scheduler`; this module is the
-queue around it: FIFO by creation, an MPIJob's workers placed all or none, a pod naming
+queue around it: higher priority first, then by creation (the PrioritySort queue), an MPIJob's
+workers placed all or none, a pod naming
 ``spec.nodeName`` handed straight to its kubelet (which may reject it, as the real one does with
 ``OutOf<resource>``), and a pod that failed not retried until something in the cluster changed.
 
@@ -9,9 +10,22 @@ Between Reserve and the bind, plugins with a ``prebind`` (DRA binding conditions
 :mod:`kgpu.sim.dra_binding`) may hold the pod: it waits in ``ctx.prebinding`` with its node's
 resources assumed (``BindingConditionsPending``) and is asked again every round and at the time
 the plugin names; an error is upstream's ``FailedScheduling`` (``running PreBind plugin
-"<name>": <error>``), the pod is unreserved and queued again. When a pod fits nowhere, plugins
-with a ``post_filter`` may free something for its next attempt (their message ends the
-``FailedScheduling`` text, as kube-scheduler's PostFilter messages do).
+"<name>": <error>``), the pod is unreserved and queued again.
+
+A pod no node takes goes through the PostFilter plugins, as kube-scheduler's framework runs
+them: DynamicResources (a plugin's ``post_filter`` hook when it frees something, e.g.
+``deallocation of ResourceClaim completed``; else ``still not schedulable`` for a pod with
+claims, and in 1.32 ``no new claims to deallocate`` for one without), then DefaultPreemption
+(:mod:`kgpu.sim.preemption`),
+whose result ends the ``FailedScheduling`` message -- or, when it finds victims, evicts them and
+nominates the node, and the message is the filters' alone. The pass then ends, so that the
+preemptor, first in the queue by its priority, takes the room it made before pods of lower
+priority can (upstream keeps it for the nominated pod).
+
+Gangs are the simulator's own: kube-scheduler has no gang scheduling (clusters add the
+scheduler-plugins co-scheduling plugin or Kueue for it). An MPIJob's workers are placed all or
+none so that a job never holds half its GPUs; a gang does not preempt, and its pods' message is
+the filters' for the member that did not fit.
 """
 
 from __future__ import annotations
@@ -21,18 +35,29 @@ from typing import Any
 from kgpu.errors import KgpuError
 from kgpu.sim.context import SimContext
 from kgpu.sim.plugins import PreBindResult
-from kgpu.sim.pod_lifecycle import set_status, write_pod
+from kgpu.sim.pod_lifecycle import delete_pod, set_status, write_pod
+from kgpu.sim.preemption import PREFIX, Candidate, preempt
+from kgpu.sim.scheduler import Placement
 from kgpu.sim.state import PodRecord, SimNode
+
+NO_NEW_CLAIMS = "no new claims to deallocate"
+STILL_NOT_SCHEDULABLE = "still not schedulable"
 
 
 def schedule_pending(ctx: SimContext) -> bool:
-    """One pass over the scheduling queue; True when any pod was bound or rejected."""
+    """One pass over the scheduling queue; True when any pod was bound or rejected. A pod
+    placed can make a pod waiting on pod affinity or topology spread schedulable (upstream
+    requeues those on pod events), so binding one then counts as a change for them."""
     for plugin in ctx.scheduler.plugins:
         if hasattr(plugin, "now"):
             plugin.now = ctx.now  # time-dependent verdicts (binding timeouts)
     progress = _prebind_waiting(ctx)
     seen_gangs: set[str] = set()
-    for rec in list(ctx.pending.values()):
+    follows_pods = any(r.req.affinity_terms or r.req.spread for r in ctx.pending.values())
+    queue = list(ctx.pending.values())
+    if any(r.req.priority for r in queue):
+        queue.sort(key=lambda r: -r.req.priority)  # stable: by creation within a priority
+    for rec in queue:
         if rec.key not in ctx.pending or rec.failed_epoch == ctx.epoch:
             continue
         if rec.req.node_name:
@@ -55,7 +80,8 @@ def schedule_pending(ctx: SimContext) -> bool:
         placement = ctx.scheduler.find_node(rec)
         node = placement.node
         if node is None:
-            _unschedulable(ctx, rec, _post_filter(ctx, rec, placement.message))
+            if _post_filter(ctx, rec, placement):
+                return True  # pods were preempted for this one: it goes first next pass
             continue
         try:
             ctx.scheduler.reserve(rec, node)
@@ -65,6 +91,8 @@ def schedule_pending(ctx: SimContext) -> bool:
         progress = True
         if _prebind(ctx, rec, node, first=True):
             _bind(ctx, rec, node)
+    if progress and follows_pods:
+        ctx.epoch += 1
     return progress
 
 
@@ -120,17 +148,49 @@ def _prebind_waiting(ctx: SimContext) -> bool:
     return progress
 
 
-def _post_filter(ctx: SimContext, rec: PodRecord, message: str) -> str:
-    """Plugins' PostFilter for a pod that fits nowhere: the first one that frees something
-    adds its message to the FitError text."""
+def _post_filter(ctx: SimContext, rec: PodRecord, placement: Placement) -> bool:
+    """The PostFilter plugins for a pod no node took, in the framework's order (DynamicResources,
+    then DefaultPreemption); True when preemption evicted pods. A scheduler plugin with a
+    ``post_filter(pod, store)`` hook speaks for DynamicResources when it frees something (its
+    message, e.g. ``deallocation of ResourceClaim completed``)."""
+    if placement.diagnosis is None:  # no nodes at all: no FitError, no PostFilter
+        _unschedulable(ctx, rec, placement.message)
+        return False
+    notes = []
+    said = None
     for plugin in ctx.scheduler.plugins:
         hook = getattr(plugin, "post_filter", None)
-        if hook is None:
-            continue
-        said = hook(rec.obj, ctx.store)
+        said = hook(rec.obj, ctx.store) if hook is not None else None
         if said:
-            return f"{message} {said}"
-    return message
+            break
+    if said:
+        notes.append(str(said))
+    elif ctx.dra:
+        if rec.obj["spec"].get("resourceClaims"):
+            notes.append(STILL_NOT_SCHEDULABLE)
+        elif ctx.scheduler.version.dra_note_without_claims:
+            notes.append(NO_NEW_CLAIMS)
+    outcome = preempt(ctx.scheduler, rec, placement.diagnosis)
+    if outcome.candidate is not None:
+        _unschedulable(ctx, rec, placement.message, nominated=outcome.candidate.node.name)
+        _evict(ctx, rec, outcome.candidate)
+        return True
+    notes.append(PREFIX + outcome.message)
+    _unschedulable(ctx, rec, f"{placement.message} {', '.join(notes)}")
+    return False
+
+
+def _evict(ctx: SimContext, preemptor: PodRecord, candidate: Candidate) -> None:
+    """The victims are deleted (their controllers replace them) with upstream's event."""
+    uid = preemptor.obj["metadata"].get("uid", "")
+    for victim in candidate.victims:
+        ctx.emit(
+            "Normal",
+            "Preempted",
+            f"Pod/{victim.key}",
+            f"Preempted by pod {uid} on node {candidate.node.name}",
+        )
+        delete_pod(ctx, victim.key)
 
 
 def _schedule_gang(ctx: SimContext, gang: str) -> bool:
@@ -175,27 +235,26 @@ def _bind_direct(ctx: SimContext, rec: PodRecord) -> bool:
     return True
 
 
-def _unschedulable(ctx: SimContext, rec: PodRecord, message: str) -> None:
+def _unschedulable(ctx: SimContext, rec: PodRecord, message: str, nominated: str = "") -> None:
     rec.failed_epoch = ctx.epoch
-    if message == rec.last_message:
+    if message == rec.last_message and not nominated:
         return
     rec.last_message = message
     ctx.emit("Warning", "FailedScheduling", f"Pod/{rec.key}", message)
-    set_status(
-        ctx,
-        rec,
-        {
-            "phase": "Pending",
-            "conditions": [
-                {
-                    "type": "PodScheduled",
-                    "status": "False",
-                    "reason": "Unschedulable",
-                    "message": message,
-                }
-            ],
-        },
-    )
+    status = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+            }
+        ],
+    }
+    if nominated:
+        status["nominatedNodeName"] = nominated
+    set_status(ctx, rec, status)
 
 
 def _bind(ctx: SimContext, rec: PodRecord, node: SimNode, scheduled: bool = True) -> None:

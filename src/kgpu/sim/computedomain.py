@@ -1,49 +1,45 @@
-"""ComputeDomains in the simulated cluster: the controller, the node side of driver
-``compute-domain.nvidia.com``, and clique-aware placement.
+"""ComputeDomains in the simulated cluster: the controller and the node side of driver
+``compute-domain.nvidia.com``.
 
 * :class:`ComputeDomainController` runs :func:`kgpu.computedomain.reconcile.reconcile` in the
-  controller loop, then lets every node's simulated IMEX daemon re-read its domain's node list
-  (upstream's daemon rewrites ``nodes_config.cfg`` when the domain's nodes change).
+  controller loop, then lets every node's simulated IMEX daemon re-read its domain's clique
+  (the node side rewrites the daemon's ``hosts`` mapping when the clique's daemons change, as
+  upstream's daemon rewrites its /etc/hosts; ``nodes.cfg`` lists fixed names and never
+  changes).
 * :class:`ComputeDomainKubeletPlugin` is the kubelet's DRA plugin for that driver on every
   simulated node: it runs the agent's own :class:`~kgpu.kubelet.dra.plugin.DraPlugin` with the
   agent's :class:`~kgpu.drivers.computedomain.ComputeDomainHandler` (checkpoint, CDI files and IMEX
   config files under ``work_dir/<node>/``), so the simulator exercises the agent's code.
-* :class:`CliqueSchedulerPlugin` keeps the pods holding one domain's channel claim inside one
-  NVLink clique and within ``numNodes`` nodes, and says why when no clique has room.
+
+Placement in one NVLink clique is no simulator rule: the API server's admission step
+(:mod:`kgpu.sim.admission`) runs kgpu's clique placement webhook mutation
+(:mod:`kgpu.computedomain.admission`) and the stock InterPodAffinity filter does the rest, as on a
+real cluster.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from kgpu.computedomain.api import (
     API_VERSION,
-    CLIQUE_LABEL,
-    DOMAIN_LABEL,
     DRIVER,
     KIND,
-    TARGET_LABEL,
-    TARGET_WORKLOAD,
-    ComputeDomain,
-    parse_compute_domain,
 )
 from kgpu.computedomain.imex import CHANNEL_DIR
 from kgpu.computedomain.objects import DRIVER_NAMESPACE
-from kgpu.computedomain.placement import node_clique, node_healthy, place, room_view
 from kgpu.computedomain.reconcile import reconcile
 from kgpu.computedomain.slices import machine_clique
 from kgpu.dra.api import RESOURCE_API
 from kgpu.drivers.computedomain import ComputeDomainHandler
 from kgpu.drivers.publish import publish_slices, unpublish_slices
-from kgpu.errors import FieldError
 from kgpu.hardware.model import Machine
 from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
 from kgpu.kubelet.dra.plugin import DraPlugin
 from kgpu.sim.controllers.resourceclaim import pod_claim_name
-from kgpu.sim.plugins import ContainerDevices, Event, NodeInfo
+from kgpu.sim.plugins import ContainerDevices, Event
 from kgpu.store import NotFound, ObjectStore, object_ref
 
 Obj = dict[str, Any]
@@ -191,7 +187,6 @@ class ComputeDomainController:
 
     def __init__(self, namespace: str = DRIVER_NAMESPACE) -> None:
         self.namespace = namespace
-        self.scheduler_plugin = CliqueSchedulerPlugin()
 
     def reconcile(self, store: ObjectStore, now: float) -> list[Event]:
         events = [_to_event(e) for e in reconcile(store, namespace=self.namespace)]
@@ -207,119 +202,13 @@ class ComputeDomainController:
                         "Normal",
                         "IMEXNodesConfigUpdated",
                         f"Node/{node}",
-                        f"IMEX daemon of {what} rewrote nodes_config.cfg",
+                        f"IMEX daemon of {what} rewrote its hosts mapping",
                     )
                 )
         return events
 
 
-class CliqueSchedulerPlugin:
-    """kube-scheduler plugin: a domain's pods stay in one NVLink clique, on at most
-    ``numNodes`` nodes. Gangs (MPIJob workers) are placed all-or-none by the simulator; this
-    plugin's reservations make each worker see where the earlier ones went."""
-
-    name = "ComputeDomainClique"
-
-    def __init__(self) -> None:
-        self._reserved: dict[str, tuple[str, str, Obj]] = {}  # pod key -> (uid, node, pod)
-        self._cycle: dict[str, tuple[ComputeDomain, frozenset[str] | None]] = {}
-
-    def _domain_of(self, pod: Mapping[str, Any], store: ObjectStore) -> ComputeDomain | None:
-        spec = pod.get("spec") or {}
-        claims = spec.get("resourceClaims") or []
-        if not claims:
-            return None
-        ns = (pod.get("metadata") or {}).get("namespace") or "default"
-        for entry in claims:
-            template = entry.get("resourceClaimTemplateName")
-            if not template:
-                continue
-            try:
-                rct = store.get(RESOURCE_API, "ResourceClaimTemplate", str(template), ns)
-            except NotFound:
-                continue
-            labels = (rct.get("metadata") or {}).get("labels") or {}
-            uid = labels.get(DOMAIN_LABEL)
-            if not uid or labels.get(TARGET_LABEL) != TARGET_WORKLOAD:
-                continue
-            for obj in store.list(API_VERSION, KIND, namespace=ns):
-                if (obj.get("metadata") or {}).get("uid") == uid:
-                    try:
-                        return parse_compute_domain(obj)
-                    except FieldError:
-                        return None
-        return None
-
-    def prefilter(self, pod: Obj, store: ObjectStore) -> str | None:
-        key = object_ref(pod)
-        self._cycle.pop(key, None)
-        domain = self._domain_of(pod, store)
-        if domain is None:
-            return None
-        nodes = store.list("v1", "Node")
-        by_name = {str(n["metadata"]["name"]): n for n in nodes}
-        pods = store.list("v1", "Pod")
-        members: dict[str, str | None] = {}
-        by_node: dict[str, list[Obj]] = {}
-        seen: set[str] = set()
-        for other in pods:
-            okey = object_ref(other)
-            node = (other.get("spec") or {}).get("nodeName")
-            if not node or (other.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            seen.add(okey)
-            by_node.setdefault(str(node), []).append(other)
-            if okey != key and self._holds(other, domain) and node_healthy(by_name.get(node)):
-                members[str(node)] = node_clique(by_name.get(node))
-        for okey, (uid, node, other) in self._reserved.items():
-            if okey in seen or okey == key:
-                continue
-            by_node.setdefault(node, []).append(other)
-            if uid == domain.uid and node_healthy(by_name.get(node)):
-                members[node] = node_clique(by_name.get(node))
-        decision = place(domain.ref, domain.spec.num_nodes, members, room_view(pod, nodes, by_node))
-        self._cycle[key] = (domain, decision.allowed)
-        return decision.reason
-
-    @staticmethod
-    def _holds(pod: Mapping[str, Any], domain: ComputeDomain) -> bool:
-        ns = (pod.get("metadata") or {}).get("namespace") or "default"
-        return ns == domain.namespace and any(
-            rc.get("resourceClaimTemplateName") == domain.spec.channel_template
-            for rc in (pod.get("spec") or {}).get("resourceClaims") or []
-        )
-
-    def filter(self, pod: Obj, node: NodeInfo, store: ObjectStore) -> str | None:
-        hit = self._cycle.get(object_ref(pod))
-        if hit is None:
-            return None
-        domain, allowed = hit
-        if allowed is None or node.name in allowed:
-            return None
-        if not node.labels.get(CLIQUE_LABEL):
-            return "node(s) had no NVLink clique"
-        return f"node(s) not in the NVLink clique of ComputeDomain {domain.ref}"
-
-    def reserve(self, pod: Obj, node: NodeInfo, store: ObjectStore) -> None:
-        hit = self._cycle.get(object_ref(pod))
-        if hit is not None:
-            self._reserved[object_ref(pod)] = (hit[0].uid, node.name, pod)
-
-    def unreserve(self, pod: Obj, node: NodeInfo, store: ObjectStore) -> None:
-        self._reserved.pop(object_ref(pod), None)
-
-    def release(self, pod: Obj, store: ObjectStore) -> None:
-        self._reserved.pop(object_ref(pod), None)
-        self._cycle.pop(object_ref(pod), None)
-
-
-#: The name the simulator's plugin loader looks for.
-ComputeDomainSchedulerPlugin = CliqueSchedulerPlugin
-
-
 __all__ = [
-    "CliqueSchedulerPlugin",
     "ComputeDomainController",
     "ComputeDomainKubeletPlugin",
-    "ComputeDomainSchedulerPlugin",
 ]

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from kgpu.config.loader import ConfigSet
+from kgpu.sim.admission import Admission
 from kgpu.sim.journal import SimStore
 from kgpu.sim.loops import Loops
 from kgpu.sim.names import Suffixes
@@ -69,10 +70,14 @@ class SimContext:
         self.suffixes = Suffixes(scenario.seed)  # pod name suffixes: seeded, so runs repeat
         self.now = 0.0
         self.store = SimStore(clock=self.timestamp)
-        self.scheduler = Scheduler(list(scheduler_plugins), self.store)
+        self.scheduler = Scheduler(
+            list(scheduler_plugins), self.store, scenario.kubernetes_version
+        )
         self.kubelet_plugins: list[KubeletPlugin] = list(kubelet_plugins)
         self.release_listeners: list[ReleaseListener] = []
         self.dra = any(p.name == "DynamicResources" for p in self.scheduler.plugins)
+        #: the API server's admission of pods (Priority, kgpu's clique placement webhook)
+        self.admission = Admission(self.store, webhook=self.dra)
         self.configs = configs
         self.inline_configs: dict[str, str] = {}  # "ConfigMap ns/name" -> its YAML text
         #: what ``kubectl apply`` last applied, per object (its last-applied-configuration)

@@ -20,6 +20,7 @@ import yaml
 
 from kgpu.errors import FieldError
 from kgpu.sim import nodeside
+from kgpu.sim.admission import AdmissionDenied
 from kgpu.sim.context import SimContext
 from kgpu.sim.controllers.base import API_VERSIONS
 from kgpu.sim.manifests import Manifest, check, passes_through, simulated
@@ -82,7 +83,11 @@ def apply(ctx: SimContext, manifest: Manifest | Obj) -> None:
     kind = manifest.kind
     if kind == "Pod":
         if "/".join(key_of(obj)[2:]) not in ctx.pods:
-            create_pod(ctx, obj)
+            try:
+                create_pod(ctx, copy.deepcopy(obj))
+            except AdmissionDenied as exc:  # kubectl: Error from server (Forbidden)
+                ns, name = key_of(obj)[2:]
+                ctx.emit("Warning", "Forbidden", f"Pod/{ns or 'default'}/{name}", str(exc))
         return
     with ctx.store.muted():
         stored, created = _store_apply(ctx, obj)

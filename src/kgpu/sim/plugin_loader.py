@@ -7,11 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kgpu.dra.classes import device_classes
-from kgpu.sim.computedomain import (
-    ComputeDomainController,
-    ComputeDomainKubeletPlugin,
-    ComputeDomainSchedulerPlugin,
-)
+from kgpu.sim.computedomain import ComputeDomainController, ComputeDomainKubeletPlugin
 from kgpu.sim.dra_node import DraKubeletPlugin
 from kgpu.sim.dra_scheduler import DraSchedulerPlugin, ensure_classes
 from kgpu.sim.journal import SimStore
@@ -23,7 +19,7 @@ def load_plugins(
 ) -> tuple[list[SchedulerPlugin], list[KubeletPlugin], list[Controller], list[str]]:
     """The scheduler plugins, kubelet plugins and controllers of DRA and ComputeDomains, each
     kubelet plugin with its own directory under ``work_dir``."""
-    sched: list[SchedulerPlugin] = [DraSchedulerPlugin(), ComputeDomainSchedulerPlugin()]
+    sched: list[SchedulerPlugin] = [DraSchedulerPlugin()]
     kubelet: list[KubeletPlugin] = [
         DraKubeletPlugin(work_dir / "dra"),
         ComputeDomainKubeletPlugin(work_dir / "computedomain"),

@@ -71,10 +71,12 @@ def create_pod(
     gang_size: int = 0,
     root: str = "",
 ) -> PodRecord:
-    """Store a new pod and queue it for scheduling."""
+    """Admit (:mod:`kgpu.sim.admission`), store and queue a new pod;
+    :class:`~kgpu.sim.admission.AdmissionDenied` when the API server would refuse it."""
     obj.setdefault("apiVersion", "v1")
     obj.setdefault("kind", "Pod")
     obj.setdefault("status", {"phase": "Pending"})
+    obj = ctx.admission.admit_pod(obj)
     with ctx.store.muted():
         stored = ctx.store.create(obj)
     return track_pod(ctx, stored, owner_kind, owner_uid, gang, gang_size, root)

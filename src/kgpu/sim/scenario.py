@@ -18,6 +18,7 @@ from kgpu.autoscaling.ca_settings import CASettings, parse_settings
 from kgpu.config.plugin import MIG_STRATEGIES
 from kgpu.errors import FieldError, FieldProblem, join_path, shown
 from kgpu.sim.expect.schema import Expectations, load_expectations, read_expectations
+from kgpu.sim.kubeversion import DEFAULT_VERSION, KubeVersion, parse_version, version_problem
 from kgpu.sim.manifests import Manifest
 from kgpu.sim.mig_settings import MigManagerSettings, parse_mig_manager
 from kgpu.sim.scenario_parts import (
@@ -51,6 +52,7 @@ TOP_KEYS = (
     "steps",
     "runtimes",
     "seed",
+    "kubernetesVersion",
     "expect",
     "clusterAutoscaler",
     "migManager",
@@ -75,6 +77,8 @@ class Scenario:
     steps: tuple[Step, ...] = ()
     runtimes: dict[str, float] = field(default_factory=dict)
     seed: int = 0
+    #: the kube-scheduler release whose wording and behaviour the cluster has
+    kubernetes_version: KubeVersion = field(default_factory=parse_version)
     expect: Expectations = field(default_factory=Expectations)  # the ``expect`` key
     #: cluster-autoscaler's flags (``clusterAutoscaler``); it runs when a group autoscales
     cluster_autoscaler: CASettings = field(default_factory=CASettings)
@@ -191,6 +195,11 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
     if isinstance(seed, bool) or not isinstance(seed, int):
         err.add("must be an integer", "seed")
         seed = 0
+    raw_version = data.get("kubernetesVersion", DEFAULT_VERSION)
+    version_error = version_problem(raw_version)
+    if version_error:
+        err.add(version_error, "kubernetesVersion")
+        raw_version = DEFAULT_VERSION
     expect = _parse_expect(data.get("expect"), base, err, steps)
     settings = CASettings()
     try:
@@ -216,6 +225,7 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         steps=tuple(steps),
         runtimes=runtimes,
         seed=seed,
+        kubernetes_version=parse_version(raw_version),
         expect=expect,
         cluster_autoscaler=settings,
         mig_manager=mig_manager,

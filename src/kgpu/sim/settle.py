@@ -18,6 +18,7 @@ from kgpu.errors import KgpuError
 from kgpu.manifests import validate_manifest
 from kgpu.node.selectors import parse_taints
 from kgpu.sim import node_mig
+from kgpu.sim.admission import AdmissionDenied
 from kgpu.sim.binding import schedule_pending
 from kgpu.sim.context import SimContext
 from kgpu.sim.controllers.manager import ControllerManager
@@ -140,6 +141,16 @@ def sync_external(ctx: SimContext) -> bool:
         if problems:
             ctx.emit("Warning", "InvalidPod", f"Pod/{key}", "; ".join(str(p) for p in problems))
             continue
+        try:  # the API server admits what others create
+            admitted = ctx.admission.admit_pod(obj)
+        except AdmissionDenied as exc:
+            ctx.emit("Warning", "FailedCreate", f"Pod/{key}", str(exc))
+            with ctx.store.muted():
+                ctx.store.delete("v1", "Pod", name, ns)
+            continue
+        if admitted != obj:
+            with ctx.store.muted():
+                obj = ctx.store.update(admitted)
         owner: dict[str, Any] = next(
             (o for o in (obj["metadata"].get("ownerReferences") or []) if o.get("controller")),
             {},

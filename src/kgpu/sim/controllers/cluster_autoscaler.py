@@ -7,8 +7,12 @@ the scenario's ``clusterAutoscaler`` flags. Every ``scan-interval`` (10 s) from 
 * the pods the scheduler left Pending (FailedScheduling) are tried on a **template node** of
   each group — the node a new member would be, built by the same path that adds nodes
   (:func:`kgpu.sim.node_lifecycle.template_node`: its machine, device plugin, configs and
-  labels) — with the simulator's own scheduler filters (taints, node affinity, resources, the
-  DRA and ComputeDomain plugins), so ``NotTriggerScaleUp`` gives kube-scheduler's reasons;
+  labels) — with the simulator's own scheduler filters (taints, node affinity, resources,
+  topology spread and inter-pod affinity, the DRA plugin), so ``NotTriggerScaleUp`` gives
+  kube-scheduler's reasons in the words of the scenario's ``kubernetesVersion``. The inter-pod
+  filters see what cluster-autoscaler's snapshot holds: the cluster, the new nodes of the
+  estimate (each a template under its own name and hostname) and the pods put on them; in a
+  drain simulation, the drained node's pods moved to their destinations;
 * a scale-up asks the simulated cloud for nodes, which join after ``provisioning-delay`` (0:
   right after the scan) as ``<group>-<n>``
   (:func:`~kgpu.sim.node_lifecycle.add_group_node`, the path of ``addNodes``);
@@ -30,6 +34,7 @@ from kgpu.autoscaling.cluster_autoscaler import (
     CANode,
     CAPod,
     CAState,
+    Elsewhere,
     NodeGroup,
     NodeRef,
     Provision,
@@ -41,7 +46,9 @@ from kgpu.sim.loops import CLOUD, CLUSTER_AUTOSCALER
 from kgpu.sim.node_lifecycle import add_group_node, delete_node, template_node
 from kgpu.sim.plugins import Event
 from kgpu.sim.pod_lifecycle import delete_pod
-from kgpu.sim.scheduler import fit_reasons, static_reasons
+from kgpu.sim.rejection import Rejection
+from kgpu.sim.scheduler import HOSTNAME_LABEL, fit_reasons, static_reasons
+from kgpu.sim.spread import NodeView
 from kgpu.sim.state import PodRecord, SimNode
 
 
@@ -57,6 +64,9 @@ class ClusterAutoscaler:
         self.state = CAState()
         self.running = False
         self._templates: dict[str, tuple[tuple[object, ...], SimNode]] = {}
+        #: whether a pod this scan may place has required anti-affinity (then every pod's
+        #: inter-pod filters must see where the scan put it)
+        self._pending_anti_affinity = False
 
     def reconcile(self, store: Any, now: float) -> list[Event]:
         if self.ctx.node_groups and not self.running:
@@ -108,15 +118,63 @@ class ClusterAutoscaler:
             annotations=meta.get("annotations") or {},
         )
 
-    def _fit(self, pod: CAPod, ref: NodeRef, placed: Sequence[CAPod]) -> list[str]:
+    def _view(self, ref: NodeRef) -> NodeView | None:
+        """A node as the inter-pod filters see it; a template node under the name
+        cluster-autoscaler gives each new node (its hostname label too)."""
+        if not ref.template:
+            node = self.ctx.node_by_name.get(ref.name)
+            return None if node is None else (node.name, node.labels, node.taints)
+        template = self._template(ref.group)
+        return (ref.name, {**template.labels, HOSTNAME_LABEL: ref.name}, template.taints)
+
+    def _inter_pod(
+        self, rec: PodRecord, ref: NodeRef, placed: Sequence[CAPod], elsewhere: Elsewhere
+    ) -> Rejection | None:
+        """PodTopologySpread and InterPodAffinity on the node in cluster-autoscaler's snapshot:
+        the cluster plus the new nodes of this estimate and the pods it put on them (or, in a
+        drain simulation, the drained node's pods moved to their destinations)."""
+        ctx = self.ctx
+        req = rec.req
+        if (
+            not req.spread
+            and not req.inter_pod
+            and not ctx.scheduler.pods.anti_terms
+            and not self._pending_anti_affinity
+        ):
+            return None  # both filters skip the pod, whatever this simulation placed
+        view = self._view(ref)
+        if view is None:
+            return None
+        views: dict[str, NodeView] = {ref.name: view}
+        placements: list[tuple[PodRecord, str]] = []
+        for where, pods in [(ref, placed), *elsewhere()]:
+            other = views.get(where.name) or self._view(where)
+            if other is None:
+                continue
+            views[where.name] = other
+            placements.extend((ctx.pods[p.key], where.name) for p in pods if p.key in ctx.pods)
+        drained = ctx.node_by_name.get(rec.node) if rec.node else None
+        removed = list(drained.pods.values()) if drained is not None else []
+        templates = [v for name, v in views.items() if name not in ctx.node_by_name]
+        return ctx.scheduler.what_if(
+            rec, view, new_nodes=templates, placed=placements, removed=removed
+        )
+
+    def _fit(
+        self, pod: CAPod, ref: NodeRef, placed: Sequence[CAPod], elsewhere: Elsewhere
+    ) -> list[str]:
         """The scheduler's filters for ``pod`` on a real node or a group's template node, with
-        ``placed`` (pods this simulation already put there) counted as requested."""
+        ``placed`` (pods this simulation already put there) counted as requested, in the words
+        of the cluster's kube-scheduler release (``kubernetesVersion``)."""
         ctx = self.ctx
         rec = ctx.pods.get(pod.key)
         node = self._template(ref.group) if ref.template else ctx.node_by_name.get(ref.name)
         if rec is None or node is None:
             return ["not found"]
-        static = static_reasons(rec.req, node.labels, node.taints, node.unschedulable, node.name)
+        name = ref.name if ref.template else node.name
+        static = static_reasons(
+            rec.req, node.labels, node.taints, node.unschedulable, name, ctx.scheduler.version
+        )
         if static:
             return list(static)
         free = dict(node.allocatable)
@@ -130,6 +188,9 @@ class ClusterAutoscaler:
         reasons = fit_reasons(rec.req.requests, free)
         if reasons:
             return reasons
+        inter_pod = self._inter_pod(rec, ref, placed, elsewhere)
+        if inter_pod is not None:
+            return list(inter_pod.reasons)
         assert node.info is not None
         for plugin in ctx.scheduler.plugins:
             why = plugin.prefilter(rec.obj, ctx.store) or plugin.filter(
@@ -161,6 +222,9 @@ class ClusterAutoscaler:
         pending = [
             self._pod(rec) for rec in ctx.pending.values() if rec.last_message and not rec.node
         ]
+        self._pending_anti_affinity = any(
+            ctx.pods[p.key].req.anti_affinity_terms for p in pending if p.key in ctx.pods
+        )
         before = set(self.state.provisioning)
         decision = run_once(
             self.settings,

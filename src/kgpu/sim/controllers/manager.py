@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kgpu.sim.admission import AdmissionDenied
 from kgpu.sim.context import SimContext
 from kgpu.sim.controllers.base import (
     API_VERSIONS,
@@ -49,6 +50,21 @@ class ControllerManager:
             StatefulSetController(ctx, status),
             DaemonSetController(ctx, status),
         ]
+        self._refused: set[tuple[str, str]] = set()  # (owner, why) already reported
+
+    def _reconcile(self, ctrl: WorkloadController, obj: Obj) -> bool:
+        """One object; a pod the API server refuses is the controller's ``FailedCreate``
+        event (once per owner and reason), and the controller tries again next round."""
+        try:
+            return ctrl.reconcile(obj)
+        except AdmissionDenied as exc:
+            meta = meta_of(obj)
+            owner = f"{ctrl.kind}/{meta.get('namespace', 'default')}/{meta['name']}"
+            why = str(exc).split(" is forbidden: ", 1)[-1]
+            if (owner, why) not in self._refused:
+                self._refused.add((owner, why))
+                self.ctx.emit("Warning", "FailedCreate", owner, f"Error creating: {exc}")
+            return False
 
     def _list(self, kind: str) -> list[Obj]:
         return [
@@ -64,7 +80,7 @@ class ControllerManager:
         for ctrl, objs in listed:
             for obj in objs:
                 live.add(meta_of(obj)["uid"])
-                changed |= ctrl.reconcile(obj)
+                changed |= self._reconcile(ctrl, obj)
         for ctrl in self.owned:
             for obj in self._list(ctrl.kind):
                 owner = controller_ref(obj)
@@ -78,7 +94,7 @@ class ControllerManager:
                     changed = True
                     continue
                 live.add(meta_of(obj)["uid"])
-                changed |= ctrl.reconcile(obj)
+                changed |= self._reconcile(ctrl, obj)
         for rec in list(self.ctx.pods.values()):
             if rec.owner_kind in OWNED_KINDS and rec.owner_uid not in live:
                 delete_pod(self.ctx, rec.key)

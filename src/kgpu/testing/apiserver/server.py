@@ -43,8 +43,11 @@ reproduces, per Kubernetes release (``release="1.32"`` ... ``"1.35"``):
   (streams cut mid-way), :meth:`~FakeApiServer.compact` (history and continue tokens expire).
 
 Every request is recorded (:class:`Recorded`: method, path, query, body, headers, and the RBAC
-view of it: verb, API group, resource, subresource, user agent) so tests assert the wire traffic
-and RBAC rules can be compared with what a process really did (:meth:`FakeApiServer.rules`).
+view of it: verb, API group, resource, subresource, namespace, user agent, classified from the
+URL as kube-apiserver's authorizer sees it, :mod:`.requestinfo`, so a request for an API this
+server does not serve still counts) so tests assert the wire traffic and RBAC rules can be
+compared with what a process really did (:meth:`FakeApiServer.rules`); every open
+:mod:`.ledger` gets it too, so a test run can check all of them (tests/rbac).
 
 Not reproduced: admission, defaulting, semantic validation beyond the OpenAPI schema, garbage
 collection of owned objects, strategic merge patch and JSON patch (415), ``managedFields`` in
@@ -73,6 +76,7 @@ import yaml
 from kgpu.dra import versions as dra_versions
 from kgpu.store.objects import merge_patch
 from kgpu.testing.apiserver import apply as ssa
+from kgpu.testing.apiserver import ledger
 from kgpu.testing.apiserver.kinds import (
     BOOL_FIELDS,
     DEFAULT_RELEASE,
@@ -85,6 +89,7 @@ from kgpu.testing.apiserver.kinds import (
     kinds_for,
     version_info,
 )
+from kgpu.testing.apiserver.requestinfo import request_info
 from kgpu.testing.apiserver.selectors import (
     FieldTerm,
     Requirement,
@@ -112,7 +117,8 @@ class Recorded:
     query: dict[str, str]
     body: Obj | None
     headers: dict[str, str]
-    verb: str = ""  # get list watch create update patch delete deletecollection
+    verb: str = ""  # get list watch create update patch delete deletecollection (lower-case
+    # HTTP method for a non-resource URL)
     group: str = ""
     version: str = ""
     resource: str = ""  # plural; "" for discovery and other non-resource URLs
@@ -443,48 +449,24 @@ class FakeApiServer:
     def _record(
         self, method: str, path: str, query: dict[str, str], body: Any, headers: dict[str, str]
     ) -> Recorded:
-        verb, target = "", None
-        with contextlib.suppress(ApiError):
-            target = self._parse(path)
-        if target is not None and target.kind is not None:
-            if method == "GET":
-                verb = (
-                    "get"
-                    if target.name
-                    else ("watch" if query.get("watch") in ("1", "true") else "list")
-                )
-            else:
-                verb = {
-                    "POST": "create",
-                    "PUT": "update",
-                    "PATCH": "patch",
-                    "DELETE": "delete" if target.name else "deletecollection",
-                }.get(method, method.lower())
-            rec = Recorded(
-                method,
-                path,
-                query,
-                body if isinstance(body, dict) else None,
-                headers,
-                verb,
-                target.group,
-                target.version,
-                target.kind.plural,
-                target.sub or "",
-                target.namespace,
-                target.name or "",
-            )
-        else:
-            rec = Recorded(
-                method,
-                path,
-                query,
-                body if isinstance(body, dict) else None,
-                headers,
-                "get" if method == "GET" else method.lower(),
-            )
+        info = request_info(method, path, query)
+        rec = Recorded(
+            method,
+            path,
+            query,
+            body if isinstance(body, dict) else None,
+            headers,
+            info.verb,
+            info.group,
+            info.version,
+            info.resource,
+            info.subresource,
+            info.namespace,
+            info.name,
+        )
         with self._lock:
             self.requests.append(rec)
+        ledger.report(rec)
         if self.on_request is not None:
             self.on_request(rec)
         return rec
