@@ -91,7 +91,10 @@ def check(obj: object, file: str, index: int) -> Manifest:
     know is stored unchecked, as a cluster with its CRD would take it, unless it is one the
     simulator runs (then the apiVersion must be the one it runs)."""
     kind = obj.get("kind") if isinstance(obj, Mapping) else None
-    problems = validate_manifest(obj, unknown_kind_ok=kind not in WORKLOADS)
+    # a kind that is not a string is no workload; validate_manifest names the problem
+    problems = validate_manifest(
+        obj, unknown_kind_ok=not (isinstance(kind, str) and kind in WORKLOADS)
+    )
     if problems:
         raise FieldError(
             [FieldProblem(p.message, p.path, file, f"document {index}") for p in problems]
