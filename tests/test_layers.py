@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...], bool]] = [
         "core",
         (
             "errors",
+            "userfiles",
             "quantity",
             "store",
             "hardware",
@@ -106,9 +107,7 @@ def package_of(module: str) -> str | None:
 
 
 def source_files() -> list[Path]:
-    return [
-        p for p in sorted(SRC.rglob("*.py")) if "proto" not in p.relative_to(SRC).parts[:2]
-    ]
+    return [p for p in sorted(SRC.rglob("*.py")) if "proto" not in p.relative_to(SRC).parts[:2]]
 
 
 def edges() -> list[tuple[str, int, str, str, str]]:

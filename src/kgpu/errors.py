@@ -11,6 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+#: The longest message printed as it is: longer ones quote a value (a 40,000-character CEL
+#: expression, a list shared through YAML aliases) and are cut.
+MAX_MESSAGE = 2000
+
 
 @dataclass(frozen=True)
 class FieldProblem:
@@ -24,7 +28,10 @@ class FieldProblem:
     def __str__(self) -> str:
         where = ": ".join(part for part in (self.file, self.entry) if part)
         at = f"{self.path}: " if self.path else ""
-        return f"{where}: {at}{self.message}" if where else f"{at}{self.message}"
+        message = self.message
+        if len(message) > MAX_MESSAGE:  # a message quoting a huge value: the path says where
+            message = f"{message[:MAX_MESSAGE]}... ({len(message)} characters)"
+        return f"{where}: {at}{message}" if where else f"{at}{message}"
 
 
 class KgpuError(Exception):
@@ -53,6 +60,18 @@ class FieldError(KgpuError):
                 for p in self.problems
             ]
         )
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """A value as an error message may quote it: scalars as ``repr`` (cut to ``limit``),
+    containers by what they are (``a list of 300 items``): a value from a file may be huge, or
+    shared through YAML aliases, and the field path already says where it is."""
+    if isinstance(value, dict):
+        return f"a mapping of {len(value)} keys"
+    if isinstance(value, list | tuple | set):
+        return f"a list of {len(value)} items"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def join_path(*parts: str | int) -> str:

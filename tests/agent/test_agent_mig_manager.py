@@ -167,8 +167,9 @@ def test_the_status_file_says_what_is_refused_and_what_mig_layout_is_pending(roo
         agent.start()
         try:
             status = json.loads((root / "status.json").read_text())
-            assert "more than one MIG device type present on node" in (
-                status["refused"]["nvidia.com/gpu"]
+            assert (
+                "more than one MIG device type present on node"
+                in (status["refused"]["nvidia.com/gpu"])
             )
             assert status["migPending"] == ""
             assert kubelet.resources() == []

@@ -184,5 +184,3 @@ def test_validate_reports_every_schema_error_in_a_document(tmp_path: Path) -> No
     assert result.exit_code == 1
     assert "document 0: spec.restartPolicy:" in result.output
     assert "document 0: spec.containers[0]:" in result.output and "bogus" in result.output
-
-

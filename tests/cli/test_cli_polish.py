@@ -218,9 +218,19 @@ def _wait_until_blocked(pid: int) -> None:
 
 @pytest.mark.slow
 def test_ctrl_c_in_any_other_command_is_one_line_and_exit_130(tmp_path: Path) -> None:
-    # validate blocks reading a pipe nobody writes to: Ctrl-C must end it cleanly
+    # validate blocks while it reads its file: Ctrl-C must end it cleanly. kgpu refuses pipes
+    # and devices as input files (a FIFO nobody writes to would hang it), so a slow disk is
+    # stood in for by a read that sleeps
+    code = (
+        "import sys, time\n"
+        "import kgpu.userfiles as files\n"
+        "files.read_bytes = lambda *args, **kwargs: time.sleep(3600) or b''\n"
+        "sys.argv = ['kgpu', 'validate', 'slow.yaml']\n"
+        "from kgpu.cli import main\n"
+        "main()\n"
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kgpu", "validate", "/dev/stdin"],
+        [sys.executable, "-c", code],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

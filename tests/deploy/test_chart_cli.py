@@ -25,8 +25,7 @@ from .conftest import VALUES_SETS, Rendered
 Render = Callable[[str, str], Rendered]
 
 #: (subcommand, flag) -> what it is and who adds it. "*" stands for the whole subcommand.
-PENDING: dict[tuple[str, str], str] = {
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 #: the click group ``kgpu`` runs (typer ships its own copy of click, hence Any below)
 COMMAND: Any = typer.main.get_command(app)

@@ -262,10 +262,10 @@ def test_dynamic_mig_slices_follow_the_kubernetes_version() -> None:
     assert "devices" not in new[0]["spec"]
     assert devices_of(new) == devices_of(old)
     # the 1.34 shape is what a 1.35 API server refuses, and the other way round
-    assert slice_problems(old[0], "1.35") == [
+    assert [str(p) for p in slice_problems(old[0], "1.35")] == [
         "spec: Invalid value: only one of devices and sharedCounters may be set"
     ]
-    assert "must reference a counterSet defined" in slice_problems(new[1], "1.34")[0]
+    assert "must reference a counterSet defined" in str(slice_problems(new[1], "1.34")[0])
 
 
 def test_more_than_eight_gpus_spread_counter_sets_over_slices() -> None:
@@ -360,10 +360,43 @@ def test_slice_checks_match_the_api_servers(case: dict[str, Any]) -> None:
             {"name": f"counterset-{j}", "counters": {"memory": {"value": "80Gi"}}}
             for j in range(case["sets"])
         ]
-    problems = slice_problems({"spec": spec}, case["version"])
+    problems = [str(p) for p in slice_problems({"spec": spec}, case["version"])]
     assert len(problems) == len(case["expect"]), problems
     for got, want in zip(problems, case["expect"], strict=True):
         assert want in got
+
+
+@pytest.mark.parametrize(
+    ("device", "want"),
+    [
+        ({"name": "D"}, "spec.devices[0].name: 'D': must be a DNS label"),
+        (
+            {"name": "d", "attributes": {"x": {"int": 1, "bool": True}}},
+            "spec.devices[0].attributes.x: exactly one value must be specified",
+        ),
+        (
+            {"name": "d", "attributes": {"s": {"string": "x" * 65}}},
+            "spec.devices[0].attributes.s.string: Too long: may not be more than 64 bytes",
+        ),
+        (
+            {"name": "d", "attributes": {"v": {"version": "1.2"}}},
+            "spec.devices[0].attributes.v.version: '1.2': must be a string compatible with semver",
+        ),
+        (
+            {"name": "d", "attributes": {"1gpu": {"int": 1}}},
+            "spec.devices[0].attributes.1gpu: '1gpu': must be a C identifier of at most 32",
+        ),
+        (
+            {"name": "d", "capacity": {"memory": {"value": "lots"}}},
+            "spec.devices[0].capacity.memory.value: ",
+        ),
+    ],
+)
+def test_slice_checks_cover_attributes_and_capacities(device: dict[str, Any], want: str) -> None:
+    """The same function refuses what the API server refuses in a device's attributes and
+    capacities (kgpu allocate and kgpu validate run it on their input)."""
+    problems = [str(p) for p in slice_problems({"spec": {"devices": [device]}}, "1.35")]
+    assert len(problems) == 1 and want in problems[0], problems
 
 
 def test_pool_checks_find_what_makes_a_split_pool_invalid() -> None:

@@ -74,8 +74,10 @@ def test_every_cdi_name_allocate_gives_is_in_the_spec_across_reloads(root: Path)
             agent.request_reload()
             # the ids changed: the resource's server is replaced and registers again
             assert kubelet.wait_for(
-                lambda: len(kubelet.register_calls) > registered
-                and agent.status()["resources"]["nvidia.com/gpu"]["registered"]
+                lambda: (
+                    len(kubelet.register_calls) > registered
+                    and agent.status()["resources"]["nvidia.com/gpu"]["registered"]
+                )
             )
             assert agent.view().device_id_strategy == "index"
             answer = kubelet.allocate("nvidia.com/gpu", [gpu])

@@ -8,32 +8,28 @@ downward-API or sidecar-written file, or a test rewriting it), so a label change
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
-import yaml
-
 from kgpu.config.loader import configmap_volume_files
 from kgpu.errors import FieldError, FieldProblem
+from kgpu.userfiles import parse_json, parse_yaml, read_bytes, read_text
 
 
 def read_labels_file(path: Path) -> dict[str, str]:
     """``key=value`` lines (``#`` comments allowed), or a JSON/YAML mapping of strings."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    if not path.exists():
         return {}
-    except OSError as exc:
-        raise FieldError(FieldProblem(f"cannot read: {exc.strerror}", file=str(path))) from None
+    text = read_text(path)  # a regular file, bounded, UTF-8 (FieldError naming it)
     stripped = text.strip()
     if not stripped:
         return {}
     if stripped.startswith("{") or (":" in stripped.splitlines()[0] and "=" not in stripped):
-        try:
-            data = json.loads(stripped) if stripped.startswith("{") else yaml.safe_load(stripped)
-        except (ValueError, yaml.YAMLError) as exc:
-            raise FieldError(FieldProblem(f"not a label mapping: {exc}", file=str(path))) from None
+        file = str(path)
+        data = parse_json(stripped, file=file) if stripped.startswith("{") else None
+        if data is None:
+            docs = parse_yaml(stripped, file=file)
+            data = docs[0] if len(docs) == 1 else None
         if not isinstance(data, dict):
             raise FieldError(FieldProblem("expected a mapping of labels", file=str(path)))
         return {str(k): "" if v is None else str(v) for k, v in data.items()}
@@ -60,14 +56,14 @@ def fingerprint(paths: Iterable[Path]) -> tuple[tuple[str, str], ...]:
             for key in configmap_volume_files(path):
                 digest.update(key.name.encode() + b"\0")
                 try:
-                    digest.update(hashlib.sha256(key.read_bytes()).digest())
-                except OSError:
+                    digest.update(hashlib.sha256(read_bytes(key)).digest())
+                except FieldError:
                     digest.update(b"-")
             out.append((str(path), digest.hexdigest()))
             continue
         try:
-            file_digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        except OSError:
+            file_digest = hashlib.sha256(read_bytes(path)).hexdigest()
+        except FieldError:  # missing, unreadable, not a regular file (a FIFO never blocks)
             file_digest = "-"
         out.append((str(path), file_digest))
     return tuple(out)

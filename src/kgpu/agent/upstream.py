@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kgpu.config.plugin import DEVICE_LIST_STRATEGIES, MIG_STRATEGIES
+from kgpu.config.plugin import DEVICE_LIST_STRATEGIES, MIG_STRATEGIES, host_root
 from kgpu.errors import FieldProblem
 
 DEVICE_PLUGIN = "device plugin"
@@ -65,11 +65,8 @@ def _list_of(*allowed: str) -> Callable[[str], tuple[str, ...]]:
 
 
 def _path(text: str) -> str:
-    """A host or mount path: absolute (relative to what? the agent's working directory is not
-    the host's root)."""
-    if not text.startswith("/"):
-        raise ValueError(f"{text!r} is not an absolute path")
-    return text
+    """A host or mount path, as the config file's fields take it (:func:`host_root`)."""
+    return host_root(text) or text
 
 
 def _text(text: str) -> str:

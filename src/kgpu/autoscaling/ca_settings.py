@@ -12,39 +12,50 @@ ConfigMap the ``priority`` expander reads (priority -> list of node-group name r
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from kgpu.errors import FieldError, FieldProblem, join_path
+from kgpu.config.goduration import INFINITE
+from kgpu.config.goduration import parse_go_duration as go_parse
+from kgpu.errors import FieldError, FieldProblem, join_path, shown
 
 EXPANDERS = ("random", "most-pods", "least-waste", "priority")
-_GO_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)")
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+#: The range of a Go ``int`` flag (64-bit): cluster-autoscaler refuses a value beyond it.
+_GO_INT = (-(2**63), 2**63 - 1)
 
 
 def parse_go_duration(value: object) -> float:
-    """Seconds from a Go duration (``10m``, ``1m30s``, ``0``); plain numbers are seconds."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration")
-    if isinstance(value, (int, float)):
+    """Seconds from a Go duration (``10m``, ``1m30s``, ``0``: Go's ``time.ParseDuration``, as
+    the flag is parsed); plain numbers are seconds. Never negative, never past Go's largest
+    duration (2562047h: a flag beyond it does not parse)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"{shown(value)} is not a duration (write e.g. 10m, 1m30s, 500ms)")
+    if isinstance(value, int | float):
         if value < 0:
-            raise ValueError(f"{value!r} must not be negative")
-        return float(value)
-    text = str(value).strip()
-    if text == "0":
-        return 0.0
-    total = 0.0
-    pos = 0
-    for match in _GO_DURATION.finditer(text):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        pos = match.end()
-    if pos != len(text) or not text:
-        raise ValueError(f'time: invalid duration "{text}" (write e.g. 10m, 1m30s, 500ms)')
-    return total
+            raise ValueError(f"{shown(value)} must not be negative")
+        try:
+            seconds = float(value)
+        except OverflowError:  # an integer of hundreds of digits
+            seconds = math.inf
+        if not seconds * 1e9 <= INFINITE:  # inf and nan too
+            raise ValueError(
+                f"{shown(value, 40)} seconds is out of range for a Go duration (at most "
+                f"{INFINITE // 10**9} seconds)"
+            )
+        return seconds
+    text = value.strip()
+    try:
+        nanoseconds = go_parse(text)
+    except ValueError:
+        raise ValueError(
+            f'time: invalid duration "{text[:80]}" (write e.g. 10m, 1m30s, 500ms)'
+        ) from None
+    if nanoseconds < 0:
+        raise ValueError(f"{shown(text)} must not be negative")
+    return nanoseconds / 1e9
 
 
 def go_duration(seconds: float) -> str:
@@ -161,17 +172,21 @@ def _value(key: str, value: object) -> Any:
         return seconds
     if key in _BOOLS:
         if not isinstance(value, bool):
-            raise ValueError(f"must be true or false, got {value!r}")
+            raise ValueError(f"must be true or false, got {shown(value)}")
         return value
     if key in _INTS:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"must be an integer, got {value!r}")
+            raise ValueError(f"must be an integer, got {shown(value)}")
         if key != "expendable-pods-priority-cutoff" and value < 0:
             raise ValueError("must not be negative")
+        if not _GO_INT[0] <= value <= _GO_INT[1]:
+            raise ValueError(
+                f"{shown(value, 40)} is out of range for a Go int ({_GO_INT[0]} to {_GO_INT[1]})"
+            )
         return value
     if key in _RATIOS:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            raise ValueError(f"must be a number between 0 and 1, got {value!r}")
+            raise ValueError(f"must be a number between 0 and 1, got {shown(value)}")
         return float(value)
     if key == "expander":
         names = tuple(part.strip() for part in str(value).split(",") if part.strip())
@@ -191,7 +206,7 @@ def _value(key: str, value: object) -> Any:
     out: dict[int, tuple[str, ...]] = {}
     for priority, patterns in value.items():
         if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ValueError(f"priority {priority!r} is not an integer")
+            raise ValueError(f"priority {shown(priority)} is not an integer")
         if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
             raise ValueError(f"priority {priority}: expected a list of regexes")
         for pattern in patterns:

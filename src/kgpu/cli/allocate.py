@@ -49,29 +49,16 @@ def load_input(path: Path) -> dict[str, Any]:
     types (against the official schema when kubernetes-validate is installed, and by the
     structural checks below in any case), counts below 1 and CEL that does not compile.
     """
-    import json
-
-    from kgpu.config.fields import load_yaml_documents, read_problem
+    from kgpu.userfiles import parse_json, parse_yaml, read_text
 
     file = str(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        why = (
-            "is a directory; kgpu allocate reads one file"
-            if isinstance(exc, IsADirectoryError)
-            else read_problem(exc, file)
-        )
-        raise FieldError(FieldProblem(why, file=file)) from None
-    except UnicodeDecodeError:
-        raise FieldError(FieldProblem("not a text file (YAML or JSON)", file=file)) from None
+    if path.is_dir():
+        raise FieldError(FieldProblem("is a directory; kgpu allocate reads one file", file=file))
+    text = read_text(path)  # regular files only, bounded, UTF-8 (FieldError naming the file)
     if path.suffix == ".json":
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise FieldError(FieldProblem(f"not valid JSON: {exc}", file=file)) from None
+        data = parse_json(text, file=file)
     else:
-        docs = load_yaml_documents(text, file=file)
+        docs = parse_yaml(text, file=file)
         if len(docs) > 1:
             raise FieldError(
                 FieldProblem(
@@ -105,7 +92,7 @@ def load_input(path: Path) -> dict[str, Any]:
                 file=file,
             )
         )
-    unknown = sorted(set(data) - set(KEYS))
+    unknown = sorted(set(data) - set(KEYS), key=str)  # keys may be numbers, null...
     for key in unknown:
         problems.append(FieldProblem(f"unknown key; allowed: {_KEYS_TEXT}", str(key), file))
     gates = data.get("featureGates")
@@ -192,7 +179,17 @@ def _check_object(
         if key == "allocated":
             shape.allocation(v1.get("status"))
     # the schema's wording is rawer; it speaks only when the structural checks found nothing
-    return (shape.problems or _schema_problems(original, kind, where, file)), v1
+    problems = shape.problems or _schema_problems(original, kind, where, file)
+    if not problems and key == "slices":  # the API server's rules the schema lacks
+        from kgpu.dra.slices import slice_problems
+        from kgpu.dra.versions import slice_path
+
+        version = api.rpartition("/")[2]
+        problems = [
+            FieldProblem(p.message, f"{where}.{slice_path(p.path, version)}", file)
+            for p in slice_problems(v1)
+        ]
+    return problems, v1
 
 
 def _schema_problems(obj: dict[str, Any], kind: str, where: str, file: str) -> list[FieldProblem]:

@@ -9,7 +9,7 @@ simulator's own loader.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -17,32 +17,26 @@ if TYPE_CHECKING:
     from kgpu.manifests import FileReport
 
 
-def _one_mapping(path: Path) -> dict[object, object] | None:
+def _one_mapping(docs: list[Any]) -> dict[Any, Any] | None:
     """The file's only YAML document when it is a mapping without apiVersion/kind."""
-    import yaml
-
-    try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        return None
     if len(docs) != 1 or not isinstance(docs[0], dict) or {"apiVersion", "kind"} & set(docs[0]):
         return None
     return docs[0]
 
 
-def looks_like_scenario(path: Path) -> bool:
-    """A one-document file whose top level has a scenario's keys and no apiVersion/kind."""
-    doc = _one_mapping(path)
+def looks_like_scenario(docs: list[Any]) -> bool:
+    """One document whose top level has a scenario's keys and no apiVersion/kind."""
+    doc = _one_mapping(docs)
     return (
         doc is not None
-        and not looks_like_expect(path)
+        and not looks_like_expect(docs)
         and bool(set(doc) & {"nodes", "apply", "steps"})
     )
 
 
-def looks_like_expect(path: Path) -> bool:
+def looks_like_expect(docs: list[Any]) -> bool:
     """A ``kgpu sim --expect`` file: ``final`` and/or ``steps`` whose entries name a ``step``."""
-    doc = _one_mapping(path)
+    doc = _one_mapping(docs)
     if doc is None or not set(doc) <= {"final", "steps"}:
         return False
     steps = doc.get("steps")
@@ -51,16 +45,16 @@ def looks_like_expect(path: Path) -> bool:
     )
 
 
-def validate_expect(path: Path) -> FileReport:
+def validate_expect(path: Path, doc: dict[str, Any]) -> FileReport:
     """Check an expect file on its own: everything but whether its steps exist, which
     ``kgpu sim SCENARIO --expect FILE`` checks against the scenario."""
     from kgpu.errors import FieldError
     from kgpu.manifests import FileReport
-    from kgpu.sim.expect import load_expectations
+    from kgpu.sim.expect.schema import parse_expectations
 
     report = FileReport(str(path))
     try:
-        expect = load_expectations(path, None)
+        expect = parse_expectations(doc, str(path), None)
     except FieldError as exc:
         report.problems.extend(exc.problems)
         return report
@@ -71,16 +65,16 @@ def validate_expect(path: Path) -> FileReport:
     return report
 
 
-def validate_scenario(path: Path) -> FileReport:
+def validate_scenario(path: Path, doc: dict[str, Any]) -> FileReport:
     """Check a ``kgpu sim`` scenario with the parser ``kgpu sim`` runs (nodes, configs, every
     manifest it applies, every step)."""
     from kgpu.errors import FieldError, FieldProblem, KgpuError
     from kgpu.manifests import FileReport
-    from kgpu.sim.scenario import load_scenario
+    from kgpu.sim.scenario import parse_scenario
 
     report = FileReport(str(path))
     try:
-        scenario = load_scenario(path)
+        scenario = parse_scenario(doc, str(path), path.resolve().parent)
     except FieldError as exc:
         report.problems.extend(exc.problems)
         return report
@@ -93,6 +87,26 @@ def validate_scenario(path: Path) -> FileReport:
         f"object(s) to apply, {len(scenario.steps)} step(s))"
     )
     return report
+
+
+def validate_path(path: Path) -> FileReport:
+    """One file, read and parsed once (:mod:`kgpu.userfiles`), checked as what it is: an
+    expect file, a scenario, or configs and manifests."""
+    from kgpu.errors import FieldError
+    from kgpu.manifests import FileReport, validate_documents
+    from kgpu.userfiles import read_yaml
+
+    try:
+        docs = read_yaml(path)
+    except FieldError as exc:
+        report = FileReport(str(path))
+        report.problems.extend(exc.problems)
+        return report
+    if looks_like_expect(docs):
+        return validate_expect(path, docs[0])
+    if looks_like_scenario(docs):
+        return validate_scenario(path, docs[0])
+    return validate_documents(docs, file=str(path))
 
 
 def register(app: typer.Typer) -> None:
@@ -113,16 +127,11 @@ def register(app: typer.Typer) -> None:
 
         from kgpu.cli.output import console, err_console
         from kgpu.cli.plain import warn
-        from kgpu.manifests import schema_validation_available, validate_file
+        from kgpu.manifests import schema_validation_available
 
         failed = False
         for path in files:
-            if looks_like_expect(path):
-                report = validate_expect(path)
-            elif looks_like_scenario(path):
-                report = validate_scenario(path)
-            else:
-                report = validate_file(path)
+            report = validate_path(path)
             for problem in report.problems:
                 err_console.print(
                     f"[red]error:[/red] {escape(str(problem))}", highlight=False, soft_wrap=True

@@ -15,6 +15,7 @@ by their index; the daemon re-resolves on SIGUSR1. The command service listens o
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -109,11 +110,29 @@ def derived_ip(node_name: str) -> str:
 
 
 def node_ip(node: Mapping[str, Any] | None, node_name: str) -> str:
-    """A node's InternalIP from ``status.addresses``; a derived address when it has none."""
-    for address in ((node or {}).get("status") or {}).get("addresses") or []:
-        if address.get("type") == "InternalIP" and address.get("address"):
-            return str(address["address"])
+    """A node's InternalIP from ``status.addresses``; a derived address when it has none.
+
+    The address goes into the IMEX daemons' hosts mapping one per line, so only what
+    :mod:`ipaddress` parses counts (normalised: ``010.0.0.1`` is refused, ``::FFFF`` lowercase);
+    anything else in the field (a newline, a second key=value) is ignored."""
+    status = (node or {}).get("status")
+    addresses = status.get("addresses") if isinstance(status, Mapping) else None
+    for address in addresses if isinstance(addresses, list) else []:
+        if isinstance(address, Mapping) and address.get("type") == "InternalIP":
+            parsed = parse_ip(address.get("address"))
+            if parsed:
+                return parsed
     return derived_ip(node_name)
+
+
+def parse_ip(value: object) -> str:
+    """``value`` as a normalised IPv4/IPv6 address, or "" when it is not one."""
+    if not isinstance(value, str):
+        return ""
+    try:
+        return str(ipaddress.ip_address(value.strip()))
+    except ValueError:
+        return ""
 
 
 def dns_name(index: int) -> str:
@@ -132,9 +151,11 @@ def render_hosts(
 ) -> str:
     """The ``/etc/hosts`` lines that give the clique's daemons their names: ``<ip>\t<name>``
     for every daemon of ``clique_id`` with an address and an index below ``max_nodes``,
-    ordered by index, so every daemon of the clique writes the identical file."""
+    ordered by index, so every daemon of the clique writes the identical file. Only what
+    :mod:`ipaddress` parses is an address (normalised): the field comes from the API, and
+    anything else (a newline, a second name) would become a line of the daemon's hosts file."""
     chosen = sorted(
-        (d for d in daemons if d.clique_id == clique_id and d.ip_address),
+        (d for d in daemons if d.clique_id == clique_id and parse_ip(d.ip_address)),
         key=lambda d: (d.index, d.name),
     )
     lines, seen = [], set()
@@ -142,7 +163,7 @@ def render_hosts(
         if not 0 <= d.index < max_nodes or d.index in seen:
             continue
         seen.add(d.index)
-        lines.append(f"{d.ip_address}\t{dns_name(d.index)}\n")
+        lines.append(f"{parse_ip(d.ip_address)}\t{dns_name(d.index)}\n")
     return "".join(lines)
 
 

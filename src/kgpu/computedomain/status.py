@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kgpu.computedomain.api import ComputeDomain, DomainNode
-from kgpu.computedomain.imex import node_ip
+from kgpu.computedomain.imex import node_ip, parse_ip
 from kgpu.computedomain.members import domain_members, pending_pods
 from kgpu.computedomain.placement import node_clique, node_healthy, place, room_view
 from kgpu.computedomain.view import ClusterView
@@ -109,7 +109,7 @@ def daemon_entries(
         obj = node(name)
         if not node_healthy(obj):
             failed.append(name if obj is not None else f"{name} (gone)")
-        ip = str((pod.get("status") or {}).get("podIP") or "") or node_ip(obj, name)
+        ip = parse_ip((pod.get("status") or {}).get("podIP")) or node_ip(obj, name)
         ready = _daemon_ready(pod, obj)
         entries.append((name, ip, node_clique(obj) or "", "Ready" if ready else "NotReady"))
     return _assign_indexes(entries, previous), failed

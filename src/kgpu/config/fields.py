@@ -13,10 +13,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kgpu.errors import FieldError, FieldProblem, join_path
+from kgpu.userfiles import parse_yaml, parse_yaml_mapping
+from kgpu.userfiles import yaml_error_message as yaml_error_message  # re-exported
 
 
 class StrictModel(BaseModel):
@@ -133,33 +134,6 @@ def unknown_warnings(model: BaseModel, *, file: str, entry: str, prefix: str = "
     ]
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """PyYAML keeps the last of two equal keys without a word; Go's YAML decoders (kubectl, the
-    device plugin) refuse the document. A duplicated ``resources:`` or ``replicas:`` is a typo
-    that would otherwise silently drop half a config."""
-
-    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[Any, yaml.Node] = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=deep)
-                try:
-                    first = seen.get(key)
-                except TypeError:  # an unhashable key: SafeLoader reports it itself
-                    continue
-                if first is not None:
-                    raise yaml.constructor.ConstructorError(
-                        None,
-                        None,
-                        f"mapping key {key!r} already defined at line {first.start_mark.line + 1}",
-                        key_node.start_mark,
-                    )
-                seen[key] = key_node
-        return super().construct_mapping(node, deep=deep)  # type: ignore[arg-type]
-
-
 def read_problem(exc: OSError, path: str | object) -> str:
     """Why a file could not be read, with the fix for the common case of a directory."""
     if isinstance(exc, IsADirectoryError):
@@ -167,45 +141,15 @@ def read_problem(exc: OSError, path: str | object) -> str:
     return f"cannot read: {exc.strerror or exc}"
 
 
-def yaml_error_message(exc: yaml.YAMLError) -> str:
-    """One line: where the YAML breaks and why (PyYAML's own text spans several lines)."""
-    mark = getattr(exc, "problem_mark", None)
-    if isinstance(exc, yaml.reader.ReaderError):
-        char = exc.character
-        shown = f"#x{char:04x}" if isinstance(char, int) else f"#x{ord(char):04x}"
-        return (
-            f"position {exc.position}: not valid YAML: character {shown} is not allowed "
-            "(is this a binary file?)"
-        )
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    return f"{where}not valid YAML: {problem}"
-
-
 def load_yaml_documents(text: str, *, file: str) -> list[Any]:
-    """Every document in a YAML stream (empty ones dropped), or a FieldError with the line."""
-    try:
-        docs = list(yaml.load_all(text, Loader=_StrictLoader))
-    except yaml.YAMLError as exc:
-        raise FieldError(FieldProblem(yaml_error_message(exc), file=file)) from None
-    return [doc for doc in docs if doc is not None]
+    """Every document in a YAML stream (empty ones dropped), or a FieldError with the line
+    (:func:`kgpu.userfiles.parse_yaml`: duplicate keys, depth, size and alias limits)."""
+    return parse_yaml(text, file=file)
 
 
 def load_yaml_mapping(text: str, *, file: str, entry: str = "") -> dict[str, Any]:
     """A single YAML document that must be a mapping (a ConfigMap entry, for instance)."""
-    try:
-        doc = yaml.load(text, Loader=_StrictLoader)
-    except yaml.YAMLError as exc:
-        raise FieldError(FieldProblem(yaml_error_message(exc), file=file, entry=entry)) from None
-    if doc is None:
-        return {}
-    if not isinstance(doc, dict):
-        raise FieldError(
-            FieldProblem(
-                f"must be a YAML mapping, not {type(doc).__name__}", file=file, entry=entry
-            )
-        )
-    return doc
+    return parse_yaml_mapping(text, file=file, entry=entry)
 
 
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"

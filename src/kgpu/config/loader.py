@@ -20,6 +20,7 @@ from kgpu.config.fields import load_yaml_documents, load_yaml_mapping, read_prob
 from kgpu.config.migparted import MigConfig, builtin_mig_configs, parse_mig_parted
 from kgpu.config.plugin import MIG_STRATEGIES, DevicePluginConfig, parse_plugin_config
 from kgpu.errors import FieldError, FieldProblem, join_path
+from kgpu.userfiles import read_text
 
 PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
@@ -66,6 +67,7 @@ class ConfigSet:
     default_plugin_source: str = ""  # the Helm values file that set default_plugin_config
     mig_configs: dict[str, MigConfig] = field(default_factory=dict)
     default_mig_config: str | None = None
+    default_mig_source: str = ""  # the Helm values file that set default_mig_config
     mig_strategy: str | None = None  # from GPU Operator Helm values (overrides config files)
     warnings: tuple[str, ...] = ()
     kinds: tuple[tuple[str, str], ...] = ()  # (file, what it was recognised as)
@@ -87,6 +89,7 @@ class _Builder:
         self.default_plugin_source = ""
         self.mig: dict[str, MigConfig] = {}
         self.default_mig: str | None = None
+        self.default_mig_source = ""
         self.strategy: str | None = None
         self.warnings: list[str] = []
         self.kinds: list[tuple[str, str]] = []
@@ -131,6 +134,7 @@ class _Builder:
             default_plugin_source=self.default_plugin_source,
             mig_configs=self.mig,
             default_mig_config=self.default_mig,
+            default_mig_source=self.default_mig_source,
             mig_strategy=self.strategy,
             warnings=tuple(self.warnings),
             kinds=tuple(self.kinds),
@@ -257,6 +261,7 @@ def _add_operator_values(builder: _Builder, doc: dict[str, Any], *, file: str) -
     mig_default = _get(doc, "migManager", "config", "default")
     if isinstance(mig_default, str) and mig_default:
         builder.default_mig = mig_default
+        builder.default_mig_source = file
     dp_data = _get(doc, "devicePlugin", "config", "data")
     if isinstance(dp_data, dict):
         for key, text in dp_data.items():
@@ -389,12 +394,9 @@ def _load_directory(builder: _Builder, directory: Path) -> None:
         key = path.name
         shown = str(directory / key)  # the path users know, not the timestamped one
         try:
-            text = path.read_text()
-        except OSError as exc:
-            problems.append(FieldProblem(read_problem(exc, shown), file=shown))
-            continue
-        except UnicodeDecodeError:
-            problems.append(FieldProblem("not UTF-8 text", file=shown))
+            text = read_text(path, shown=shown)  # a regular file, bounded, UTF-8
+        except FieldError as exc:
+            problems.extend(exc.problems)
             continue
         try:
             kind, parsed = _configmap_entry_kind(text, file=shown, entry="")
@@ -418,11 +420,7 @@ def load_config_files(paths: Iterable[str | Path]) -> ConfigSet:
         if p.is_dir():
             _load_directory(builder, p)
             continue
-        try:
-            text = p.read_text()
-        except OSError as exc:
-            raise FieldError(FieldProblem(read_problem(exc, path), file=str(path))) from None
-        _load_text(builder, text, file=str(path))
+        _load_text(builder, read_text(p, shown=str(path)), file=str(path))
     return builder.build()
 
 
@@ -509,15 +507,18 @@ def select_mig_config(
     elif default:
         source = f"mig config {name!r} (--mig-config)"
     else:
-        source = f"migManager.config.default {name!r}"
+        source = f"{name!r}"  # migManager.config.default, named as the field path below
     # the GPU Operator's defaults are dozens of all-<profile> names: summarised, not listed
     builtin = sorted(n for n in builtin_mig_configs() if n not in configs.mig_configs)
     named = [n for n in builtin if n.count(".") == 0]
     yours = ", ".join(sorted(configs.mig_configs)) or "none given"
+    from_values = not labels.get(MIG_CONFIG_LABEL) and not default
     raise FieldError(
         FieldProblem(
             f"{source} names no mig-parted config; yours: {yours}; built in: "
             f"{', '.join(named)}, and all-<profile> for each MIG profile (all-1g.10gb, "
-            "all-3g.40gb, ...: `kgpu machines <machine>` lists a GPU's profiles)"
+            "all-3g.40gb, ...: `kgpu machines <machine>` lists a GPU's profiles)",
+            "migManager.config.default" if from_values else "",
+            configs.default_mig_source if from_values else "",
         )
     )

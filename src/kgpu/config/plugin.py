@@ -12,6 +12,7 @@ live in the node view.
 
 from __future__ import annotations
 
+import posixpath
 import re
 import uuid
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri
 MIG_STRATEGIES = ("none", "single", "mixed")
 DEFAULT_MPS_ROOT = "/run/nvidia/mps"
 DEFAULT_CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
+#: Replicas per GPU (time-slicing, MPS): far above what GPU memory allows (MPS: 48 clients)
+MAX_REPLICAS = 1024
 
 _MIG_RESOURCE = re.compile(r"^mig-(\d+c\.)?\d+g\.\d+gb(\.[a-z]+)*$")
 
@@ -167,6 +170,11 @@ class ReplicatedResource(StrictModel):
     def _replicas(cls, value: int) -> int:
         if value < 2:
             raise ValueError("must be >= 2")
+        if value > MAX_REPLICAS:
+            raise ValueError(
+                f"must be <= {MAX_REPLICAS} (kgpu's limit per GPU: every replica is a device the "
+                "kubelet tracks, and each client's CUDA context takes GPU memory)"
+            )
         return value
 
 
@@ -242,6 +250,25 @@ class Resources(StrictModel):
     mig: list[PatternResource] | None = None
 
 
+def host_root(value: str | None) -> str | None:
+    """A host directory (or binary) kgpu derives paths from (``mpsRoot``, ``nvidiaDriverRoot``,
+    ``nvidiaDevRoot``, ``plugin.containerDriverRoot``, ``plugin.nvidiaCTKPath``, and the
+    environment variables that set them): absolute (relative to what? the agent's working
+    directory is not the host's root), without ``..``, normalised (``/run/nvidia/mps/`` is
+    ``/run/nvidia/mps``), so no config can point the agent outside the tree it names."""
+    if value is None:
+        return None
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL byte")
+    if not value.startswith("/"):
+        raise ValueError(f"{value[:80]!r} is not an absolute path (it must start with /)")
+    if ".." in value.split("/"):
+        raise ValueError(f"{value[:80]!r} must not contain '..'")
+    if len(value.encode()) > 4095:
+        raise ValueError("is longer than a path may be (4095 bytes)")
+    return "/" + posixpath.normpath(value).lstrip("/")
+
+
 class PluginFlags(StrictModel):
     pass_device_specs: bool | None = Field(None, alias="passDeviceSpecs")
     device_list_strategy: str | list[str] | None = Field(None, alias="deviceListStrategy")
@@ -265,6 +292,11 @@ class PluginFlags(StrictModel):
                     f"invalid strategy {item!r}: allowed {', '.join(DEVICE_LIST_STRATEGIES)}"
                 )
         return value
+
+    @field_validator("nvidia_ctk_path", "container_driver_root", mode="after")
+    @classmethod
+    def _paths(cls, value: str | None) -> str | None:
+        return host_root(value)
 
 
 class GfdFlags(StrictModel):
@@ -296,6 +328,11 @@ class Flags(StrictModel):
     )
     plugin: PluginFlags | None = None
     gfd: GfdFlags | None = None
+
+    @field_validator("mps_root", "nvidia_driver_root", "nvidia_dev_root", mode="after")
+    @classmethod
+    def _roots(cls, value: str | None) -> str | None:
+        return host_root(value)
 
 
 class Imex(StrictModel):

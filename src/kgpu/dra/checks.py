@@ -108,4 +108,14 @@ def dra_object_problems(doc: Any) -> list[FieldProblem]:
         return claim_spec_problems(spec, "spec")
     if kind == "ResourceClaimTemplate" and isinstance(spec, dict):
         return claim_spec_problems(spec.get("spec"), "spec.spec")
+    if kind == "ResourceSlice":
+        from kgpu.dra.slices import slice_problems
+        from kgpu.dra.versions import VersionError, slice_path, to_v1, version_of
+
+        try:
+            v1 = to_v1(doc)
+        except VersionError:  # a version kgpu does not read: the schema check names it
+            return []
+        version = version_of(doc)
+        return [FieldProblem(p.message, slice_path(p.path, version)) for p in slice_problems(v1)]
     return []

@@ -21,9 +21,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from kgpu.config.fields import is_dns_subdomain
 from kgpu.dra.api import RESOURCE_API
 from kgpu.dra.devices import DRIVER, GpuDevices, gpu_devices, gpus_in_order, taint_devices
+from kgpu.errors import FieldProblem, join_path, shown
 from kgpu.hardware.model import Machine
+from kgpu.quantity import QuantityError, parse_quantity
 
 #: The Kubernetes version slices are shaped for when the caller does not know the server's.
 DEFAULT_KUBERNETES_VERSION = "1.35"
@@ -33,6 +36,7 @@ SPLIT_COUNTERS_SINCE = (1, 35)
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_WITH_COUNTERS = 64  # 1.35+, when a device consumes counters (or has taints)
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
+MAX_ATTRIBUTE_VALUE_LENGTH = 64  # bytes of a string or version attribute
 MAX_COUNTERS_PER_SLICE_1_34 = 32  # all counter sets of one slice together
 MAX_COUNTERS_PER_DEVICE_1_34 = 32
 MAX_DEVICE_COUNTERS_PER_SLICE_1_34 = 1024
@@ -44,6 +48,7 @@ Obj = dict[str, Any]
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:[.+-].*)?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_ATTRIBUTE_TYPES = ("bool", "int", "string", "version")
 
 
 def kubernetes_minor(version: str) -> tuple[int, int]:
@@ -144,94 +149,235 @@ def resource_slices(
 # -- the API server's and the scheduler's checks ------------------------------------------------
 
 
-def _too_many(path: str, n: int, most: int) -> str:
-    return f"{path}: Too many: {n}: must have at most {most} items"
+def _too_many(n: int, most: int) -> str:
+    return f"Too many: {n}: must have at most {most} items"
 
 
-def _device_problems(device: Obj, where: str, apart: bool, local: dict[str, set[str]]) -> list[str]:
-    out: list[str] = []
-    name = str(device.get("name", ""))
-    if not _DNS_LABEL.match(name):
-        out.append(f"{where}.name: {name!r}: must be a DNS label")
-    n = len(device.get("attributes") or {}) + len(device.get("capacity") or {})
-    if n > MAX_ATTRIBUTES_AND_CAPACITIES:
+def _mappings(items: Any) -> list[tuple[int, Obj]]:
+    """(index, entry) of the mappings in a list; the schema reports every other shape."""
+    return (
+        [(i, x) for i, x in enumerate(items) if isinstance(x, dict)]
+        if isinstance(items, list)
+        else []
+    )
+
+
+def _mapping(value: Any) -> Obj:
+    return value if isinstance(value, dict) else {}
+
+
+def _device_problems(
+    device: Obj, where: str, apart: bool, local: dict[str, set[Any]]
+) -> list[FieldProblem]:
+    out: list[FieldProblem] = []
+    name = device.get("name", "")
+    if not isinstance(name, str) or not _DNS_LABEL.match(name):
+        out.append(FieldProblem(f"{shown(name)}: must be a DNS label", join_path(where, "name")))
+    attributes, capacity = _mapping(device.get("attributes")), _mapping(device.get("capacity"))
+    if len(attributes) + len(capacity) > MAX_ATTRIBUTES_AND_CAPACITIES:
         out.append(
-            f"{where}: the total number of attributes and capacities must not exceed "
-            f"{MAX_ATTRIBUTES_AND_CAPACITIES}"
+            FieldProblem(
+                f"{len(attributes) + len(capacity)}: the total number of attributes and "
+                f"capacities must not exceed {MAX_ATTRIBUTES_AND_CAPACITIES}",
+                where,
+            )
         )
-    uses = device.get("consumesCounters") or []
+    for field, entries in (("attributes", attributes), ("capacity", capacity)):
+        for key in entries:
+            problem = _qualified_name_problem(key)
+            if problem:
+                out.append(FieldProblem(problem, join_path(where, field, str(key))))
+    for key, value in attributes.items():
+        out += _attribute_problems(value, join_path(where, "attributes", str(key)))
+    for key, value in capacity.items():
+        at = join_path(where, "capacity", str(key), "value")
+        raw = value.get("value") if isinstance(value, dict) else None
+        if raw is None:
+            out.append(FieldProblem("Required value", at))
+            continue
+        try:
+            parse_quantity(raw)
+        except QuantityError as exc:
+            out.append(FieldProblem(str(exc), at))
+    uses = _mappings(device.get("consumesCounters"))
     if apart and len(uses) > MAX_CONSUMPTIONS_PER_DEVICE:
-        out.append(_too_many(f"{where}.consumesCounters", len(uses), MAX_CONSUMPTIONS_PER_DEVICE))
-    total = sum(len(u.get("counters") or {}) for u in uses)
+        out.append(
+            FieldProblem(
+                _too_many(len(uses), MAX_CONSUMPTIONS_PER_DEVICE),
+                join_path(where, "consumesCounters"),
+            )
+        )
+    total = sum(len(_mapping(u.get("counters"))) for _, u in uses)
     if not apart and total > MAX_COUNTERS_PER_DEVICE_1_34:
         out.append(
-            f"{where}: the total number of counters must not exceed {MAX_COUNTERS_PER_DEVICE_1_34}"
+            FieldProblem(
+                f"the total number of counters must not exceed {MAX_COUNTERS_PER_DEVICE_1_34}",
+                where,
+            )
         )
-    for j, use in enumerate(uses):
-        path = f"{where}.consumesCounters[{j}]"
-        counters = use.get("counters") or {}
+    for j, use in uses:
+        path = join_path(where, "consumesCounters", j)
+        counters = _mapping(use.get("counters"))
         if apart and len(counters) > MAX_COUNTERS_PER_SET:
-            out.append(_too_many(f"{path}.counters", len(counters), MAX_COUNTERS_PER_SET))
+            out.append(
+                FieldProblem(
+                    _too_many(len(counters), MAX_COUNTERS_PER_SET), join_path(path, "counters")
+                )
+            )
         if apart:
             continue  # 1.35 checks references across the pool (pool_problems)
-        cset = str(use.get("counterSet", ""))
-        if cset not in local:
+        cset = use.get("counterSet", "")
+        if not isinstance(cset, str) or cset not in local:
             out.append(
-                f"{path}.counterSet: {cset!r}: must reference a counterSet defined in the "
-                "ResourceSlice sharedCounters"
+                FieldProblem(
+                    f"{shown(cset)}: must reference a counterSet defined in the "
+                    "ResourceSlice sharedCounters",
+                    join_path(path, "counterSet"),
+                )
             )
             continue
         for counter in counters:
             if counter not in local[cset]:
                 out.append(
-                    f"{path}.counters: {counter!r}: must reference a counter defined in the "
-                    "ResourceSlice sharedCounters"
+                    FieldProblem(
+                        f"{shown(counter)}: must reference a counter defined in the "
+                        "ResourceSlice sharedCounters",
+                        join_path(path, "counters"),
+                    )
                 )
     return out
 
 
-def slice_problems(slice_: Obj, kubernetes_version: str) -> list[str]:
-    """What the API server of ``kubernetes_version`` refuses in one v1 ResourceSlice, among the
-    rules about devices and counters (the schema itself is ``kubernetes-validate``'s job), in
-    the API server's words."""
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _qualified_name_problem(name: object) -> str:
+    """The API server's rule for attribute and capacity names: a C identifier of at most 32
+    characters, optionally after a DNS-subdomain domain of at most 63 and a slash."""
+    if not isinstance(name, str):
+        return f"{shown(name)}: a name must be a string (a C identifier, optionally domain/)"
+    domain, sep, ident = name.partition("/")
+    if sep and not (len(domain) <= 63 and is_dns_subdomain(domain)):
+        return f"{shown(domain)}: the domain must be a DNS subdomain of at most 63 characters"
+    ident = ident.split("/", 1)[0] if sep else name  # upstream accepts a second slash
+    if len(ident) > 32 or not _C_IDENTIFIER.fullmatch(ident):
+        return (
+            f"{shown(ident)}: must be a C identifier of at most 32 characters (letters, "
+            "digits, '_', not starting with a digit)"
+        )
+    return ""
+
+
+def _attribute_problems(value: Any, path: str) -> list[FieldProblem]:
+    """One attribute: exactly one value; strings and versions of at most 64 bytes; versions
+    in semver 2.0 (the allocator's CEL and semver helpers meet only what passes)."""
+    from kgpu.dra.cel import parse_semver  # the CEL library loads only when a slice is checked
+
+    if value is None:  # decodes as an attribute with no value
+        value = {}
+    if not isinstance(value, dict):
+        return []  # the schema's
+    given = [t for t in _ATTRIBUTE_TYPES if value.get(t) is not None]
+    if len(given) != 1:
+        return [
+            FieldProblem("exactly one value must be specified (bool, int, string, version)", path)
+        ]
+    kind = given[0]
+    raw = value[kind]
+    if kind in ("string", "version") and isinstance(raw, str):
+        if len(raw) > MAX_ATTRIBUTE_VALUE_LENGTH:
+            return [
+                FieldProblem(
+                    f"Too long: may not be more than {MAX_ATTRIBUTE_VALUE_LENGTH} bytes",
+                    join_path(path, kind),
+                )
+            ]
+        if kind == "version":
+            try:
+                parse_semver(raw)
+            except ValueError:
+                return [
+                    FieldProblem(
+                        f"{shown(raw)}: must be a string compatible with semver.org spec 2.0.0",
+                        join_path(path, kind),
+                    )
+                ]
+    return []
+
+
+def slice_problems(
+    slice_: Any, kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+) -> list[FieldProblem]:
+    """What the API server of ``kubernetes_version`` refuses in one v1 ResourceSlice and its
+    schema lets through, in the API server's words, paths from the object (``spec.devices[0]
+    .name``): the limits on devices, counter sets and counters (which changed in 1.35), device
+    names, at most 32 attributes and capacities per device, attribute and capacity names,
+    attributes with exactly one value, strings and versions of at most 64 bytes, versions in
+    semver 2.0, capacities that are quantities. Shapes the schema refuses (a device that is
+    not a mapping...) are left to it. ``kgpu allocate`` and ``kgpu validate`` run it before the
+    allocator's CEL, semver and quantity helpers see a slice; tests run it on what kgpu
+    publishes."""
     apart = counters_apart(kubernetes_version)
-    spec = slice_.get("spec") or {}
-    devices = spec.get("devices") or []
-    sets = spec.get("sharedCounters") or []
-    out: list[str] = []
+    spec = _mapping(slice_.get("spec") if isinstance(slice_, dict) else None)
+    devices = _mappings(spec.get("devices"))
+    sets = _mappings(spec.get("sharedCounters"))
+    listed = spec.get("devices")
+    count = len(listed) if isinstance(listed, list) else 0
+    out: list[FieldProblem] = []
     if apart and devices and sets:
-        out.append("spec: Invalid value: only one of devices and sharedCounters may be set")
+        out.append(
+            FieldProblem("Invalid value: only one of devices and sharedCounters may be set", "spec")
+        )
     most = MAX_DEVICES_PER_SLICE
-    if apart and any(d.get("consumesCounters") or d.get("taints") for d in devices):
+    if apart and any(d.get("consumesCounters") or d.get("taints") for _, d in devices):
         most = MAX_DEVICES_WITH_COUNTERS
-    if len(devices) > most:
-        out.append(_too_many("spec.devices", len(devices), most))
-    local: dict[str, set[str]] = {}
-    for i, cset in enumerate(sets):
+    if count > most:
+        out.append(FieldProblem(_too_many(count, most), "spec.devices"))
+    local: dict[str, set[Any]] = {}
+    for i, cset in sets:
         name = str(cset.get("name", ""))
         if name in local:
-            out.append(f"spec.sharedCounters[{i}].name: Duplicate value: {name!r}")
-        local[name] = set(cset.get("counters") or {})
+            out.append(
+                FieldProblem(
+                    f"Duplicate value: {shown(name)}", join_path("spec.sharedCounters", i, "name")
+                )
+            )
+        local[name] = set(_mapping(cset.get("counters")))
         if apart and len(local[name]) > MAX_COUNTERS_PER_SET:
-            out.append(_too_many(f"spec.sharedCounters[{i}].counters", len(local[name]), 32))
+            out.append(
+                FieldProblem(
+                    _too_many(len(local[name]), MAX_COUNTERS_PER_SET),
+                    join_path("spec.sharedCounters", i, "counters"),
+                )
+            )
     if apart and len(sets) > MAX_COUNTER_SETS_PER_SLICE:
-        out.append(_too_many("spec.sharedCounters", len(sets), MAX_COUNTER_SETS_PER_SLICE))
-    shared = sum(len(c.get("counters") or {}) for c in sets)
+        out.append(
+            FieldProblem(_too_many(len(sets), MAX_COUNTER_SETS_PER_SLICE), "spec.sharedCounters")
+        )
+    shared = sum(len(_mapping(c.get("counters"))) for _, c in sets)
     if not apart and shared > MAX_COUNTERS_PER_SLICE_1_34:
         out.append(
-            "spec.sharedCounters: the total number of shared counters must not exceed "
-            f"{MAX_COUNTERS_PER_SLICE_1_34}"
+            FieldProblem(
+                "the total number of shared counters must not exceed "
+                f"{MAX_COUNTERS_PER_SLICE_1_34}",
+                "spec.sharedCounters",
+            )
         )
     consumed = sum(
-        len(u.get("counters") or {}) for d in devices for u in d.get("consumesCounters") or []
+        len(_mapping(u.get("counters")))
+        for _, d in devices
+        for _, u in _mappings(d.get("consumesCounters"))
     )
     if not apart and consumed > MAX_DEVICE_COUNTERS_PER_SLICE_1_34:
         out.append(
-            "spec.devices: the total number of counters in devices must not exceed "
-            f"{MAX_DEVICE_COUNTERS_PER_SLICE_1_34}"
+            FieldProblem(
+                "the total number of counters in devices must not exceed "
+                f"{MAX_DEVICE_COUNTERS_PER_SLICE_1_34}",
+                "spec.devices",
+            )
         )
-    for i, device in enumerate(devices):
-        out += _device_problems(device, f"spec.devices[{i}]", apart, local)
+    for i, device in devices:
+        out += _device_problems(device, join_path("spec.devices", i), apart, local)
     return out
 
 

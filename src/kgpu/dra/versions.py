@@ -32,6 +32,7 @@ objects of any version (``kgpu allocate`` reads each object in its own version).
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 GROUP = "resource.k8s.io"
@@ -161,6 +162,15 @@ def version_of(obj: Obj) -> str:
     """The ``resource.k8s.io`` version of an object, "" for other groups."""
     group, sep, version = str(obj.get("apiVersion", "")).rpartition("/")
     return version if sep and group == GROUP else ""
+
+
+def slice_path(path: str, version: str) -> str:
+    """A field path of a v1 ResourceSlice (``spec.devices[0].attributes.x``) as an object of
+    ``version`` spells it: ``v1beta1`` keeps a device's fields under ``basic``. So a problem
+    found in the v1 form names the field the user wrote."""
+    if version != "v1beta1":
+        return path
+    return re.sub(r"^(spec\.devices\[\d+\])\.(?!name$)", r"\1.basic.", path)
 
 
 def _is_taint_rule(obj: Obj) -> bool:

@@ -10,8 +10,13 @@ from typing import Any
 
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.hardware.model import NVML_SOURCE, FabricInfo, Gpu, Machine, MigDevice, MigEngines, NvLink
+from kgpu.userfiles import read_json
 
 FORMAT = "kgpu.machine/v1"
+#: The most GPUs one snapshot may list: above any server built (8-16 per node is the norm).
+MAX_GPUS = 64
+# what malformed JSON makes the converters below raise (a string where a list belongs...)
+_BAD_DATA = (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError)
 
 
 def machine_to_dict(machine: Machine) -> dict[str, Any]:
@@ -57,12 +62,30 @@ def machine_from_dict(data: dict[str, Any], *, source: str = "") -> Machine:
     try:
         cuda = data["cuda_driver_version"]
         gpus = []
-        for i, raw in enumerate(data.get("gpus", [])):
+        listed = data.get("gpus", [])
+        if len(listed) > MAX_GPUS:
+            raise FieldError(
+                FieldProblem(
+                    f"{len(listed)} GPUs; a machine has at most {MAX_GPUS} (kgpu's limit)",
+                    path="gpus",
+                    file=source,
+                )
+            )
+        for i, raw in enumerate(listed):
+            if not isinstance(raw, dict):
+                raise FieldError(
+                    FieldProblem(
+                        f"must be an object (one GPU: index, uuid, product_name, ...), not "
+                        f"{type(raw).__name__}",
+                        path=f"gpus[{i}]",
+                        file=source,
+                    )
+                )
             try:
                 gpus.append(_gpu_from_dict(raw))
-            except (KeyError, TypeError, ValueError, IndexError) as exc:
+            except _BAD_DATA as exc:
                 raise FieldError(
-                    FieldProblem(f"bad GPU entry: {exc!r}", path=f"gpus[{i}]", file=source)
+                    FieldProblem(f"bad GPU entry: {_why(exc)}", path=f"gpus[{i}]", file=source)
                 ) from None
         profile = str(data.get("profile", "snapshot"))
         # snapshots recorded before ``source`` existed say where they came from by profile
@@ -76,10 +99,19 @@ def machine_from_dict(data: dict[str, Any], *, source: str = "") -> Machine:
             hostname=str(data.get("hostname", "")),
             extra=dict(data.get("extra", {})),
         )
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
+    except _BAD_DATA as exc:
         raise FieldError(
-            FieldProblem(f"not a kgpu machine snapshot: missing or bad {exc}", file=source)
+            FieldProblem(f"not a kgpu machine snapshot: missing or bad {_why(exc)}", file=source)
         ) from None
+
+
+def _why(exc: Exception) -> str:
+    """What a converter's exception says about the data, in the data's terms."""
+    if isinstance(exc, KeyError):
+        return f"{exc.args[0]!r:.80}"
+    if isinstance(exc, OverflowError):
+        return "number (out of range)"
+    return str(exc)[:200]
 
 
 def dump_snapshot(machine: Machine, path: str | Path) -> None:
@@ -89,14 +121,7 @@ def dump_snapshot(machine: Machine, path: str | Path) -> None:
 def load_snapshot(path: str | Path) -> Machine:
     """Read a snapshot written by :func:`dump_snapshot` (or ``kgpu`` on a real node)."""
     source = str(path)
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise FieldError(FieldProblem(f"cannot read: {exc.strerror}", file=source)) from None
-    except json.JSONDecodeError as exc:
-        raise FieldError(
-            FieldProblem(f"not valid JSON: {exc.msg} at line {exc.lineno}", file=source)
-        ) from None
+    data = read_json(path)  # a regular file, bounded, UTF-8, JSON within the limits
     if not isinstance(data, dict):
         raise FieldError(
             FieldProblem("not a kgpu machine snapshot (expected an object)", file=source)

@@ -11,7 +11,7 @@ checked by the parser its controller runs and a DRA claim by the CEL compiler it
 runs.
 """
 
-from kgpu.manifests.files import FileReport, validate_file, validate_text
+from kgpu.manifests.files import FileReport, validate_documents, validate_file, validate_text
 from kgpu.manifests.podspec import is_extended_resource, validate_pod_spec
 from kgpu.manifests.schema import available as schema_validation_available
 from kgpu.manifests.validate import CUSTOM_KINDS, known_kind, validate_manifest
@@ -22,6 +22,7 @@ __all__ = [
     "is_extended_resource",
     "known_kind",
     "schema_validation_available",
+    "validate_documents",
     "validate_file",
     "validate_manifest",
     "validate_pod_spec",

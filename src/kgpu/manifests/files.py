@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kgpu.config.fields import load_yaml_documents, read_problem
+from kgpu.config.fields import load_yaml_documents
 from kgpu.config.loader import (
     _add_configmap,
     _add_operator_values,
@@ -25,6 +25,7 @@ from kgpu.config.plugin import parse_plugin_config
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.manifests.validate import validate_manifest
 from kgpu.node.sharing import config_problems
+from kgpu.userfiles import read_yaml
 
 
 @dataclass
@@ -78,19 +79,27 @@ def _validate_config_doc(
 
 
 def _name(doc: dict[str, Any]) -> str:
-    meta = doc.get("metadata") or {}
+    meta = doc.get("metadata")
+    if not isinstance(meta, dict):  # reported by validate_manifest
+        return "?"
     ns = meta.get("namespace")
     name = meta.get("name") or meta.get("generateName") or "?"
     return f"{ns}/{name}" if ns else str(name)
 
 
 def validate_text(text: str, *, file: str) -> FileReport:
-    report = FileReport(file)
     try:
         docs = load_yaml_documents(text, file=file)
     except FieldError as exc:
+        report = FileReport(file)
         report.problems.extend(exc.problems)
         return report
+    return validate_documents(docs, file=file)
+
+
+def validate_documents(docs: list[Any], *, file: str) -> FileReport:
+    """Check the parsed documents of one file (``kgpu validate`` parses each file once)."""
+    report = FileReport(file)
     if not docs:
         report.problems.append(FieldProblem("no YAML documents", file=file))
         return report
@@ -134,13 +143,15 @@ def validate_text(text: str, *, file: str) -> FileReport:
 
 
 def validate_file(path: str | Path) -> FileReport:
+    """One file, read through :mod:`kgpu.userfiles` (a regular file, bounded, UTF-8, YAML
+    within the limits) and checked."""
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
+        docs = read_yaml(path)
+    except FieldError as exc:
         report = FileReport(str(path))
-        report.problems.append(FieldProblem(read_problem(exc, path), file=str(path)))
+        report.problems.extend(exc.problems)
         return report
-    return validate_text(text, file=str(path))
+    return validate_documents(docs, file=str(path))
 
 
-__all__ = ["FileReport", "validate_file", "validate_text"]
+__all__ = ["FileReport", "validate_documents", "validate_file", "validate_text"]

@@ -79,23 +79,61 @@ def schema_problems(doc: dict[str, Any]) -> list[tuple[str, str]] | None:
         return [("", f"cannot be checked against the Kubernetes schema: {exc}")]
     for error in errors:
         path = [p for p in error.path if isinstance(p, str | int)]
-        out.append((join_path(*path), str(error.message)))
+        out.append((join_path(*path), _message(error)))
     return out
+
+
+#: The API's integer formats and their ranges: the API server decodes an ``int32`` field into
+#: Go's int32 and refuses ``replicas: 1000000000000``.
+INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+#: The longest schema message kept whole (jsonschema quotes the whole offending value).
+MAX_MESSAGE = 300
+
+
+def _int_formats() -> Any:
+    """A format checker for the API's integer types only: the schemas say ``format: int32``
+    and jsonschema ignores formats unless asked (other formats, such as ``date-time``, stay
+    unchecked, as the API server's decoding checks them rather than the schema)."""
+    import jsonschema  # type: ignore[import-untyped]
+
+    checker = jsonschema.FormatChecker(formats=())
+    for name, (low, high) in INT_RANGES.items():
+
+        def fits(value: object, low: int = low, high: int = high) -> bool:
+            return not isinstance(value, int) or isinstance(value, bool) or low <= value <= high
+
+        checker.checks(name)(fits)
+    return checker
+
+
+def _message(error: Any) -> str:
+    """The schema's message, short: jsonschema quotes the whole offending value, which may be
+    a large (or alias-shared) structure; the path already says where it is."""
+    if error.validator == "format" and error.validator_value in INT_RANGES:
+        low, high = INT_RANGES[error.validator_value]
+        return (
+            f"{error.instance} is out of range: the API stores this field as "
+            f"{error.validator_value} ({low} to {high})"
+        )
+    message = str(error.message)
+    return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE] + "... (cut)"
 
 
 @functools.cache
 def _validator(api_version: str, kind: str) -> Any:
     """The strict schema of one kind, built once: the shared definitions file is 1.8 MB of
     JSON, too much to parse again for every document (and every pod template) checked."""
-    import jsonschema  # type: ignore[import-untyped]  # ships with kubernetes-validate
+    import jsonschema  # ships with kubernetes-validate
     from kubernetes_validate import utils as kv
     from referencing import Registry, Resource
 
     version = kv.latest_version()
     group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
     folder = f"v{version}-local-strict"
-    if not re.fullmatch(r"[A-Za-z0-9]+", kind) or not re.fullmatch(r"[A-Za-z0-9.-]+", group):
-        raise NoSchema()  # never a file name built from arbitrary text
+    if not re.fullmatch(r"[A-Za-z0-9]{1,63}", kind) or not re.fullmatch(
+        r"[A-Za-z0-9.-]{1,253}", group
+    ):
+        raise NoSchema()  # never a file name built from arbitrary text (kind: ../../x)
     try:
         schema = kv.schema_contents(
             f"kubernetes-json-schema/{folder}/{kind.lower()}-{group}.json", version
@@ -104,7 +142,7 @@ def _validator(api_version: str, kind: str) -> Any:
         raise NoSchema() from None
     registry: Registry[Any] = Resource.from_contents(schema) @ Registry()
     registry = Resource.from_contents(_definitions(folder, version)) @ registry
-    return jsonschema.Draft202012Validator(schema, registry=registry)
+    return jsonschema.Draft202012Validator(schema, registry=registry, format_checker=_int_formats())
 
 
 @functools.cache

@@ -27,6 +27,7 @@ objects as a cluster with their CRD installed would, asks not to be told
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -75,7 +76,10 @@ def known_kind(api_version: str, kind: str) -> bool:
 
 def unknown_kind(api_version: str, kind: str) -> str:
     known = ", ".join(f"{k} {a}" for a, k in CUSTOM_KINDS)
-    return f"unknown kind {kind} in {api_version}: kgpu checks Kubernetes' own kinds and {known}"
+    # a kind or apiVersion from a file may be long or hold control characters: quoted and cut
+    shown = kind if re.fullmatch(r"[A-Za-z0-9]{1,63}", kind) else repr(kind[:80])
+    api = api_version if api_version.isprintable() else repr(api_version[:80])
+    return f"unknown kind {shown} in {api[:120]}: kgpu checks Kubernetes' own kinds and {known}"
 
 
 def _shape(obj: Mapping[str, Any]) -> Problems:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kgpu.errors import FieldProblem, join_path
+from kgpu.manifests import schema
 from kgpu.manifests.podspec import (
     Problems,
     enum_problem,
@@ -236,8 +237,28 @@ def mpi_job(obj: Mapping[str, Any]) -> Problems:
         )
         if role == "Launcher" and rs.get("replicas") not in (None, 1):
             out.append(FieldProblem("must be 1", join_path(path, "replicas")))
-        validate_pod_template(rs.get("template"), join_path(path, "template"), out)
+        template = validate_pod_template(rs.get("template"), join_path(path, "template"), out)
+        _pod_schema(template.get("spec"), join_path(path, "template", "spec"), out)
     return out
+
+
+def _pod_schema(spec: object, path: str, out: Problems) -> None:
+    """A custom kind's pod template spec against the official Pod schema (the MPIJob CRD embeds
+    PodTemplateSpec, so the API server checks it as Kubernetes' own kinds' templates are),
+    at the fields the rules did not already report."""
+    if not isinstance(spec, Mapping):
+        return  # the rules said so
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "template"}, "spec": spec}
+    try:
+        found = schema.schema_problems(pod)
+    except schema.NoSchema:  # pragma: no cover - the Pod schema ships with the package
+        return
+    spoken = {p.path for p in out}
+    for at, message in found or ():
+        rel = at.removeprefix("spec").lstrip(".") if at.startswith("spec") else at
+        where = join_path(path, rel) if rel else path
+        if where not in spoken and at != "metadata":
+            out.append(FieldProblem(message, where))
 
 
 #: (apiVersion, kind) -> its rules.

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.metrics import fields as F
+from kgpu.userfiles import file_problem
 
 ENV = "DCGM_EXPORTER_COLLECTORS"
 PROMETHEUS_TYPES = ("gauge", "counter", "histogram", "summary", "label")
@@ -131,6 +132,14 @@ def load_counters(path: str | Path) -> CounterSet:
     """The counter set of the CSV at ``path``; FieldError naming the file when it cannot be
     read or a line is malformed."""
     path = Path(path)
+    problem = file_problem(path)  # a FIFO would block the open below; /dev/zero is no CSV
+    if problem:
+        raise FieldError(
+            FieldProblem(
+                f"cannot read the counters file: {problem.removeprefix('cannot read: ')}",
+                file=str(path),
+            )
+        )
     try:
         with path.open("rb") as handle:
             data = handle.read(MAX_BYTES + 1)

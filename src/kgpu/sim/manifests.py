@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kgpu.config.fields import load_yaml_documents
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.manifests import validate_manifest
+from kgpu.userfiles import read_yaml
 
 Obj = dict[str, Any]
 
@@ -91,7 +91,10 @@ def check(obj: object, file: str, index: int) -> Manifest:
     know is stored unchecked, as a cluster with its CRD would take it, unless it is one the
     simulator runs (then the apiVersion must be the one it runs)."""
     kind = obj.get("kind") if isinstance(obj, Mapping) else None
-    problems = validate_manifest(obj, unknown_kind_ok=kind not in WORKLOADS)
+    # a kind that is not a string is no workload; validate_manifest names the problem
+    problems = validate_manifest(
+        obj, unknown_kind_ok=not (isinstance(kind, str) and kind in WORKLOADS)
+    )
     if problems:
         raise FieldError(
             [FieldProblem(p.message, p.path, file, f"document {index}") for p in problems]
@@ -104,12 +107,13 @@ def load_manifest_file(path: Path, shown: str | None = None) -> list[Manifest]:
     """Every document of a YAML file, validated. Empty documents are dropped before counting,
     as ``kgpu validate`` counts them, so both name the same document."""
     name = shown or str(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise FieldError(FieldProblem(f"cannot read: {exc.strerror or exc}", file=name)) from None
+    return check_documents(read_yaml(path, shown=name), name)
+
+
+def check_documents(docs: list[Any], name: str) -> list[Manifest]:
+    """:func:`load_manifest_file` on documents already read (``name``: the file they are from)."""
     out: list[Manifest] = []
-    for index, doc in enumerate(load_yaml_documents(text, file=name)):
+    for index, doc in enumerate(docs):
         if (
             isinstance(doc, Mapping)
             and doc.get("kind") == "List"

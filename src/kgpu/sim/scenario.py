@@ -14,19 +14,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kgpu.autoscaling.ca_settings import CASettings, parse_settings
 from kgpu.config.plugin import MIG_STRATEGIES
-from kgpu.errors import FieldError, FieldProblem, join_path
+from kgpu.errors import FieldError, FieldProblem, join_path, shown
 from kgpu.sim.expect.schema import Expectations, load_expectations, read_expectations
 from kgpu.sim.kubeversion import DEFAULT_VERSION, KubeVersion, parse_version, version_problem
 from kgpu.sim.manifests import Manifest
 from kgpu.sim.mig_settings import MigManagerSettings, parse_mig_manager
 from kgpu.sim.scenario_parts import (
+    MAX_NODES,
+    MAX_PODS,
     Errors,
     NodeSpec,
     ObjectRef,
+    manifest_pods,
     parse_duration,
     parse_node_spec,
     parse_objects,
@@ -34,6 +35,9 @@ from kgpu.sim.scenario_parts import (
     unreadable,
 )
 from kgpu.sim.steps import STEP_TYPES, Step, read_step
+from kgpu.sim.steps.nodes import AddNodesStep
+from kgpu.sim.steps.objects import ApplyStep, ScaleStep
+from kgpu.userfiles import read_yaml
 
 TOP_KEYS = (
     "name",
@@ -114,6 +118,13 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         spec = parse_node_spec(raw, join_path("nodes", i), err)
         if spec is None:
             continue
+        if len(names) + spec.most_nodes() > MAX_NODES:
+            err.add(
+                f"{len(names) + spec.most_nodes()} nodes: at most {MAX_NODES} (kgpu sim's limit "
+                "for one scenario)",
+                join_path("nodes", i, "count"),
+            )
+            continue
         for n in spec.names():
             if n in names:
                 err.add(f"node {n!r} is defined twice", join_path("nodes", i, "name"))
@@ -149,7 +160,7 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         err.add("must be the name of a device-plugin config entry", "defaultConfig")
     strategy = data.get("migStrategy")
     if strategy is not None and strategy not in MIG_STRATEGIES:
-        err.add(f"{strategy!r}: allowed: {', '.join(MIG_STRATEGIES)}", "migStrategy")
+        err.add(f"{shown(strategy)}: allowed: {', '.join(MIG_STRATEGIES)}", "migStrategy")
     plugin = data.get("devicePlugin", True)
     if not isinstance(plugin, bool):
         err.add("must be true or false", "devicePlugin")
@@ -179,6 +190,7 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
             runtimes[str(k)] = parse_duration(v)
         except ValueError as exc:
             err.add(str(exc), join_path("runtimes", str(k)))
+    _check_totals(nodes, applied, steps, err)
     seed = data.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         err.add("must be an integer", "seed")
@@ -218,6 +230,35 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         cluster_autoscaler=settings,
         mig_manager=mig_manager,
     )
+
+
+def _check_totals(
+    nodes: list[NodeSpec], applied: list[Manifest], steps: list[Step], err: Errors
+) -> None:
+    """What the whole scenario may make at most, checked up front: nodes (every group at its
+    largest, autoscaled ones at ``autoscale.max``, and every addNodes step) and pods (every
+    workload's counts and every scale step), against :data:`MAX_NODES` and :data:`MAX_PODS`."""
+    most = sum(spec.most_nodes() for spec in nodes)
+    pods = sum(manifest_pods(m) for m in applied)
+    for step in steps:
+        if isinstance(step, AddNodesStep):
+            most += sum(spec.most_nodes() for spec in step.specs)
+        elif isinstance(step, ApplyStep):
+            pods += sum(manifest_pods(m) for m in step.manifests)
+        elif isinstance(step, ScaleStep):
+            pods += step.replicas
+    if most > MAX_NODES:
+        err.add(
+            f"the node groups (autoscaled ones at autoscale.max) and addNodes steps make up to "
+            f"{most} nodes; kgpu sim runs at most {MAX_NODES} in one scenario",
+            "nodes",
+        )
+    if pods > MAX_PODS:
+        err.add(
+            f"the workloads and scale steps ask for {pods} pods in all; kgpu sim runs at most "
+            f"{MAX_PODS} in one scenario",
+            "apply",
+        )
 
 
 def _parse_expect(raw: object, base: Path, err: Errors, steps: list[Step]) -> Expectations:
@@ -260,22 +301,7 @@ def manifest_not_scenario(docs: list[Any], file: str) -> str:
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise FieldError(
-            FieldProblem(f"cannot read: {exc.strerror or exc}", file=str(path))
-        ) from None
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise FieldError(
-            FieldProblem(
-                f"{where}not valid YAML: {getattr(exc, 'problem', None) or exc}", file=str(path)
-            )
-        ) from None
+    docs = read_yaml(p)  # a regular file, bounded, UTF-8, YAML within the limits
     if len(docs) > 1:
         if any(isinstance(d, Mapping) and "apiVersion" in d and "kind" in d for d in docs):
             raise FieldError(FieldProblem(manifest_not_scenario(docs, str(path)), file=str(path)))

@@ -8,20 +8,21 @@ an :class:`Errors` with the field path, so a scenario reports all of them at onc
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from kgpu.errors import FieldError, FieldProblem, join_path
+from kgpu.config.fields import is_dns_subdomain
+from kgpu.errors import FieldError, FieldProblem, join_path, shown
 from kgpu.node.label_syntax import label_key_problem, label_value_problem
 from kgpu.node.selectors import TAINT_EFFECTS
-from kgpu.sim.manifests import Manifest, check, load_manifest_file
+from kgpu.sim.manifests import Manifest, check, check_documents
 from kgpu.sim.mig_settings import MigManagerSettings, parse_mig_manager
 from kgpu.sim.quantity import QuantityError, to_units
+from kgpu.userfiles import file_problem, read_yaml, shown_path
 
 NODE_KEYS = (
     "name",
@@ -37,12 +38,23 @@ NODE_KEYS = (
     "autoscale",
     "migManager",
 )
+# Bounds on what a scenario may ask for, checked while it loads (before any node or pod exists).
+#: Nodes in one scenario, all groups (an autoscaled group at its ``autoscale.max``) and
+#: addNodes steps together: kgpu sim's limit (its benchmark runs 12,500; Kubernetes itself is
+#: tested to 5,000 nodes per cluster).
+MAX_NODES = 20_000
 #: The largest ``autoscale.max`` a group may have (the size a scenario's node group may have).
-MAX_AUTOSCALE = 20_000
+MAX_AUTOSCALE = MAX_NODES
+#: Pods one scenario may ask for: every workload's replicas, parallelism and completions and
+#: every scale step together (the API's own bound on each of these int32 fields is 2147483647;
+#: Kubernetes is tested to 150,000 pods per cluster). 100,000 simulated pods take ~1.3 GB.
+MAX_PODS = 100_000
+#: The longest duration (advance, runtimes, periods): Go's time.Duration, in which Kubernetes
+#: and its controllers measure time, ends at 2562047h47m16.854775807s.
+MAX_DURATION_SECONDS = (2**63 - 1) / 1e9
 #: The kinds a ``traffic`` step may name: what owns pods, and a Pod itself.
 TRAFFIC_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet", "Job", "MPIJob", "Pod")
 SCALABLE = ("Deployment", "ReplicaSet", "StatefulSet", "Job", "MPIJob")
-NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 
 
@@ -72,6 +84,10 @@ class NodeSpec:
     def node_name(self, index: int) -> str:
         return f"{self.name}-{index}"
 
+    def most_nodes(self) -> int:
+        """The most nodes the group can have: its count, or its ``autoscale.max``."""
+        return max(self.count, self.autoscale[1] if self.autoscale else 0)
+
 
 @dataclass(frozen=True)
 class ObjectRef:
@@ -96,18 +112,36 @@ class Errors:
 
 
 def parse_duration(value: object) -> float:
-    """Seconds from ``90``, ``"90s"``, ``"5m"``, ``"1h"``, ``"500ms"``."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration")
+    """Seconds from ``90``, ``"90s"``, ``"5m"``, ``"1h"``, ``"500ms"``: finite, not negative,
+    at most :data:`MAX_DURATION_SECONDS`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{shown(value)} is not a duration (e.g. 30, 30s, 5m, 1h)")
     if isinstance(value, (int, float)):
         if value < 0:
-            raise ValueError(f"{value!r} must not be negative")
-        return float(value)
-    match = DURATION_RE.match(str(value).strip())
+            raise ValueError(f"{shown(value)} must not be negative")
+        return _bounded(value, value)
+    match = DURATION_RE.match(value.strip())
     if not match:
-        raise ValueError(f"{value!r} is not a duration (e.g. 30, 30s, 5m, 1h)")
+        raise ValueError(f"{shown(value)} is not a duration (e.g. 30, 30s, 5m, 1h)")
     number = float(match.group(1))
-    return number * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+    unit = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+    return _bounded(number * unit, value)
+
+
+def _bounded(seconds: float, given: object) -> float:
+    """``seconds`` as a float, when it is a real duration kgpu sim can move its clock by."""
+    try:
+        value = float(seconds)
+    except OverflowError:  # an int of 400 digits
+        value = float("inf")
+    if value != value:
+        raise ValueError(f"{str(given)[:40]!r} is not a number of seconds")
+    if value > MAX_DURATION_SECONDS:  # inf, 400 digits
+        raise ValueError(
+            f"{str(given)[:40]!r} is too long: at most {MAX_DURATION_SECONDS:.0f} seconds "
+            "(2562047h, the largest Go time.Duration)"
+        )
+    return value
 
 
 def parse_labels(value: object, path: str, err: Errors, allow_null: bool = False) -> dict[str, Any]:
@@ -124,7 +158,7 @@ def parse_labels(value: object, path: str, err: Errors, allow_null: bool = False
         elif allow_null and v is None:
             out[k] = None
         elif isinstance(v, bool) or not isinstance(v, (str, int, float)):
-            err.add(f"{v!r}: a label value must be a string", join_path(path, k))
+            err.add(f"a label value must be a string, not {shown(v)}", join_path(path, k))
         elif value_problem := label_value_problem(k, str(v)):
             err.add(value_problem, path)
         else:
@@ -146,7 +180,7 @@ def parse_taint_list(raw: object, path: str, err: Errors) -> list[dict[str, str]
             continue
         if t.get("effect") not in TAINT_EFFECTS:
             allowed = ", ".join(TAINT_EFFECTS)
-            err.add(f"{t.get('effect')!r}: allowed: {allowed}", join_path(where, "effect"))
+            err.add(f"{shown(t.get('effect'))}: allowed: {allowed}", join_path(where, "effect"))
             continue
         taints.append(
             {"key": str(t["key"]), "value": str(t.get("value") or ""), "effect": str(t["effect"])}
@@ -166,8 +200,16 @@ def parse_node_spec(raw: object, path: str, err: Errors) -> NodeSpec | None:
                 f"unknown field {key!r}; allowed: {', '.join(NODE_KEYS)}", join_path(path, str(key))
             )
     name = raw.get("name")
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        err.add(f"{name!r}: a node name must be a lowercase DNS name", join_path(path, "name"))
+    if not isinstance(name, str) or not is_dns_subdomain(name):
+        given = (
+            f"{name[:60]!r}... ({len(name)} characters)"
+            if isinstance(name, str) and len(name) > 60
+            else shown(name)
+        )
+        err.add(
+            f"{given}: a node name must be a lowercase DNS name (at most 253 characters)",
+            join_path(path, "name"),
+        )
         return None
     autoscale = _autoscale(raw.get("autoscale"), join_path(path, "autoscale"), err)
     count = raw.get("count", 1 if autoscale is None else autoscale[0])
@@ -175,18 +217,33 @@ def parse_node_spec(raw: object, path: str, err: Errors) -> NodeSpec | None:
         low, high = autoscale
         if isinstance(count, bool) or not isinstance(count, int) or not low <= count <= high:
             err.add(
-                f"{count!r}: the starting size of an autoscaled group must be between "
+                f"{shown(count)}: the starting size of an autoscaled group must be between "
                 f"autoscale.min ({low}) and autoscale.max ({high})",
                 join_path(path, "count"),
             )
             count = low
     elif isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        err.add(f"{count!r}: must be a positive integer", join_path(path, "count"))
+        err.add(f"{shown(count, 40)}: must be a positive integer", join_path(path, "count"))
         count = 1
-    machine = raw.get("machine")
-    if machine is not None and machine not in profile_names():
+    elif count > MAX_NODES:
         err.add(
-            f"unknown machine profile {machine!r}; known profiles: {', '.join(profile_names())}",
+            f"{count}: at most {MAX_NODES} nodes (kgpu sim's limit for one scenario)",
+            join_path(path, "count"),
+        )
+        count = 1
+    most = max(count, autoscale[1] if autoscale else 0)
+    if (most > 1 or autoscale is not None) and not is_dns_subdomain(f"{name}-{most - 1}"):
+        err.add(
+            f"{name[:60]}...-{most - 1}: the node names of this group would be longer than 253 "
+            "characters (a DNS name): shorten the name",
+            join_path(path, "name"),
+        )
+        return None
+    machine = raw.get("machine")
+    if machine is not None and (not isinstance(machine, str) or machine not in profile_names()):
+        err.add(
+            f"unknown machine profile {shown(machine)}; known profiles: "
+            f"{', '.join(profile_names())}",
             join_path(path, "machine"),
         )
     clique = raw.get("clique")
@@ -247,36 +304,39 @@ def _autoscale(raw: object, path: str, err: Errors) -> tuple[int, int] | None:
     for key in ("min", "max"):
         value = raw.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            err.add(f"{value!r}: must be a non-negative integer", join_path(path, key))
+            err.add(f"{shown(value, 40)}: must be a non-negative integer", join_path(path, key))
             return None
         sizes.append(value)
     low, high = sizes
     if high > MAX_AUTOSCALE:
-        err.add(f"{high}: at most {MAX_AUTOSCALE:,} nodes per group", join_path(path, "max"))
+        err.add(
+            f"{high}: at most {MAX_AUTOSCALE:,} nodes per group (kgpu sim's limit for one "
+            "scenario)",
+            join_path(path, "max"),
+        )
         return None
     if high < 1 or high < low:
-        err.add(
-            f"{high}: must be at least 1 and at least min ({low})", join_path(path, "max")
-        )
+        err.add(f"{high}: must be at least 1 and at least min ({low})", join_path(path, "max"))
         return None
     return low, high
 
 
 def resolve(base: Path, value: str) -> Path:
-    p = Path(value).expanduser()
+    p = Path(value)
+    with contextlib.suppress(RuntimeError):  # ~user with no such user: taken literally
+        p = p.expanduser()
     return p if p.is_absolute() else base / p
 
 
 def unreadable(path: Path) -> str:
-    """Why ``path`` cannot be read (with the path it resolved to), or ""."""
-    if path.is_dir():
-        return f"{path} is a directory; list the files in it"
-    try:
-        with path.open("rb"):
-            pass
-    except OSError as exc:
-        return f"cannot read {path}: {exc.strerror or exc}"
-    return ""
+    """Why ``path`` cannot be read (with the path it resolved to), or "" (never opens it: a
+    FIFO would wait for a writer)."""
+    problem = file_problem(path)
+    if not problem:
+        return ""
+    if problem.startswith("is a directory"):
+        return f"{shown_path(path)} is a directory; list the files in it"
+    return f"cannot read {shown_path(path)}: {problem.removeprefix('cannot read: ')}"
 
 
 CONFIG_KINDS = {
@@ -296,13 +356,9 @@ def config_hint(doc: object, inline: bool = False) -> str:
     return f"this is {what}, not a Kubernetes object: {where} under configs:, not apply:"
 
 
-def config_not_manifest(path: Path) -> str:
+def config_not_manifest(docs: list[Any]) -> str:
     """A hint when a file under ``apply`` is a config file (which belongs under ``configs``):
     without it the user sees "kind: Required value" for a file that was never a manifest."""
-    try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return ""  # load_manifest_file reports it
     hints = [config_hint(d) for d in docs]
     return hints[0] if hints and all(hints) else ""
 
@@ -321,12 +377,13 @@ def parse_objects(value: object, path: str, base: Path, err: Errors) -> list[Man
             if problem:
                 err.add(problem, where)
                 continue
-            misplaced = config_not_manifest(resolved)
-            if misplaced:
-                err.add(f"{item}: {misplaced}", where)
-                continue
             try:
-                out.extend(load_manifest_file(resolved, shown=item))
+                docs = read_yaml(resolved, shown=item)  # read and parsed once
+                misplaced = config_not_manifest(docs)
+                if misplaced:
+                    err.add(f"{item}: {misplaced}", where)
+                    continue
+                out.extend(check_documents(docs, item))
             except FieldError as exc:
                 err.absorb(exc)
         elif isinstance(item, Mapping):
@@ -342,7 +399,38 @@ def parse_objects(value: object, path: str, base: Path, err: Errors) -> list[Man
                     err.add(p.message, join_path(where, p.path) if p.path else where)
         else:
             err.add("must be a file path or an inline Kubernetes object", where)
+    for m in out:
+        for at, count in pod_counts(m.obj):
+            if count > MAX_PODS:
+                message = f"{count}: at most {MAX_PODS} pods (kgpu sim's limit for one scenario)"
+                if m.file:
+                    err.problems.append(FieldProblem(message, at, m.file, f"document {m.index}"))
+                else:
+                    err.add(message, join_path(path, at))
     return out
+
+
+def pod_counts(obj: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """(field path, value) of the integers that say how many pods a workload makes."""
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return []
+    found = [(f"spec.{key}", spec.get(key)) for key in ("replicas", "parallelism", "completions")]
+    roles = spec.get("mpiReplicaSpecs")
+    if isinstance(roles, Mapping):
+        found += [
+            (f"spec.mpiReplicaSpecs.{role}.replicas", rs.get("replicas"))
+            for role, rs in roles.items()
+            if isinstance(rs, Mapping)
+        ]
+    return [(at, v) for at, v in found if isinstance(v, int) and not isinstance(v, bool)]
+
+
+def manifest_pods(m: Manifest) -> int:
+    """The most pods one applied workload asks for (a Job makes ``completions`` pods,
+    ``parallelism`` at a time: the larger is its count)."""
+    counts = [n for _, n in pod_counts(m.obj)]
+    return max(counts, default=0) if m.kind == "Job" else sum(counts)
 
 
 def parse_ref(raw: object, path: str, err: Errors, default_kind: str = "") -> ObjectRef | None:

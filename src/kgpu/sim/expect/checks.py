@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from kgpu.errors import join_path
+from kgpu.errors import join_path, shown
 from kgpu.quantity import QuantityError
 from kgpu.sim.plugins import Event
 from kgpu.sim.quantity import format_units, to_units
@@ -67,10 +67,15 @@ class Amount:
             return None
         op, number = match.group(1) or "==", match.group(2)
         if not resource:
-            if not number.isdigit():
+            # ASCII digits only (int() refuses '²', which isdigit() accepts), within int64
+            if (
+                not (number.isascii() and number.isdigit())
+                or len(number) > 19
+                or int(number) > 2**63 - 1
+            ):
                 err.add(
-                    f"{value!r}: must be a whole number >= 0, optionally after an operator "
-                    "(>=2, <3, !=0)",
+                    f"{shown(value)}: must be a whole number >= 0 (at most {2**63 - 1}), "
+                    "optionally after an operator (>=2, <3, !=0)",
                     path,
                 )
                 return None

@@ -197,16 +197,10 @@ def parse_expectations(data: object, file: str, steps: Sequence[Step] | None) ->
 
 def load_expectations(path: str | Path, steps: Sequence[Step] | None) -> Expectations:
     """Read and check an expect file for a scenario with these steps (None: on its own)."""
-    from kgpu.config.fields import load_yaml_documents, read_problem
+    from kgpu.userfiles import read_yaml
 
     file = str(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise FieldError(FieldProblem(read_problem(exc, file), file=file)) from None
-    except UnicodeDecodeError:
-        raise FieldError(FieldProblem("not a text file (YAML)", file=file)) from None
-    docs: list[Any] = load_yaml_documents(text, file=file)
+    docs: list[Any] = read_yaml(path)  # a regular file, bounded, UTF-8, YAML within limits
     if len(docs) != 1:
         raise FieldError(
             FieldProblem(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from kgpu.errors import shown
 from kgpu.sim.manifests import Manifest
 from kgpu.sim.scenario_parts import Errors, NodeSpec, ObjectRef
 
@@ -61,7 +62,7 @@ class StepInput:
         """``name`` when such a node exists at this step, else a problem and None."""
         if not isinstance(name, str) or name not in self.nodes:
             known = ", ".join(sorted(self.nodes)) or "none"
-            self.problem(f"{name!r}: no such node; nodes: {known}", at)
+            self.problem(f"{shown(name)}: no such node; nodes: {known}", at)
             return None
         return name
 

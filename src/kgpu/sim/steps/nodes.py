@@ -8,8 +8,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kgpu.errors import join_path
-from kgpu.sim.scenario_parts import NodeSpec, parse_labels, parse_node_spec, parse_taint_list
+from kgpu.errors import join_path, shown
+from kgpu.sim.scenario_parts import (
+    MAX_NODES,
+    NodeSpec,
+    parse_labels,
+    parse_node_spec,
+    parse_taint_list,
+)
 from kgpu.sim.steps.base import Step, StepInput, Verbs
 
 
@@ -83,14 +89,14 @@ class XidStep(Step):
             into.problem("must be a GPU index or UUID", join_path(into.path, "gpu"))
         xid = value.get("xid", 79)
         if isinstance(xid, bool) or not isinstance(xid, int) or xid < 0:
-            into.problem(f"{xid!r}: must be an XID number", join_path(into.path, "xid"))
+            into.problem(f"{shown(xid)}: must be an XID number", join_path(into.path, "xid"))
         for key in ("gi", "ci"):  # NVML's GPU-instance / compute-instance ids of a MIG device
             ident = value.get(key)
             if ident is not None and (
                 isinstance(ident, bool) or not isinstance(ident, int) or ident < 0
             ):
                 into.problem(
-                    f"{ident!r}: must be a non-negative integer (the MIG device's "
+                    f"{shown(ident)}: must be a non-negative integer (the MIG device's "
                     f"{'GPU' if key == 'gi' else 'compute'}-instance id)",
                     join_path(into.path, key),
                 )
@@ -192,6 +198,13 @@ class AddNodesStep(Step):
         for i, item in enumerate(items):
             spec = parse_node_spec(item, join_path(into.path, i), into.err)
             if spec:
+                if len(into.nodes) + spec.most_nodes() > MAX_NODES:
+                    into.problem(
+                        f"{len(into.nodes) + spec.most_nodes()} nodes: at most {MAX_NODES} "
+                        "(kgpu sim's limit for one scenario)",
+                        join_path(into.path, i, "count"),
+                    )
+                    continue
                 for n in spec.names():
                     if n in into.nodes:
                         into.problem(f"node {n!r} already exists", join_path(into.path, i, "name"))

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kgpu.errors import join_path
+from kgpu.errors import join_path, shown
 from kgpu.sim.manifests import Manifest
-from kgpu.sim.scenario_parts import SCALABLE, ObjectRef, parse_objects, parse_ref
+from kgpu.sim.scenario_parts import MAX_PODS, SCALABLE, ObjectRef, parse_objects, parse_ref
 from kgpu.sim.steps.base import Step, StepInput, Verbs
 
 
@@ -72,12 +72,19 @@ class ScaleStep(Step):
         replicas = value.get("replicas") if isinstance(value, Mapping) else None
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
             into.problem(
-                f"{replicas!r}: must be a non-negative integer", join_path(into.path, "replicas")
+                f"{shown(replicas, 40)}: must be a non-negative integer",
+                join_path(into.path, "replicas"),
+            )
+            return None
+        if replicas > MAX_PODS:
+            into.problem(
+                f"{replicas}: at most {MAX_PODS} pods (kgpu sim's limit for one scenario)",
+                join_path(into.path, "replicas"),
             )
             return None
         if ref and ref.kind not in SCALABLE:
             into.problem(
-                f"{ref.kind!r}: allowed: {', '.join(SCALABLE)}", join_path(into.path, "kind")
+                f"{shown(ref.kind)}: allowed: {', '.join(SCALABLE)}", join_path(into.path, "kind")
             )
             return None
         if ref is None:

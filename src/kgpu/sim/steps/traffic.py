@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kgpu.errors import join_path
+from kgpu.errors import join_path, shown
 from kgpu.sim.scenario_parts import TRAFFIC_KINDS, ObjectRef, parse_ref
 from kgpu.sim.steps.base import Step, StepInput, Verbs
 
@@ -29,7 +29,8 @@ class TrafficStep(Step):
             for key in value:
                 if key not in ("kind", "name", "namespace", "apiVersion", "gpuUtilization"):
                     into.problem(
-                        f"unknown field {key!r}; allowed: kind, name, namespace, gpuUtilization",
+                        f"unknown field {shown(key)}; allowed: kind, name, namespace, "
+                        "gpuUtilization",
                         join_path(into.path, str(key)),
                     )
         load = value.get("gpuUtilization") if isinstance(value, Mapping) else None
@@ -40,14 +41,15 @@ class TrafficStep(Step):
             or not 0 <= load <= MAX_GPU_UTILIZATION
         ):
             into.problem(
-                f"{load!r}: must be the percent of one GPU the workload keeps busy in total, "
+                f"{shown(load)}: must be the percent of one GPU the workload keeps busy in total, "
                 "a number >= 0 (300: three GPUs busy)",
                 join_path(into.path, "gpuUtilization"),
             )
             return None
         if ref is not None and ref.kind not in TRAFFIC_KINDS:
             into.problem(
-                f"{ref.kind!r}: allowed: {', '.join(TRAFFIC_KINDS)}", join_path(into.path, "kind")
+                f"{shown(ref.kind)}: allowed: {', '.join(TRAFFIC_KINDS)}",
+                join_path(into.path, "kind"),
             )
             return None
         if ref is None:
