@@ -67,7 +67,7 @@ from kgpu.hardware.profiles import load_machine
 from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.kubelet.dra.handler import ClaimRef
 from kgpu.store import Obj
-from kgpu.testing.apiserver import FakeApiServer
+from kgpu.testing.apiserver import FakeApiServer, write_kubeconfig
 
 REPO = Path(__file__).resolve().parents[1]
 DRA = "resource.k8s.io/v1"
@@ -75,19 +75,6 @@ CLIQUE = "c0ffee00-0000-4000-8000-000000000001.0"
 CD_DRIVER = "compute-domain.nvidia.com"
 NODES_AT_SCALE = 5000
 WATCH_RENEWALS_PER_MIN = 1 / 7.5  # one re-opened watch per 5-10 minutes, 7.5 on average
-
-
-def kubeconfig(path: Path, url: str) -> Path:
-    path.write_text(
-        f"""apiVersion: v1
-kind: Config
-clusters: [{{name: s, cluster: {{server: "{url}"}}}}]
-users: [{{name: u, user: {{token: t}}}}]
-contexts: [{{name: c, context: {{cluster: s, user: u}}}}]
-current-context: c
-"""
-    )
-    return path
 
 
 def node(name: str, ip: str) -> Obj:
@@ -158,7 +145,7 @@ class Meter:
 def bench_agent(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     server = FakeApiServer(bookmark_interval_s=60.0).start()
     admin = KubeStore.from_config(
-        str(kubeconfig(root / "admin", server.url)), qps=None, user_agent="bench-admin"
+        str(write_kubeconfig(root / "admin", server.url)), qps=None, user_agent="bench-admin"
     )
     names = [f"tray-{i}" for i in range(args.nodes)]
     for i, name in enumerate(names):
@@ -182,7 +169,7 @@ def bench_agent(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     t0 = time.monotonic()
     for name in names:
         store = KubeStore.from_config(
-            str(kubeconfig(root / f"kc-{name}", server.url)), user_agent=f"kgpu-agent/{name}"
+            str(write_kubeconfig(root / f"kc-{name}", server.url)), user_agent=f"kgpu-agent/{name}"
         )
         stores.append(store)
         machine = load_machine("gb200", hostname=name, clique=CLIQUE)
@@ -273,7 +260,7 @@ def bench_agent(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
 def bench_reconcile(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     server = FakeApiServer(bookmark_interval_s=60.0, validate=False).start()
-    kc = str(kubeconfig(root / "controller", server.url))
+    kc = str(write_kubeconfig(root / "controller", server.url))
     admin = KubeStore.from_config(kc, qps=None, user_agent="bench-admin")
     names = [f"n{i:04d}" for i in range(args.cluster_nodes)]
     for i, name in enumerate(names):
@@ -339,7 +326,7 @@ def _count(reqs: list[Any], agent: str, lease_only: bool = False) -> dict[str, A
 
 def bench_controller(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     server = FakeApiServer(bookmark_interval_s=60.0, validate=False).start()
-    kc = str(kubeconfig(root / "ctl", server.url))
+    kc = str(write_kubeconfig(root / "ctl", server.url))
     admin = KubeStore.from_config(kc, qps=None, user_agent="bench-admin")
     cliques = [CLIQUE, CLIQUE.replace(".0", ".1")]
     names = [f"n{i:04d}" for i in range(args.cluster_nodes)]
@@ -490,7 +477,7 @@ def bench_baseline(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
     server = FakeApiServer(bookmark_interval_s=60.0).start()
     admin = KubeStore.from_config(
-        str(kubeconfig(root / "base-admin", server.url)), qps=None, user_agent="bench-admin"
+        str(write_kubeconfig(root / "base-admin", server.url)), qps=None, user_agent="bench-admin"
     )
     names = [f"tray-{i}" for i in range(4)]
     for i, name in enumerate(names):
@@ -517,7 +504,7 @@ def bench_baseline(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             sys.executable,
             "-c",
             BASELINE_AGENT,
-            str(kubeconfig(root / "base-agent", server.url)),
+            str(write_kubeconfig(root / "base-agent", server.url)),
             str(root / "base-root"),
             names[0],
             CLIQUE,

@@ -13,7 +13,7 @@ import pytest
 from kgpu.cluster.kube import KubeStore
 from kgpu.computedomain.api import API_VERSION, CLIQUE_LABEL
 from kgpu.controller import Controller, ControllerOptions
-from kgpu.testing.apiserver import FakeApiServer
+from kgpu.testing.apiserver import FakeApiServer, write_kubeconfig
 
 NAMESPACE = "kgpu-system"
 RACK_A = "7bd2ae60-8d26-4a5a-b5a0-2b1d4ec1f0c5.0"
@@ -22,19 +22,6 @@ RACK_B = "1f0c0a3e-2c4b-4d8e-9a51-6b8e2f3d4c5a.0"
 FAST = {"lease_duration_s": 1.5, "renew_deadline_s": 1.0, "retry_period_s": 0.2}
 
 Obj = dict[str, Any]
-
-
-def kubeconfig(path: Path, url: str) -> Path:
-    path.write_text(
-        f"""apiVersion: v1
-kind: Config
-clusters: [{{name: s, cluster: {{server: "{url}"}}}}]
-users: [{{name: u, user: {{token: t}}}}]
-contexts: [{{name: c, context: {{cluster: s, user: u}}}}]
-current-context: c
-"""
-    )
-    return path
 
 
 def node(name: str, clique: str, ip: str, gpus: int = 4) -> Obj:
@@ -86,7 +73,9 @@ class Cluster:
         self.stores: list[KubeStore] = []
 
     def store(self, user_agent: str) -> KubeStore:
-        path = kubeconfig(self.root / f"kc-{len(list(self.root.glob('kc-*')))}", self.server.url)
+        path = write_kubeconfig(
+            self.root / f"kc-{len(list(self.root.glob('kc-*')))}", self.server.url
+        )
         return KubeStore.from_config(str(path), qps=None, user_agent=user_agent)
 
     def controller(self, identity: str, **options: Any) -> Controller:
