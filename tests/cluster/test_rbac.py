@@ -4,7 +4,6 @@ against the API-server stand-in through its life, every request is recorded, and
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rbac.documented import documented
 
 from kgpu.agent.daemon import Agent, AgentOptions
 from kgpu.cluster.kube import KubeStore
@@ -27,26 +27,11 @@ from kgpu.testing.apiserver import FakeApiServer
 
 from .conftest import TOKEN, write_kubeconfig
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "cluster.md"
 CLIQUE = "c0ffee00-0000-4000-8000-000000000001.0"
 DRA = "resource.k8s.io/v1"
 CD_DRIVER = "compute-domain.nvidia.com"
 MIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE = "nvidia.com/mig.config.state"
-
-
-def documented(name: str) -> set[tuple[str, str, str]]:
-    text = DOC.read_text()
-    table = text.split(f"<!-- rbac:{name} -->")[1].split(f"<!-- /rbac:{name} -->")[0]
-    rules = set()
-    for line in table.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 3 or not cells[0].startswith("`"):
-            continue
-        group = cells[0].strip("`").strip('"')
-        for verb in re.findall(r"`(\w+)`", cells[2]):
-            rules.add((group, cells[1].strip("`"), verb))
-    return rules
 
 
 @pytest.fixture
