@@ -4,8 +4,6 @@ against the API-server stand-in through its life, every request is recorded, and
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,15 +30,6 @@ DRA = "resource.k8s.io/v1"
 CD_DRIVER = "compute-domain.nvidia.com"
 MIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE = "nvidia.com/mig.config.state"
-
-
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="kr", dir="/tmp"))  # unix socket paths stay short
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ nodes in two NVLink cliques, and ``kgpu controller`` replicas with short lease t
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from kgpu.cluster.kube import KubeStore
 from kgpu.computedomain.api import API_VERSION, CLIQUE_LABEL
 from kgpu.controller import Controller, ControllerOptions
 from kgpu.testing.apiserver import FakeApiServer, write_kubeconfig
+from kgpu.testing.poll import eventually
 
 NAMESPACE = "kgpu-system"
 RACK_A = "7bd2ae60-8d26-4a5a-b5a0-2b1d4ec1f0c5.0"
@@ -54,12 +54,7 @@ def domain(name: str, ns: str = "ml", num_nodes: int = 2, mode: str | None = Non
 
 def wait_for(check: Callable[[], Any], seconds: float = 10.0, step: float = 0.02) -> Any:
     """Poll ``check`` (test side only) until it returns something truthy."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(step)
+    return eventually(check, seconds, step)
 
 
 class Cluster:
