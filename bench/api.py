@@ -68,6 +68,7 @@ from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.kubelet.dra.handler import ClaimRef
 from kgpu.store import Obj
 from kgpu.testing.apiserver import FakeApiServer, write_kubeconfig
+from kgpu.testing.manifests import compute_domain
 
 REPO = Path(__file__).resolve().parents[1]
 DRA = "resource.k8s.io/v1"
@@ -152,14 +153,7 @@ def bench_agent(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         admin.create(node(name, f"10.0.0.{i + 1}"))
     for cls in device_classes():
         admin.create(cls)
-    domain = admin.create(
-        {
-            "apiVersion": CD_API,
-            "kind": "ComputeDomain",
-            "metadata": {"name": "job", "namespace": "ml"},
-            "spec": {"numNodes": args.nodes, "channel": {"resourceClaimTemplate": {"name": "c"}}},
-        }
-    )
+    domain = admin.create(compute_domain("job", args.nodes, namespace="ml", channel="c"))
     uid = domain["metadata"]["uid"]
     meter = Meter(server)
     meter.take()
@@ -266,14 +260,7 @@ def bench_reconcile(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     for i, name in enumerate(names):
         admin.create(node(name, f"10.1.{i // 250}.{i % 250 + 1}"))
     for d in ("a", "b"):
-        admin.create(
-            {
-                "apiVersion": CD_API,
-                "kind": "ComputeDomain",
-                "metadata": {"name": d, "namespace": "ml"},
-                "spec": {"numNodes": 4, "channel": {"resourceClaimTemplate": {"name": f"{d}-ch"}}},
-            }
-        )
+        admin.create(compute_domain(d, 4, namespace="ml"))
     out: dict[str, Any] = {"cluster_nodes": args.cluster_nodes, "domains": 2}
     for mode in ("plain",):
         store: Any = KubeStore.from_config(kc, qps=None, user_agent=f"kgpu-controller/{mode}")
@@ -335,14 +322,7 @@ def bench_controller(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         obj["metadata"]["labels"][CLIQUE_LABEL] = cliques[i % 2]
         admin.create(obj)
     for d in range(args.domains):
-        admin.create(
-            {
-                "apiVersion": CD_API,
-                "kind": "ComputeDomain",
-                "metadata": {"name": f"bg-{d}", "namespace": "ml"},
-                "spec": {"channel": {"resourceClaimTemplate": {"name": f"bg-{d}-ch"}}},
-            }
-        )
+        admin.create(compute_domain(f"bg-{d}", 0, namespace="ml"))
     agent = "kgpu-controller/bench"
     # kgpu controller's default client-side limit (kube-controller-manager's): 20 QPS / burst 30
     store = KubeStore.from_config(kc, user_agent=agent, qps=20.0, burst=30)
@@ -380,14 +360,7 @@ def bench_controller(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         }
 
     def create() -> None:
-        admin.create(
-            {
-                "apiVersion": CD_API,
-                "kind": "ComputeDomain",
-                "metadata": {"name": "job", "namespace": "ml"},
-                "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "job-ch"}}},
-            }
-        )
+        admin.create(compute_domain("job", 2, namespace="ml"))
 
     measure("domain created", create)
     uid = admin.get(CD_API, "ComputeDomain", "job", "ml")["metadata"]["uid"]
@@ -482,14 +455,7 @@ def bench_baseline(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     names = [f"tray-{i}" for i in range(4)]
     for i, name in enumerate(names):
         admin.create(node(name, f"10.0.0.{i + 1}"))
-    domain = admin.create(
-        {
-            "apiVersion": CD_API,
-            "kind": "ComputeDomain",
-            "metadata": {"name": "job", "namespace": "ml"},
-            "spec": {"numNodes": 4, "channel": {"resourceClaimTemplate": {"name": "c"}}},
-        }
-    )
+    domain = admin.create(compute_domain("job", 4, namespace="ml", channel="c"))
     uid = domain["metadata"]["uid"]
     refs = []
     for what, device, kind in (

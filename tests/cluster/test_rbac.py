@@ -22,6 +22,7 @@ from kgpu.hardware.profiles import load_machine
 from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.kubelet.dra.handler import ClaimRef
 from kgpu.testing.apiserver import FakeApiServer
+from kgpu.testing.manifests import compute_domain
 
 from .conftest import TOKEN, write_kubeconfig
 
@@ -76,14 +77,7 @@ def test_the_agent_uses_exactly_its_documented_rules(server: FakeApiServer, root
     admin.create(_node("tray-1", "10.0.0.2"))
     for cls in device_classes():
         admin.create(cls)
-    domain = admin.create(
-        {
-            "apiVersion": CD_API,
-            "kind": "ComputeDomain",
-            "metadata": {"name": "job", "namespace": "ml"},
-            "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "c"}}},
-        }
-    )
+    domain = admin.create(compute_domain("job", 2, namespace="ml", channel="c"))
     uid = domain["metadata"]["uid"]
     refs = []
     for name, driver, device, kind in (
@@ -179,14 +173,7 @@ def test_the_controller_uses_exactly_its_documented_rules(
     admin = KubeStore.from_config(kubeconfig, qps=None, user_agent="test-admin")
     for i in range(3):
         admin.create(_node(f"n{i}", f"10.0.0.{i + 1}"))
-    admin.create(
-        {
-            "apiVersion": CD_API,
-            "kind": "ComputeDomain",
-            "metadata": {"name": "job", "namespace": "ml"},
-            "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "job-ch"}}},
-        }
-    )
+    admin.create(compute_domain("job", 2, namespace="ml"))
     store = KubeStore.from_config(kubeconfig, qps=None, user_agent="kgpu-controller/r0")
     options = ControllerOptions(
         namespace="kgpu-system",

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from kgpu.cluster.kube import KubeStore
-from kgpu.computedomain.api import API_VERSION, CLIQUE_LABEL
+from kgpu.computedomain.api import CLIQUE_LABEL
 from kgpu.controller import Controller, ControllerOptions
 from kgpu.testing.apiserver import FakeApiServer, write_kubeconfig
+from kgpu.testing.manifests import compute_domain
 from kgpu.testing.poll import eventually
 
 NAMESPACE = "kgpu-system"
@@ -38,18 +39,7 @@ def node(name: str, clique: str, ip: str, gpus: int = 4) -> Obj:
 
 
 def domain(name: str, ns: str = "ml", num_nodes: int = 2, mode: str | None = None) -> Obj:
-    channel: Obj = {"resourceClaimTemplate": {"name": f"{name}-channel"}}
-    if mode:
-        channel["allocationMode"] = mode
-    spec: Obj = {"channel": channel}
-    if num_nodes:
-        spec["numNodes"] = num_nodes
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "ComputeDomain",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": spec,
-    }
+    return compute_domain(name, num_nodes, namespace=ns, channel=f"{name}-channel", mode=mode)
 
 
 def wait_for(check: Callable[[], Any], seconds: float = 10.0, step: float = 0.02) -> Any:
