@@ -328,14 +328,11 @@ def bench_cluster(idle_s: float, calls: int) -> dict[str, object]:
     import urllib.request
     from collections import Counter
 
-    sys.path.insert(0, str(REPO / "tests"))
-    from cluster.conftest import TOKEN, write_kubeconfig  # type: ignore[import-not-found]
-
     from kgpu.agent.daemon import Agent, AgentOptions
     from kgpu.cluster.kube import KubeStore
     from kgpu.hardware.profiles import load_machine
     from kgpu.hardware.simulated import SimulatedBackend
-    from kgpu.testing.apiserver import FakeApiServer
+    from kgpu.testing.apiserver import TOKEN, FakeApiServer, write_kubeconfig
     from kgpu.testing.fake_kubelet import FakeKubelet
 
     root = Path(tempfile.mkdtemp(prefix="kgc", dir="/tmp"))

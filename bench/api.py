@@ -67,7 +67,8 @@ from kgpu.hardware.profiles import load_machine
 from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.kubelet.dra.handler import ClaimRef
 from kgpu.store import Obj
-from kgpu.testing.apiserver import FakeApiServer
+from kgpu.testing.apiserver import FakeApiServer, write_kubeconfig
+from kgpu.testing.manifests import compute_domain
 
 REPO = Path(__file__).resolve().parents[1]
 DRA = "resource.k8s.io/v1"
@@ -75,19 +76,6 @@ CLIQUE = "c0ffee00-0000-4000-8000-000000000001.0"
 CD_DRIVER = "compute-domain.nvidia.com"
 NODES_AT_SCALE = 5000
 WATCH_RENEWALS_PER_MIN = 1 / 7.5  # one re-opened watch per 5-10 minutes, 7.5 on average
-
-
-def kubeconfig(path: Path, url: str) -> Path:
-    path.write_text(
-        f"""apiVersion: v1
-kind: Config
-clusters: [{{name: s, cluster: {{server: "{url}"}}}}]
-users: [{{name: u, user: {{token: t}}}}]
-contexts: [{{name: c, context: {{cluster: s, user: u}}}}]
-current-context: c
-"""
-    )
-    return path
 
 
 def node(name: str, ip: str) -> Obj:
@@ -158,21 +146,14 @@ class Meter:
 def bench_agent(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     server = FakeApiServer(bookmark_interval_s=60.0).start()
     admin = KubeStore.from_config(
-        str(kubeconfig(root / "admin", server.url)), qps=None, user_agent="bench-admin"
+        str(write_kubeconfig(root / "admin", server.url)), qps=None, user_agent="bench-admin"
     )
     names = [f"tray-{i}" for i in range(args.nodes)]
     for i, name in enumerate(names):
         admin.create(node(name, f"10.0.0.{i + 1}"))
     for cls in device_classes():
         admin.create(cls)
-    domain = admin.create(
-        {
-            "apiVersion": CD_API,
-            "kind": "ComputeDomain",
-            "metadata": {"name": "job", "namespace": "ml"},
-            "spec": {"numNodes": args.nodes, "channel": {"resourceClaimTemplate": {"name": "c"}}},
-        }
-    )
+    domain = admin.create(compute_domain("job", args.nodes, namespace="ml", channel="c"))
     uid = domain["metadata"]["uid"]
     meter = Meter(server)
     meter.take()
@@ -182,7 +163,7 @@ def bench_agent(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     t0 = time.monotonic()
     for name in names:
         store = KubeStore.from_config(
-            str(kubeconfig(root / f"kc-{name}", server.url)), user_agent=f"kgpu-agent/{name}"
+            str(write_kubeconfig(root / f"kc-{name}", server.url)), user_agent=f"kgpu-agent/{name}"
         )
         stores.append(store)
         machine = load_machine("gb200", hostname=name, clique=CLIQUE)
@@ -273,20 +254,13 @@ def bench_agent(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
 def bench_reconcile(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     server = FakeApiServer(bookmark_interval_s=60.0, validate=False).start()
-    kc = str(kubeconfig(root / "controller", server.url))
+    kc = str(write_kubeconfig(root / "controller", server.url))
     admin = KubeStore.from_config(kc, qps=None, user_agent="bench-admin")
     names = [f"n{i:04d}" for i in range(args.cluster_nodes)]
     for i, name in enumerate(names):
         admin.create(node(name, f"10.1.{i // 250}.{i % 250 + 1}"))
     for d in ("a", "b"):
-        admin.create(
-            {
-                "apiVersion": CD_API,
-                "kind": "ComputeDomain",
-                "metadata": {"name": d, "namespace": "ml"},
-                "spec": {"numNodes": 4, "channel": {"resourceClaimTemplate": {"name": f"{d}-ch"}}},
-            }
-        )
+        admin.create(compute_domain(d, 4, namespace="ml"))
     out: dict[str, Any] = {"cluster_nodes": args.cluster_nodes, "domains": 2}
     for mode in ("plain",):
         store: Any = KubeStore.from_config(kc, qps=None, user_agent=f"kgpu-controller/{mode}")
@@ -339,7 +313,7 @@ def _count(reqs: list[Any], agent: str, lease_only: bool = False) -> dict[str, A
 
 def bench_controller(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     server = FakeApiServer(bookmark_interval_s=60.0, validate=False).start()
-    kc = str(kubeconfig(root / "ctl", server.url))
+    kc = str(write_kubeconfig(root / "ctl", server.url))
     admin = KubeStore.from_config(kc, qps=None, user_agent="bench-admin")
     cliques = [CLIQUE, CLIQUE.replace(".0", ".1")]
     names = [f"n{i:04d}" for i in range(args.cluster_nodes)]
@@ -348,14 +322,7 @@ def bench_controller(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         obj["metadata"]["labels"][CLIQUE_LABEL] = cliques[i % 2]
         admin.create(obj)
     for d in range(args.domains):
-        admin.create(
-            {
-                "apiVersion": CD_API,
-                "kind": "ComputeDomain",
-                "metadata": {"name": f"bg-{d}", "namespace": "ml"},
-                "spec": {"channel": {"resourceClaimTemplate": {"name": f"bg-{d}-ch"}}},
-            }
-        )
+        admin.create(compute_domain(f"bg-{d}", 0, namespace="ml"))
     agent = "kgpu-controller/bench"
     # kgpu controller's default client-side limit (kube-controller-manager's): 20 QPS / burst 30
     store = KubeStore.from_config(kc, user_agent=agent, qps=20.0, burst=30)
@@ -393,14 +360,7 @@ def bench_controller(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         }
 
     def create() -> None:
-        admin.create(
-            {
-                "apiVersion": CD_API,
-                "kind": "ComputeDomain",
-                "metadata": {"name": "job", "namespace": "ml"},
-                "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "job-ch"}}},
-            }
-        )
+        admin.create(compute_domain("job", 2, namespace="ml"))
 
     measure("domain created", create)
     uid = admin.get(CD_API, "ComputeDomain", "job", "ml")["metadata"]["uid"]
@@ -490,19 +450,12 @@ def bench_baseline(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
     server = FakeApiServer(bookmark_interval_s=60.0).start()
     admin = KubeStore.from_config(
-        str(kubeconfig(root / "base-admin", server.url)), qps=None, user_agent="bench-admin"
+        str(write_kubeconfig(root / "base-admin", server.url)), qps=None, user_agent="bench-admin"
     )
     names = [f"tray-{i}" for i in range(4)]
     for i, name in enumerate(names):
         admin.create(node(name, f"10.0.0.{i + 1}"))
-    domain = admin.create(
-        {
-            "apiVersion": CD_API,
-            "kind": "ComputeDomain",
-            "metadata": {"name": "job", "namespace": "ml"},
-            "spec": {"numNodes": 4, "channel": {"resourceClaimTemplate": {"name": "c"}}},
-        }
-    )
+    domain = admin.create(compute_domain("job", 4, namespace="ml", channel="c"))
     uid = domain["metadata"]["uid"]
     refs = []
     for what, device, kind in (
@@ -517,7 +470,7 @@ def bench_baseline(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             sys.executable,
             "-c",
             BASELINE_AGENT,
-            str(kubeconfig(root / "base-agent", server.url)),
+            str(write_kubeconfig(root / "base-agent", server.url)),
             str(root / "base-root"),
             names[0],
             CLIQUE,

@@ -22,12 +22,12 @@ from typing import Any
 
 from kgpu.sim.scenario import scenario_from_dict
 from kgpu.sim.simulation import Simulation
+from kgpu.testing.manifests import deployment
 
 QUERY = "sum(DCGM_FI_DEV_GPU_UTIL) / count(DCGM_FI_DEV_GPU_UTIL) / 100"
 
 
 def scenario(nodes: int, minutes: float) -> dict[str, Any]:
-    limits = {"nvidia.com/gpu": 1}
     return {
         "nodes": [
             {
@@ -38,23 +38,7 @@ def scenario(nodes: int, minutes: float) -> dict[str, Any]:
             }
         ],
         "apply": [
-            {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": {"name": "app"},
-                "spec": {
-                    "replicas": nodes,
-                    "selector": {"matchLabels": {"app": "app"}},
-                    "template": {
-                        "metadata": {"labels": {"app": "app"}},
-                        "spec": {
-                            "containers": [
-                                {"name": "c", "image": "i", "resources": {"limits": limits}}
-                            ]
-                        },
-                    },
-                },
-            },
+            deployment("app", nodes, {"nvidia.com/gpu": 1}),
             {
                 "apiVersion": "keda.sh/v1alpha1",
                 "kind": "ScaledObject",

@@ -48,6 +48,7 @@ from kgpu.sim.controllers.resourceclaim import ResourceClaimController
 from kgpu.sim.dra_scheduler import DraSchedulerPlugin, ensure_classes
 from kgpu.sim.plugins import NodeInfo
 from kgpu.store import MemoryStore
+from kgpu.testing.manifests import claim_template
 
 API = "resource.k8s.io/v1"
 SELECTOR = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA GB200'"
@@ -66,18 +67,6 @@ def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def template(name: str, count: int, cls: str, selector: str | None) -> dict[str, Any]:
-    exactly: dict[str, Any] = {"deviceClassName": cls, "count": count}
-    if selector:
-        exactly["selectors"] = [{"cel": {"expression": selector}}]
-    return {
-        "apiVersion": API,
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
-    }
-
-
 def pod(i: int, template_name: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -93,8 +82,8 @@ def pod(i: int, template_name: str) -> dict[str, Any]:
 def gb200_cluster(store: MemoryStore, args: argparse.Namespace) -> tuple[list[NodeInfo], int]:
     """Nodes and pods of the GB200 shape; returns (nodes, devices requested)."""
     ensure_classes(store, device_classes())
-    store.create(template("one-gpu", 1, "gpu.nvidia.com", SELECTOR))
-    store.create(template("four-gpus", 4, "gpu.nvidia.com", SELECTOR))
+    store.create(claim_template("one-gpu", 1, "gpu.nvidia.com", SELECTOR))
+    store.create(claim_template("four-gpus", 4, "gpu.nvidia.com", SELECTOR))
     infos = []
     for i in range(args.nodes):
         name = f"gb200-{i:05d}"
@@ -123,7 +112,7 @@ def scheduler_perf_cluster(
             "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{TEST_DRIVER}"'}}]},
         }
     )
-    store.create(template("test-claim-template", 1, "test-class", None))
+    store.create(claim_template("test-claim-template", 1, "test-class", None))
     infos = []
     for i in range(args.nodes):
         name = f"scheduler-perf-dra-{i:04d}"

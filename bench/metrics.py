@@ -75,6 +75,21 @@ def simulated_exporter(machine: Machine, per_device: int) -> tuple[Exporter, int
     return Exporter([target]), len(pods)
 
 
+def scrape_row(label: str, pods: int, exporter: Exporter, runs: int) -> dict[str, Any]:
+    """One result row: the exposition's size, and CPU time per scrape over ``runs`` scrapes."""
+    text = exporter.scrape()
+    median, mean, p95 = cpu_ms(exporter.scrape, runs)
+    return {
+        "case": label,
+        "pods": pods,
+        "series": sum(1 for line in text.splitlines() if line and line[0] != "#"),
+        "bytes": len(text),
+        "median_ms": median,
+        "mean_ms": mean,
+        "p95_ms": p95,
+    }
+
+
 def run_simulated(runs: int) -> list[dict[str, Any]]:
     results = []
     h100 = load_machine("dgx-h100", hostname="bench")
@@ -85,19 +100,7 @@ def run_simulated(runs: int) -> list[dict[str, Any]]:
         ("8 x A100 80GB, 7 MIG 1g.10gb each, 1 pod per MIG device", a100, 1),
     ):
         exporter, pods = simulated_exporter(machine, per_device)
-        text = exporter.scrape()
-        median, mean, p95 = cpu_ms(exporter.scrape, runs)
-        results.append(
-            {
-                "case": label,
-                "pods": pods,
-                "series": sum(1 for line in text.splitlines() if line and line[0] != "#"),
-                "bytes": len(text),
-                "median_ms": median,
-                "mean_ms": mean,
-                "p95_ms": p95,
-            }
-        )
+        results.append(scrape_row(label, pods, exporter, runs))
     return results
 
 
@@ -190,19 +193,7 @@ def run_fake_nvml(runs: int) -> list[dict[str, Any]]:
         except TypeError:  # a kgpu from before GPM (for before/after comparisons)
             source = NvmlTelemetry(nvml)
         exporter = Exporter([NodeTarget(machine=lambda m=machine: m, source=source)])
-        text = exporter.scrape()
-        median, mean, p95 = cpu_ms(exporter.scrape, runs)
-        results.append(
-            {
-                "case": label,
-                "pods": 0,
-                "series": sum(1 for line in text.splitlines() if line and line[0] != "#"),
-                "bytes": len(text),
-                "median_ms": median,
-                "mean_ms": mean,
-                "p95_ms": p95,
-            }
-        )
+        results.append(scrape_row(label, 0, exporter, runs))
     return results
 
 

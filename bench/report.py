@@ -30,26 +30,7 @@ from typing import Any
 from kgpu.sim.html import record_run, render_page
 from kgpu.sim.scenario import scenario_from_dict
 from kgpu.sim.simulation import Simulation
-
-
-def deployment(name: str, replicas: int, gpus: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [
-                        {"name": "main", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
-                    ]
-                },
-            },
-        },
-    }
+from kgpu.testing.manifests import deployment
 
 
 def scenario(nodes: int) -> dict[str, Any]:
@@ -65,7 +46,10 @@ def scenario(nodes: int) -> dict[str, Any]:
                 "labels": {"nvidia.com/mig.config": "all-1g.10gb"},
             },
         ],
-        "apply": [deployment("one-gpu", nodes * 3, 1), deployment("eight-gpu", nodes // 10, 8)],
+        "apply": [
+            deployment("one-gpu", nodes * 3, {"nvidia.com/gpu": 1}, container="main"),
+            deployment("eight-gpu", nodes // 10, {"nvidia.com/gpu": 8}, container="main"),
+        ],
         "steps": [
             {"advance": "1m"},
             {"scale": {"name": "one-gpu", "replicas": nodes * 4}},

@@ -13,6 +13,9 @@ a request the chart does not grant fails the run.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,3 +48,14 @@ def require_acceptance() -> Path:
 def acceptance() -> Path:
     """The outside inputs under ../shared/acceptance, loaded unchanged."""
     return require_acceptance()
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    """A fresh directory right under /tmp for a test's kubelet root, sockets and files, removed
+    after the test: unix socket paths are limited to 107 bytes, too few below pytest's tmp_path."""
+    path = Path(tempfile.mkdtemp(prefix="kg", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,16 +10,6 @@ import pytest
 
 from kgpu.testing.agent_process import AgentProcess
 from kgpu.testing.fake_kubelet import FakeKubelet
-
-
-@pytest.fixture
-def root() -> Iterator[Path]:
-    # Short path: unix socket names are limited to 107 bytes.
-    path = Path(tempfile.mkdtemp(prefix="kga", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -12,8 +12,6 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -60,15 +58,6 @@ class ConfigMapVolume:
                 link.unlink()
         if old is not None:
             shutil.rmtree(self.root / old)
-
-
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="kgc", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def test_each_key_is_one_config_and_a_load_reads_one_version(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from kgpu.hardware.serialize import dump_snapshot
 from kgpu.node.view import build_node_view
 from kgpu.testing.agent_process import AgentProcess
 from kgpu.testing.fake_kubelet import FakeKubelet
+from kgpu.testing.poll import eventually
 
 NODE = "node-a"
 
@@ -287,17 +288,8 @@ def test_invalid_config_keeps_last_good_and_label_switch_restarts_only_changed(
 
 
 def _wait(predicate: Callable[[], bool], timeout_s: float = 10) -> bool:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return True
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    return False
+    """Poll; a status file caught mid-rewrite (or not written yet) is a "not yet"."""
+    return bool(eventually(predicate, timeout_s, step_s=0.05, ignore=(OSError, ValueError)))
 
 
 MPS_SPLIT = """

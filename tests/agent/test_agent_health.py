@@ -6,14 +6,11 @@ the liveness probe restarts it."""
 
 from __future__ import annotations
 
-import shutil
 import socket
-import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,15 +23,6 @@ from kgpu.testing.agent_process import AgentProcess
 from kgpu.testing.fake_kubelet import FakeKubelet
 from kgpu.testing.fake_kubelet_dra import FakeDraKubelet
 from kgpu.testing.views import make_machine
-
-
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="kgh", dir="/tmp"))  # unix socket paths stay short
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def probe(port: int) -> tuple[int, str]:

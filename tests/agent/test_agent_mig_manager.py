@@ -7,13 +7,8 @@ server the state label reaches NFD through the features file."""
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-
-import pytest
 
 from kgpu.agent.daemon import Agent, AgentOptions
 from kgpu.hardware.nvml import NvmlBackend
@@ -23,6 +18,7 @@ from kgpu.kubelet.podresources import ContainerResources, PodResources
 from kgpu.testing.fake_kubelet import FakeKubelet
 from kgpu.testing.fake_nvml import FakeNvml
 from kgpu.testing.fake_podresources import FakePodResourcesServer
+from kgpu.testing.poll import eventually
 
 MIG = """\
 version: v1
@@ -32,33 +28,8 @@ mig-configs:
       mig-enabled: true
       mig-devices: {"3g.40gb": 2}
 """
-MUTATING = {
-    "nvmlDeviceSetMigMode",
-    "nvmlDeviceCreateGpuInstanceWithPlacement",
-    "nvmlGpuInstanceDestroy",
-    "nvmlGpuInstanceCreateComputeInstance",
-    "nvmlComputeInstanceDestroy",
-}
-
-
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="kgm", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def eventually(predicate: Callable[[], bool], timeout_s: float = 30.0) -> bool:
-    """Poll ``predicate`` (agent state changes without a kubelet event to wake on); generous
-    bounds, since a loaded CI machine stretches the manager's drain polls and backoff."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+#: generous bounds: a loaded CI machine stretches the manager's drain polls and backoff
+SLOW = 30.0
 
 
 def real_node(root: Path, **options: object) -> tuple[Agent, SimulatedBackend, FakeNvml]:
@@ -86,7 +57,7 @@ def test_without_the_flag_no_gpu_changes_and_the_difference_is_reported(root: Pa
         try:
             assert kubelet.wait_for(lambda: len(kubelet.devices("nvidia.com/gpu")) == 8)
             time.sleep(0.5)
-            assert not [c for c in fake.calls if c in MUTATING]
+            assert not fake.mutating_calls()
             assert all(not g.mig_enabled for g in sim.snapshot().gpus)
             status = agent.status()
             assert "mig config 'half' is not what this node's GPUs have" in status["migPending"]
@@ -110,7 +81,8 @@ def test_the_manager_withholds_drains_applies_and_serves_the_new_devices(root: P
             # the trainer holds GPU 0; nothing has changed on them yet
             assert kubelet.wait_for(lambda: len(kubelet.devices("nvidia.com/gpu")) == 6)
             assert eventually(
-                lambda: (agent.status()["migManager"] or {}).get("stage") == "draining"
+                lambda: (agent.status()["migManager"] or {}).get("stage") == "draining",
+                SLOW,
             )
             status = agent.status()
             assert status["migManager"]["state"] == "pending"
@@ -120,8 +92,8 @@ def test_the_manager_withholds_drains_applies_and_serves_the_new_devices(root: P
             text = (features / "kgpu-features").read_text()
             assert "nvidia.com/mig.config.state=pending\n" in text
             pods.set_pods([])  # the trainer is done
-            assert eventually(lambda: len(kubelet.devices("nvidia.com/mig-3g.40gb")) == 4)
-            assert eventually(lambda: agent.status()["migManager"]["state"] == "success")
+            assert eventually(lambda: len(kubelet.devices("nvidia.com/mig-3g.40gb")) == 4, SLOW)
+            assert eventually(lambda: agent.status()["migManager"]["state"] == "success", SLOW)
             assert len(kubelet.devices("nvidia.com/gpu")) == 6
             assert [len(g.mig_devices) for g in sim.snapshot().gpus[:3]] == [2, 2, 0]
             status = agent.status()

@@ -22,6 +22,7 @@ from kgpu.agent.daemon import Agent
 from kgpu.agent.rootlock import RootLocked
 from kgpu.kubelet.deviceplugin.server import socket_name
 from kgpu.kubelet.sockets import identity
+from kgpu.testing.poll import eventually
 from kgpu.testing.split_node import RESOURCES, short_root
 
 pytestmark = pytest.mark.slow
@@ -39,21 +40,12 @@ def rig() -> Iterator[AgentRig]:
             rig.stop()
 
 
-def wait(predicate: object, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.01)
-    return False
-
-
 def test_health_reaches_listandwatch_while_register_hangs(rig: AgentRig) -> None:
     rig.kubelet.register_mode = "hang"
     calls = len(rig.kubelet.register_calls)
     # nvidia.com/gpu.a must register again (its socket vanished): that call hangs
     (rig.root / "device-plugins" / socket_name("nvidia.com/gpu.a")).unlink()
-    assert wait(lambda: len(rig.kubelet.register_calls) > calls)
+    assert eventually(lambda: len(rig.kubelet.register_calls) > calls)
     assert rig.kubelet.register_calls[calls][1:] == ("nvidia.com/gpu.a", "hang")
     latency = rig.unhealthy_after_xid(4)  # a GPU of nvidia.com/gpu.c, registered earlier
     assert latency < 1.0  # 8-23 s while Register ran under the agent's lock
@@ -61,7 +53,7 @@ def test_health_reaches_listandwatch_while_register_hangs(rig: AgentRig) -> None
     def status() -> dict[str, dict[str, object]]:
         return dict(json.loads(rig.options.status_path.read_text())["resources"])
 
-    assert wait(lambda: status()["nvidia.com/gpu.c"]["healthy"] == 2)  # GPU 5's replicas
+    assert eventually(lambda: status()["nvidia.com/gpu.c"]["healthy"] == 2)  # GPU 5's replicas
     assert status()["nvidia.com/gpu.a"]["registered"] is False
     assert status()["nvidia.com/gpu.a"]["registration"] == "registering"
 
@@ -117,7 +109,7 @@ def test_bad_fault_files_are_reported_and_the_loop_goes_on(rig: AgentRig) -> Non
     (faults / "003.json").write_text("{not json")
     (faults / "004.json").write_text(json.dumps({"xid": True, "gpu": 1}))
     (faults / "005.json").write_text(json.dumps({"xid": 79, "gpu": 6}))
-    assert wait(lambda: (faults / "005.json.done").exists())
+    assert eventually(lambda: (faults / "005.json.done").exists())
     errors = {p.name: p.read_text() for p in faults.glob("*.error")}
     assert sorted(errors) == [f"00{i}.json.error" for i in range(1, 5)]
     assert "001.json: gpu: no GPU with index 99" in errors["001.json.error"]
@@ -126,7 +118,7 @@ def test_bad_fault_files_are_reported_and_the_loop_goes_on(rig: AgentRig) -> Non
     assert "004.json: xid: must be a whole number" in errors["004.json.error"]
     assert not list(faults.glob("*.json"))
     assert rig.kubelet.wait_for(lambda: set(rig.replicas(6).values()) == {"Unhealthy"}, 5)
-    assert wait(
+    assert eventually(
         lambda: (
             sorted(json.loads(rig.options.status_path.read_text())["faultErrors"])
             == [f"00{i}.json" for i in range(1, 5)]

@@ -8,13 +8,10 @@ out loud."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,15 +52,6 @@ BAD = {
 }
 #: Taken as given (a file that cannot be read fails the start when it is loaded).
 FREE_TEXT = {"NODE_NAME", "CDI_ANNOTATION_PREFIX", "CONFIG_FILE", "DCGM_EXPORTER_COLLECTORS"}
-
-
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="kge", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def test_the_table_covers_every_variable_and_bad_values_name_it() -> None:

@@ -1,4 +1,8 @@
-"""Fixtures: a Kubernetes API server on loopback, and stores pointed at it."""
+"""Fixtures: a Kubernetes API server on loopback, and stores pointed at it.
+
+``TOKEN`` and ``write_kubeconfig`` (from :mod:`kgpu.testing.apiserver`) are re-exported for the
+cluster tests that import them from here.
+"""
 
 from __future__ import annotations
 
@@ -8,37 +12,12 @@ from pathlib import Path
 import pytest
 
 from kgpu.cluster.kube import KubeStore
-from kgpu.testing.apiserver import FakeApiServer
+from kgpu.testing.apiserver import TOKEN, FakeApiServer, write_kubeconfig
 
-TOKEN = "kgpu-test-token"
 #: The user agent of the tests' own stores: test code, not a kgpu process, so the session's RBAC
 #: check (tests/rbac/plugin.py) leaves its requests out; KubeStore's default ``kgpu/<version>``
 #: would fail it as a kgpu client that names no process.
 TEST_CLIENT = "test-client/1.0"
-
-
-def write_kubeconfig(path: Path, server: str, token: str = TOKEN) -> Path:
-    """A kubeconfig as kubectl writes it: one cluster, one token user, one current context."""
-    path.write_text(
-        f"""apiVersion: v1
-kind: Config
-clusters:
-- name: fake
-  cluster:
-    server: {server}
-users:
-- name: agent
-  user:
-    token: {token}
-contexts:
-- name: fake
-  context:
-    cluster: fake
-    user: agent
-current-context: fake
-"""
-    )
-    return path
 
 
 @pytest.fixture

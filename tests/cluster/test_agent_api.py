@@ -7,8 +7,6 @@ GB200 tray of a real cluster.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,16 +23,6 @@ from kgpu.testing.fake_kubelet_dra import FakeDraKubelet
 from .conftest import TEST_CLIENT, TOKEN, write_kubeconfig
 
 NODE = "tray-0"
-
-
-@pytest.fixture
-def root() -> Iterator[Path]:
-    """Unix socket paths are short: the kubelet root lives under /tmp."""
-    path = Path(tempfile.mkdtemp(prefix="kgpu-api-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _slices(kubeconfig: Path) -> dict[str, list[str]]:

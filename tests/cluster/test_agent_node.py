@@ -9,14 +9,9 @@ NFD's features file otherwise."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from kgpu import __version__
 from kgpu.agent.daemon import Agent, AgentOptions
@@ -25,6 +20,7 @@ from kgpu.drivers.dra import DraComponent
 from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.testing.apiserver import KINDS, FakeApiServer
 from kgpu.testing.fake_kubelet import FakeKubelet
+from kgpu.testing.poll import eventually
 from kgpu.testing.views import make_machine
 
 from .conftest import TOKEN, write_kubeconfig
@@ -49,27 +45,9 @@ data:
 """
 
 
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="kgn", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def serve(release: str = "1.35", *, node_features: bool = True) -> FakeApiServer:
     kinds = KINDS if node_features else tuple(k for k in KINDS if k.kind != "NodeFeature")
     return FakeApiServer(token=TOKEN, release=release, kinds=kinds).start()
-
-
-def wait(predicate: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def agent_for(root: Path, server: FakeApiServer, **options: Any) -> tuple[Agent, KubeStore]:
@@ -118,7 +96,7 @@ def test_the_nodes_config_label_switches_configs_and_a_bad_one_keeps_the_last_go
                 relabel(admin, "four")
                 assert kubelet.wait_for(lambda: len(kubelet.devices("nvidia.com/gpu")) == 8)
                 relabel(admin, "nope")  # names no config: the last good view keeps serving
-                assert wait(lambda: "nope" in agent.last_error)
+                assert eventually(lambda: "nope" in agent.last_error)
                 assert "matches no device-plugin config entry" in agent.last_error
                 assert len(kubelet.devices("nvidia.com/gpu")) == 8
                 reloads = agent.reloads
@@ -131,7 +109,7 @@ def test_the_nodes_config_label_switches_configs_and_a_bad_one_keeps_the_last_go
 
                 # GFD's labels as a NodeFeature owned by the Node, nothing in features.d
                 name = f"nvidia-features-for-{NODE}"
-                assert wait(
+                assert eventually(
                     lambda: (
                         admin.get("nfd.k8s-sigs.io/v1alpha1", "NodeFeature", name, NAMESPACE)[
                             "spec"
@@ -189,12 +167,12 @@ def test_without_the_nodefeature_api_the_labels_go_to_the_features_file(root: Pa
         agent.start()
         try:
             features = root / "features.d" / "kgpu-features"
-            assert wait(features.exists)
+            assert eventually(features.exists)
             assert "nvidia.com/gpu.replicas=2\n" in features.read_text()
             assert agent.status()["nodeFeatures"] == str(features)
             assert agent.status()["kubernetesVersion"] == "v1.33.0"
             relabel(admin, "four")
-            assert wait(lambda: "nvidia.com/gpu.replicas=4\n" in features.read_text())
+            assert eventually(lambda: "nvidia.com/gpu.replicas=4\n" in features.read_text())
         finally:
             agent.stop()
     finally:
@@ -215,7 +193,7 @@ def test_an_unreachable_api_server_at_start_is_waited_for_then_caught_up(root: P
             assert agent.view().config_name == "four"  # no Node labels yet: --config-name
             server.start()
             assert server.url == url
-            assert wait(lambda: agent.view().config_name == "two", timeout_s=20)
+            assert eventually(lambda: agent.view().config_name == "two", timeout_s=20)
         finally:
             agent.stop()
     finally:

@@ -4,15 +4,13 @@ against the API-server stand-in through its life, every request is recorded, and
 
 from __future__ import annotations
 
-import re
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rbac.documented import documented
 
 from kgpu.agent.daemon import Agent, AgentOptions
 from kgpu.cluster.kube import KubeStore
@@ -24,38 +22,15 @@ from kgpu.hardware.profiles import load_machine
 from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.kubelet.dra.handler import ClaimRef
 from kgpu.testing.apiserver import FakeApiServer
+from kgpu.testing.manifests import compute_domain
 
 from .conftest import TOKEN, write_kubeconfig
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "cluster.md"
 CLIQUE = "c0ffee00-0000-4000-8000-000000000001.0"
 DRA = "resource.k8s.io/v1"
 CD_DRIVER = "compute-domain.nvidia.com"
 MIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE = "nvidia.com/mig.config.state"
-
-
-def documented(name: str) -> set[tuple[str, str, str]]:
-    text = DOC.read_text()
-    table = text.split(f"<!-- rbac:{name} -->")[1].split(f"<!-- /rbac:{name} -->")[0]
-    rules = set()
-    for line in table.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 3 or not cells[0].startswith("`"):
-            continue
-        group = cells[0].strip("`").strip('"')
-        for verb in re.findall(r"`(\w+)`", cells[2]):
-            rules.add((group, cells[1].strip("`"), verb))
-    return rules
-
-
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="kr", dir="/tmp"))  # unix socket paths stay short
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
@@ -102,14 +77,7 @@ def test_the_agent_uses_exactly_its_documented_rules(server: FakeApiServer, root
     admin.create(_node("tray-1", "10.0.0.2"))
     for cls in device_classes():
         admin.create(cls)
-    domain = admin.create(
-        {
-            "apiVersion": CD_API,
-            "kind": "ComputeDomain",
-            "metadata": {"name": "job", "namespace": "ml"},
-            "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "c"}}},
-        }
-    )
+    domain = admin.create(compute_domain("job", 2, namespace="ml", channel="c"))
     uid = domain["metadata"]["uid"]
     refs = []
     for name, driver, device, kind in (
@@ -205,14 +173,7 @@ def test_the_controller_uses_exactly_its_documented_rules(
     admin = KubeStore.from_config(kubeconfig, qps=None, user_agent="test-admin")
     for i in range(3):
         admin.create(_node(f"n{i}", f"10.0.0.{i + 1}"))
-    admin.create(
-        {
-            "apiVersion": CD_API,
-            "kind": "ComputeDomain",
-            "metadata": {"name": "job", "namespace": "ml"},
-            "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "job-ch"}}},
-        }
-    )
+    admin.create(compute_domain("job", 2, namespace="ml"))
     store = KubeStore.from_config(kubeconfig, qps=None, user_agent="kgpu-controller/r0")
     options = ControllerOptions(
         namespace="kgpu-system",

@@ -20,6 +20,7 @@ from kgpu.drivers.computedomain import ComputeDomainHandler
 from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
 from kgpu.kubelet.dra.plugin import DraPlugin, claim_info
 from kgpu.store import MemoryStore
+from kgpu.testing.manifests import compute_domain
 
 CLIQUE = "7bd2ae60-8d26-4a5a-b5a0-2b1d4ec1f0c5.0"
 
@@ -36,14 +37,7 @@ def _node(store: MemoryStore, name: str, ip: str) -> None:
 
 
 def _domain(store: MemoryStore, name: str) -> str:
-    obj = store.create(
-        {
-            "apiVersion": API_VERSION,
-            "kind": "ComputeDomain",
-            "metadata": {"name": name},
-            "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": f"{name}-ch"}}},
-        }
-    )
+    obj = store.create(compute_domain(name, 2))
     return str(obj["metadata"]["uid"])
 
 

@@ -3,7 +3,6 @@ nodes in two NVLink cliques, and ``kgpu controller`` replicas with short lease t
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,9 +10,11 @@ from typing import Any
 import pytest
 
 from kgpu.cluster.kube import KubeStore
-from kgpu.computedomain.api import API_VERSION, CLIQUE_LABEL
+from kgpu.computedomain.api import CLIQUE_LABEL
 from kgpu.controller import Controller, ControllerOptions
-from kgpu.testing.apiserver import FakeApiServer
+from kgpu.testing.apiserver import FakeApiServer, write_kubeconfig
+from kgpu.testing.manifests import compute_domain
+from kgpu.testing.poll import eventually
 
 NAMESPACE = "kgpu-system"
 RACK_A = "7bd2ae60-8d26-4a5a-b5a0-2b1d4ec1f0c5.0"
@@ -22,19 +23,6 @@ RACK_B = "1f0c0a3e-2c4b-4d8e-9a51-6b8e2f3d4c5a.0"
 FAST = {"lease_duration_s": 1.5, "renew_deadline_s": 1.0, "retry_period_s": 0.2}
 
 Obj = dict[str, Any]
-
-
-def kubeconfig(path: Path, url: str) -> Path:
-    path.write_text(
-        f"""apiVersion: v1
-kind: Config
-clusters: [{{name: s, cluster: {{server: "{url}"}}}}]
-users: [{{name: u, user: {{token: t}}}}]
-contexts: [{{name: c, context: {{cluster: s, user: u}}}}]
-current-context: c
-"""
-    )
-    return path
 
 
 def node(name: str, clique: str, ip: str, gpus: int = 4) -> Obj:
@@ -51,28 +39,12 @@ def node(name: str, clique: str, ip: str, gpus: int = 4) -> Obj:
 
 
 def domain(name: str, ns: str = "ml", num_nodes: int = 2, mode: str | None = None) -> Obj:
-    channel: Obj = {"resourceClaimTemplate": {"name": f"{name}-channel"}}
-    if mode:
-        channel["allocationMode"] = mode
-    spec: Obj = {"channel": channel}
-    if num_nodes:
-        spec["numNodes"] = num_nodes
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "ComputeDomain",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": spec,
-    }
+    return compute_domain(name, num_nodes, namespace=ns, channel=f"{name}-channel", mode=mode)
 
 
 def wait_for(check: Callable[[], Any], seconds: float = 10.0, step: float = 0.02) -> Any:
     """Poll ``check`` (test side only) until it returns something truthy."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(step)
+    return eventually(check, seconds, step)
 
 
 class Cluster:
@@ -86,7 +58,9 @@ class Cluster:
         self.stores: list[KubeStore] = []
 
     def store(self, user_agent: str) -> KubeStore:
-        path = kubeconfig(self.root / f"kc-{len(list(self.root.glob('kc-*')))}", self.server.url)
+        path = write_kubeconfig(
+            self.root / f"kc-{len(list(self.root.glob('kc-*')))}", self.server.url
+        )
         return KubeStore.from_config(str(path), qps=None, user_agent=user_agent)
 
     def controller(self, identity: str, **options: Any) -> Controller:

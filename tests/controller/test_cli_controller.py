@@ -12,10 +12,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from conftest import NAMESPACE, Cluster, kubeconfig, wait_for  # type: ignore[import-not-found]
+from conftest import NAMESPACE, Cluster, wait_for  # type: ignore[import-not-found]
 from typer.testing import CliRunner
 
 from kgpu.cli import app
+from kgpu.testing.apiserver import write_kubeconfig
 
 
 def test_bad_flags_are_refused_together_naming_each_flag(tmp_path: Path) -> None:
@@ -78,7 +79,7 @@ def test_the_process_leads_reports_health_and_releases_the_lease_on_sigterm(
             "kgpu",
             "controller",
             "--kubeconfig",
-            str(kubeconfig(cluster.root / "kc-process", cluster.server.url)),
+            str(write_kubeconfig(cluster.root / "kc-process", cluster.server.url)),
             "--namespace",
             NAMESPACE,
             "--identity",

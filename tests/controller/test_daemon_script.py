@@ -8,13 +8,13 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from kgpu.computedomain.imex import render_imex_config, render_imex_config_template
 from kgpu.computedomain.objects import DAEMON_SCRIPT, daemon_set
+from kgpu.testing.poll import eventually
 
 FAKE_IMEX = """#!/bin/sh
 echo "$@" > "$IMEXD_DIR/args"
@@ -22,15 +22,6 @@ trap 'echo usr1 >> "$IMEXD_DIR/signals"' USR1
 trap 'exit 0' TERM
 while :; do sleep 0.05; done
 """
-
-
-def _wait(check: object, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return True
-        time.sleep(0.02)
-    return False
 
 
 @pytest.mark.skipif(shutil.which("sh") is None, reason="no POSIX shell")
@@ -54,7 +45,7 @@ def test_the_daemon_script_renders_config_keeps_hosts_and_signals_changes(tmp_pa
     }
     proc = subprocess.Popen(["sh", "-c", DAEMON_SCRIPT], env=env)
     try:
-        assert _wait(lambda: (imexd / "args").exists())
+        assert eventually(lambda: (imexd / "args").exists())
         assert (imexd / "args").read_text().split() == ["-c", f"{imexd}/imexd.cfg"]
         assert (imexd / "imexd.cfg").read_text() == render_imex_config("192.168.4.2", str(imexd))
         # the old mapping is replaced, the host's own lines stay
@@ -64,7 +55,7 @@ def test_the_daemon_script_renders_config_keeps_hosts_and_signals_changes(tmp_pa
         (imexd / "hosts").write_text(
             "10.0.0.1\tcompute-domain-daemon-0000\n10.0.0.2\tcompute-domain-daemon-0001\n"
         )
-        assert _wait(lambda: (imexd / "signals").exists())
+        assert eventually(lambda: (imexd / "signals").exists())
         assert "10.0.0.2\tcompute-domain-daemon-0001" in etc_hosts.read_text()
         assert (imexd / "signals").read_text() == "usr1\n"
         proc.send_signal(signal.SIGTERM)

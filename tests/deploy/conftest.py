@@ -73,6 +73,18 @@ class Rendered:
     def of_kind(self, kind: str) -> list[Obj]:
         return [o for o in self.objects if o["kind"] == kind]
 
+    def rules(self, component: str) -> set[tuple[str, str, str]]:
+        """Every (apiGroup, resource, verb) the component's ClusterRoles and Roles grant."""
+        return {
+            (group, resource, verb)
+            for role in self.of_kind("ClusterRole") + self.of_kind("Role")
+            if role["metadata"]["labels"]["app.kubernetes.io/component"] == component
+            for rule in role["rules"]
+            for group in rule["apiGroups"]
+            for resource in rule["resources"]
+            for verb in rule["verbs"]
+        }
+
     def one(self, kind: str, component: str | None = None) -> Obj:
         found = [
             o

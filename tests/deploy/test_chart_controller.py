@@ -12,50 +12,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from rbac.documented import documented
 
 from .conftest import NAMESPACE, VALUES_SETS, Rendered
 
 Render = Callable[[str, str], Rendered]
-DOC = Path(__file__).resolve().parents[2] / "docs" / "cluster.md"
-
-
-def documented(name: str) -> set[tuple[str, str, str]]:
-    import re
-
-    table = DOC.read_text().split(f"<!-- rbac:{name} -->")[1].split(f"<!-- /rbac:{name} -->")[0]
-    rules = set()
-    for line in table.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 3 or not cells[0].startswith("`"):
-            continue
-        group = cells[0].strip("`").strip('"')
-        for verb in re.findall(r"`(\w+)`", cells[2]):
-            rules.add((group, cells[1].strip("`"), verb))
-    return rules
-
-
-def granted(rendered: Rendered, component: str) -> set[tuple[str, str, str]]:
-    out = set()
-    for kind in ("ClusterRole", "Role"):
-        for role in rendered.of_kind(kind):
-            if role["metadata"]["labels"].get("app.kubernetes.io/component") != component:
-                continue
-            for rule in role["rules"]:
-                for group in rule["apiGroups"]:
-                    for resource in rule["resources"]:
-                        for verb in rule["verbs"]:
-                            out.add((group, resource, verb))
-    return out
 
 
 def test_roles_grant_what_the_controller_is_documented_to_use(render: Render) -> None:
     # the agent's roles, whose rules depend on the values, are test_chart_agent_rbac.py's
-    missing = documented("controller") - granted(render("1.34", "default"), "controller")
+    missing = documented("controller") - render("1.34", "default").rules("controller")
     assert not missing, f"the chart does not grant the controller {sorted(missing)}"
 
 
 def test_the_controller_is_granted_nothing_it_does_not_use(render: Render) -> None:
-    extra = granted(render("1.34", "default"), "controller") - documented("controller")
+    extra = render("1.34", "default").rules("controller") - documented("controller")
     assert not extra, f"the controller's roles grant unused {sorted(extra)}"
 
 

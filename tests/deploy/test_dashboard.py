@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -23,10 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-# tests/metrics' Prometheus helpers (pytest puts tests/ on sys.path: package "metrics")
-from metrics.conftest import require_binary
-from metrics.test_prometheus import free_port, query
+from prometheus_helper import query, running_prometheus, scrape_config
 from typer.testing import CliRunner
 
 from kgpu.cli import app
@@ -143,39 +139,14 @@ def test_the_name_checks_catch_a_foreign_series() -> None:
 @pytest.fixture
 def prometheus(tmp_path: Path, expositions: list[str]) -> Iterator[str]:
     """A Prometheus on loopback scraping each exposition as its own target every second."""
-    binary = require_binary("prometheus")
     servers = [MetricsServer("127.0.0.1:0", lambda text=text: text) for text in expositions]
     for server in servers:
         server.start()
-    web_port = free_port()
-    targets = ", ".join(f"'127.0.0.1:{s.port}'" for s in servers)
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 1s\n"
-        f"scrape_configs:\n  - job_name: kgpu\n    static_configs:\n      - targets: [{targets}]\n"
-    )
-    log = (tmp_path / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{web_port}",
-            "--log.level=warn",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
     try:
-        yield f"http://127.0.0.1:{web_port}"
+        config = scrape_config([f"127.0.0.1:{s.port}" for s in servers])
+        with running_prometheus(tmp_path, config) as url:
+            yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
         for server in servers:
             server.stop()
 

@@ -53,13 +53,6 @@ mig-configs:
       mig-enabled: true
       mig-devices: {"3g.40gb": 3}
 """
-MUTATING = {
-    "nvmlDeviceSetMigMode",
-    "nvmlDeviceCreateGpuInstanceWithPlacement",
-    "nvmlGpuInstanceDestroy",
-    "nvmlGpuInstanceCreateComputeInstance",
-    "nvmlComputeInstanceDestroy",
-}
 
 
 @dataclass
@@ -121,7 +114,7 @@ class Node:
         return sorted(m.profile for m in self.sim.snapshot().gpus[index].mig_devices)
 
     def mutations(self) -> int:
-        return sum(1 for c in self.fake.calls if c in MUTATING) if self.fake else 0
+        return len(self.fake.mutating_calls()) if self.fake else 0
 
 
 @pytest.fixture(params=["simulated", "nvml"])

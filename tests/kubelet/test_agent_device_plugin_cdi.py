@@ -6,12 +6,8 @@ simulated node; the driver root is laid out as a real install)."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from fake_driver_root import lay_out_driver
 from test_nvidia_cdi import assert_valid
 
@@ -25,15 +21,6 @@ from kgpu.testing.fake_kubelet import FakeKubelet
 from kgpu.testing.fake_nvml import FakeNvml
 
 LIB = "/usr/lib/x86_64-linux-gnu"
-
-
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="kgd", dir="/tmp"))  # unix socket paths stay short
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def defined_names(path: Path) -> set[str]:

@@ -1,10 +1,8 @@
-"""Fixtures for the metrics tests: machines, text parsing, and the Prometheus binaries."""
+"""Fixtures for the metrics tests: machines and text parsing (Prometheus: prometheus_helper)."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 
 import pytest
 
@@ -39,17 +37,3 @@ def series(text: str, name: str, **labels: str) -> list[tuple[dict[str, str], fl
 @pytest.fixture
 def h100() -> Machine:
     return load_machine("dgx-h100", hostname="node-a")
-
-
-def require_binary(name: str) -> str:
-    """The binary's path; skip locally when missing, fail under CI=true."""
-    path = shutil.which(name)
-    if path is None:
-        reason = (
-            f"{name} is not installed (Debian package 'prometheus'; scripts/test.sh installs it "
-            "when run as root)"
-        )
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(reason + " and CI=true: the real-Prometheus acceptance test must run")
-        pytest.skip(reason)
-    return path

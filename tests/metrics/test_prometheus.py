@@ -10,10 +10,9 @@ missing binary skips these tests; under CI=true it fails them.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
-import urllib.parse
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,14 +20,13 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_helper import free_port, query, require_binary, running_prometheus, scrape_config
 
 from kgpu.metrics.server import MetricsServer
 from kgpu.metrics.simulated import DEFAULT_MEM_COPY_PERCENT, DEFAULT_SM_PERCENT
 from kgpu.sim.metrics import SimMetrics, serve_sim_metrics
 from kgpu.sim.scenario import ObjectRef, scenario_from_dict
 from kgpu.sim.simulation import Simulation, run_scenario
-
-from .conftest import require_binary
 
 pytestmark = pytest.mark.slow
 
@@ -39,12 +37,6 @@ DCGM_COUNTERS = {
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
     "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def simulate(acceptance: Path) -> Simulation:
@@ -82,60 +74,10 @@ def deployment(acceptance: Path) -> dict[str, Any]:
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[tuple[str, int]]:
     """A Prometheus on loopback scraping 127.0.0.1:<exporter port> every second."""
-    binary = require_binary("prometheus")
     exporter_port = free_port()
-    web_port = free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "scrape_configs:\n  - job_name: kgpu\n    static_configs:\n"
-        f"      - targets: ['127.0.0.1:{exporter_port}']\n"
-    )
-    log = (tmp_path / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{web_port}",
-            "--log.level=warn",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{web_port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(
-                    f"prometheus did not start:\n{(tmp_path / 'prometheus.log').read_text()}"
-                )
-            time.sleep(0.2)
+    config = scrape_config([f"127.0.0.1:{exporter_port}"])
+    with running_prometheus(tmp_path, config) as url:
         yield url, exporter_port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
-def query(url: str, promql: str) -> list[dict[str, Any]]:
-    with urllib.request.urlopen(
-        f"{url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}", timeout=5
-    ) as r:
-        body = json.load(r)
-    assert body["status"] == "success", body
-    return list(body["data"]["result"])
 
 
 def wait_for_value(url: str, promql: str, expected: float, timeout_s: float = 30) -> float:

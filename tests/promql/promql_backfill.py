@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-import socket
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -26,11 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-# tests/ is on sys.path (its conftest has no package), and tests/metrics is a package: reuse its
-# helper that skips locally and fails under CI=true when Prometheus is missing.
-from metrics.conftest import require_binary
+from prometheus_helper import require_binary, running_prometheus
 
 from kgpu.promql import History, parse_exposition
 
@@ -158,12 +152,6 @@ def openmetrics(history: History) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class PrometheusAPI:
     def __init__(self, url: str) -> None:
         self.url = url
@@ -181,7 +169,7 @@ class PrometheusAPI:
 @contextmanager
 def start_prometheus(history: History, work: Path) -> Iterator[PrometheusAPI]:
     """A real Prometheus over a backfilled copy of ``history``, stopped on exit."""
-    binary = require_binary("prometheus")
+    require_binary("prometheus")  # skip before the backfill when Prometheus is absent
     promtool = require_binary("promtool")
     source = work / "history.om"
     source.write_text(openmetrics(history))
@@ -193,41 +181,10 @@ def start_prometheus(history: History, work: Path) -> Iterator[PrometheusAPI]:
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    config = work / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 1h\n")
-    port = _free_port()
-    log_path = work / "prometheus.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={data}",
-                "--storage.tsdb.retention.time=100y",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"prometheus did not start:\n{log_path.read_text()}")
-            time.sleep(0.1)
+    with running_prometheus(
+        work,
+        "global:\n  scrape_interval: 1h\n",
+        data=data,
+        args=["--storage.tsdb.retention.time=100y"],
+    ) as url:
         yield PrometheusAPI(url)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

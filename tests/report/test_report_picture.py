@@ -17,6 +17,7 @@ from kgpu.sim.html.gpus import gpu_cells
 from kgpu.sim.quickstart import quickstart_path
 from kgpu.sim.scenario import load_scenario, scenario_from_dict
 from kgpu.sim.simulation import Simulation
+from kgpu.testing.manifests import deployment
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOYMENT = "Deployment default/time-slicing-verification"
@@ -101,7 +102,7 @@ def test_series_follow_the_clock_replicas_nodes_and_pending() -> None:
         scenario_from_dict(
             {
                 "nodes": [{"name": "t4", "count": 2, "machine": "t4"}],
-                "apply": [deployment("web", 1)],
+                "apply": [deployment("web", 1, {"nvidia.com/gpu": 1})],
                 "steps": [
                     {"advance": "1m"},
                     {"scale": {"name": "web", "replicas": 3}},
@@ -122,24 +123,6 @@ def test_series_follow_the_clock_replicas_nodes_and_pending() -> None:
     # what the simulated exporter reports: busy GPUs at the default 80 % SM demand, idle at 0
     assert stats[0]["gpuUtilization"] == pytest.approx(40.0)
     assert [g["name"] for g in picture["frames"][-1]["groups"]] == ["t4", "extra"]
-
-
-def deployment(name: str, replicas: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]
-                },
-            },
-        },
-    }
 
 
 def test_a_capped_map_draws_a_quota_per_group_failed_nodes_first() -> None:

@@ -12,33 +12,9 @@ from kgpu.errors import FieldError
 from kgpu.sim.plugins import Event
 from kgpu.sim.scenario import scenario_from_dict
 from kgpu.sim.simulation import Simulation
+from kgpu.testing.manifests import deployment
 
-
-def deployment(
-    name: str, replicas: int, limits: dict[str, Any] | None = None, **spec: Any
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "c",
-                            "image": "i",
-                            "resources": {"limits": limits or {"nvidia.com/gpu": 1}},
-                        }
-                    ],
-                    **spec,
-                },
-            },
-        },
-    }
+GPU = {"nvidia.com/gpu": 1}
 
 
 def scaled_object(target: str, query: str, threshold: str, **spec: Any) -> dict[str, Any]:
@@ -80,7 +56,7 @@ def test_a_group_at_its_maximum_says_so_once_with_a_count_not_every_scan() -> No
     sim = run(
         {
             "nodes": [{"name": "t4", "machine": "t4", "autoscale": {"min": 1, "max": 1}}],
-            "apply": [deployment("app", 2)],
+            "apply": [deployment("app", 2, GPU)],
             "steps": [{"advance": "1m"}],
         }
     )
@@ -102,7 +78,10 @@ def test_not_trigger_scale_up_gives_the_schedulers_reasons_on_the_template_node(
             "nodes": [{"name": "t4", "machine": "t4", "autoscale": {"min": 0, "max": 3}}],
             "apply": [
                 deployment(
-                    "a100-only", 1, nodeSelector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+                    "a100-only",
+                    1,
+                    GPU,
+                    nodeSelector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
                 )
             ],
             "steps": [{"advance": "30s"}],
@@ -127,7 +106,7 @@ def test_a_group_scales_from_zero_with_the_labels_and_device_plugin_its_spec_imp
                 }
             ],
             "clusterAutoscaler": {"provisioning-delay": "90s"},
-            "apply": [deployment("app", 2, nodeSelector={"pool": "inference"})],
+            "apply": [deployment("app", 2, GPU, nodeSelector={"pool": "inference"})],
             "steps": [{"advance": "2m"}],
         }
     )
@@ -202,7 +181,7 @@ def test_keda_activates_from_zero_and_deactivates_after_its_cooldown() -> None:
             {
                 "nodes": [{"name": "n", "machine": "dgx-h100"}],
                 "apply": [
-                    deployment("feeder", 1),
+                    deployment("feeder", 1, GPU),
                     deployment("worker", 0, {"cpu": "1"}),
                     scaled_object(
                         "worker",
@@ -245,7 +224,7 @@ def test_deleting_a_scaled_object_deletes_its_hpa() -> None:
     sim = run(
         {
             "nodes": [{"name": "n", "machine": "t4"}],
-            "apply": [deployment("app", 1), scaled_object("app", "vector(0)", "1")],
+            "apply": [deployment("app", 1, GPU), scaled_object("app", "vector(0)", "1")],
         }
     )
     hpa = sim.store.get("autoscaling/v2", "HorizontalPodAutoscaler", "keda-hpa-app", "default")
@@ -280,7 +259,7 @@ def test_an_hpa_on_cpu_fails_to_get_its_metric_and_keeps_the_replicas() -> None:
     sim = run(
         {
             "nodes": [{"name": "n", "machine": "t4"}],
-            "apply": [deployment("app", 2), hpa],
+            "apply": [deployment("app", 2, GPU), hpa],
             "steps": [{"advance": "1m"}],
         }
     )
@@ -301,7 +280,7 @@ def test_behavior_policies_limit_how_fast_keda_scales_up() -> None:
         {
             "nodes": [{"name": "n", "machine": "dgx-h100"}],
             "apply": [
-                deployment("app", 1),
+                deployment("app", 1, GPU),
                 scaled_object(
                     "app",
                     "vector(4)",
@@ -352,7 +331,7 @@ def test_prometheus_keeps_what_the_queries_read_for_as_long_as_they_read_it(
     sim = run(
         {
             "nodes": [{"name": "n", "machine": "t4"}],
-            "apply": [deployment("app", 1), scaled_object("app", query, "100")],
+            "apply": [deployment("app", 1, GPU), scaled_object("app", query, "100")],
             "steps": [{"advance": "1h"}],
         }
     )

@@ -11,27 +11,9 @@ import pytest
 from kgpu.sim.plugins import Event
 from kgpu.sim.scenario import scenario_from_dict
 from kgpu.sim.simulation import Simulation
+from kgpu.testing.manifests import deployment
 
 ZONE = "topology.kubernetes.io/zone"
-
-
-def deployment(name: str, replicas: int, limits: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [{"name": "c", "image": "i", "resources": {"limits": limits}}],
-                    **spec,
-                },
-            },
-        },
-    }
 
 
 def anti_affinity(app: str, topology_key: str) -> dict[str, Any]:

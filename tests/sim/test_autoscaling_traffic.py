@@ -15,27 +15,12 @@ from kgpu.promql import parse_exposition
 from kgpu.sim.metrics import SimMetrics, serve_sim_metrics
 from kgpu.sim.scenario import ObjectRef, scenario_from_dict
 from kgpu.sim.simulation import Simulation
+from kgpu.testing.manifests import deployment
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def deployment(name: str, replicas: int, gpus: int = 1) -> dict[str, Any]:
-    limits: dict[str, Any] = {"nvidia.com/gpu": gpus} if gpus else {"cpu": "1"}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [{"name": "c", "image": "i", "resources": {"limits": limits}}]
-                },
-            },
-        },
-    }
+GPU = {"nvidia.com/gpu": 1}
 
 
 def metric(sim: Simulation, name: str) -> dict[str, float]:
@@ -50,7 +35,7 @@ def metric(sim: Simulation, name: str) -> dict[str, float]:
 def test_load_spreads_over_the_running_pods_and_follows_them_as_they_scale() -> None:
     sim = Simulation(
         scenario_from_dict(
-            {"nodes": [{"name": "n", "machine": "dgx-h100"}], "apply": [deployment("web", 3)]}
+            {"nodes": [{"name": "n", "machine": "dgx-h100"}], "apply": [deployment("web", 3, GPU)]}
         ),
         plugins=False,
     ).run()
@@ -83,7 +68,7 @@ def test_a_time_sliced_gpu_sums_its_pods_shares_capped_at_100() -> None:
                     }
                 ],
                 "configs": [str(EXAMPLES / "quickstart" / "multiple-gpu-sharing.yaml")],
-                "apply": [deployment("shared", 4), deployment("other", 0)],
+                "apply": [deployment("shared", 4, GPU), deployment("other", 0, GPU)],
             }
         ),
         plugins=False,
@@ -102,7 +87,7 @@ def test_pods_without_traffic_keep_their_default_demand_and_serve_metrics_shows_
         scenario_from_dict(
             {
                 "nodes": [{"name": "n", "machine": "dgx-h100"}],
-                "apply": [deployment("steady", 1), deployment("loaded", 1)],
+                "apply": [deployment("steady", 1, GPU), deployment("loaded", 1, GPU)],
                 "steps": [{"traffic": {"name": "loaded", "gpuUtilization": 30}}],
             }
         ),

@@ -15,6 +15,7 @@ from kgpu.sim.controllers.resourceclaim import ResourceClaimController
 from kgpu.sim.dra_scheduler import DraSchedulerPlugin, ensure_classes
 from kgpu.sim.plugins import NodeInfo
 from kgpu.store import MemoryStore
+from kgpu.testing.manifests import claim_template
 
 API = "resource.k8s.io/v1"
 
@@ -27,21 +28,12 @@ def store() -> MemoryStore:
         publish_slices(
             st, "gpu.nvidia.com", n, resource_slices(load_machine("gb200", hostname=n), n)
         )
-    st.create(template("four", 4))
-    st.create(template("one", 1))
+    st.create(claim_template("four", 4))
+    st.create(claim_template("one", 1))
     return st
 
 
-def template(name: str, count: int, selector: str | None = None) -> dict:
-    exactly: dict = {"deviceClassName": "gpu.nvidia.com", "count": count}
-    if selector:
-        exactly["selectors"] = [{"cel": {"expression": selector}}]
-    return {
-        "apiVersion": API,
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
-    }
+NVLINK5 = "device.attributes['gpu.nvidia.com'].nvlinkVersion >= 5"
 
 
 def pod(store: MemoryStore, name: str, *claims: dict) -> dict:
@@ -174,7 +166,7 @@ def test_unreserve_undoes_reserve(store: MemoryStore) -> None:
 
 
 def test_pod_stays_pending_with_the_scheduler_message(store: MemoryStore) -> None:
-    store.create(template("bad", 1, "device.attributes['gpu.nvidia.com'].nvlinkVersion >= 5"))
+    store.create(claim_template("bad", 1, selector=NVLINK5))
     plugin = DraSchedulerPlugin()
     claims = ResourceClaimController()
     p = pod(store, "p", {"name": "gpus", "resourceClaimTemplateName": "bad"})
@@ -255,7 +247,7 @@ def test_a_retried_pod_gets_one_generated_claim(store: MemoryStore) -> None:
 
 
 def test_each_pod_gets_an_error_naming_its_own_claim(store: MemoryStore) -> None:
-    store.create(template("bad", 1, "device.attributes['gpu.nvidia.com'].nvlinkVersion >= 5"))
+    store.create(claim_template("bad", 1, selector=NVLINK5))
     plugin = DraSchedulerPlugin()
     claims = ResourceClaimController()
     for name in ("a", "b"):

@@ -13,6 +13,7 @@ from kgpu.sim.controllers.resourceclaim import ResourceClaimController
 from kgpu.sim.dra_scheduler import DraSchedulerPlugin, ensure_classes
 from kgpu.sim.plugins import NodeInfo
 from kgpu.store import MemoryStore
+from kgpu.testing.manifests import claim_template
 
 API = "resource.k8s.io/v1"
 NODES = ("n1", "n2", "n3")
@@ -26,28 +27,7 @@ def cluster() -> MemoryStore:
             st, "gpu.nvidia.com", n, resource_slices(load_machine("gb200", hostname=n), n)
         )
     for name, count in (("one", 1), ("four", 4)):
-        st.create(
-            {
-                "apiVersion": API,
-                "kind": "ResourceClaimTemplate",
-                "metadata": {"name": name, "namespace": "default"},
-                "spec": {
-                    "spec": {
-                        "devices": {
-                            "requests": [
-                                {
-                                    "name": "gpu",
-                                    "exactly": {
-                                        "deviceClassName": "gpu.nvidia.com",
-                                        "count": count,
-                                    },
-                                }
-                            ]
-                        }
-                    }
-                },
-            }
-        )
+        st.create(claim_template(name, count))
     return st
 
 

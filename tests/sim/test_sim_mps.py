@@ -10,6 +10,7 @@ import yaml
 from kgpu.hardware.profiles import load_machine
 from kgpu.sim.scenario import load_scenario
 from kgpu.sim.simulation import Simulation
+from kgpu.testing.manifests import deployment
 
 SPLIT = """
 version: v1
@@ -23,29 +24,7 @@ sharing:
 """
 
 
-def deployment(name: str, resource: str, replicas: int) -> dict[str, object]:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "cuda",
-                            "image": "nvcr.io/nvidia/k8s/cuda-sample:nbody",
-                            "resources": {"limits": {resource: 1}},
-                        }
-                    ]
-                },
-            },
-        },
-    }
+NBODY = "nvcr.io/nvidia/k8s/cuda-sample:nbody"
 
 
 def test_two_mps_gpus_two_daemons_each_with_its_own_clients(tmp_path: Path) -> None:
@@ -53,8 +32,8 @@ def test_two_mps_gpus_two_daemons_each_with_its_own_clients(tmp_path: Path) -> N
     (tmp_path / "apps.yaml").write_text(
         yaml.safe_dump_all(
             [
-                deployment("mps-app", "nvidia.com/gpu.mps", 5),
-                deployment("ts-app", "nvidia.com/gpu.ts", 2),
+                deployment("mps-app", 5, {"nvidia.com/gpu.mps": 1}, container="cuda", image=NBODY),
+                deployment("ts-app", 2, {"nvidia.com/gpu.ts": 1}, container="cuda", image=NBODY),
             ]
         )
     )

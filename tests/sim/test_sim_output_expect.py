@@ -14,6 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from kgpu.cli import app, output
+from kgpu.testing.manifests import deployment
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -26,27 +27,7 @@ SCENARIO: dict[str, Any] = {
     "nodes": [{"name": "gpu", "machine": "t4"}],
     "configs": [str(EXAMPLES / "manifests" / "gpu-sharing-config-any-mps.yaml")],
     "apply": [
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "web"},
-            "spec": {
-                "replicas": 5,
-                "selector": {"matchLabels": {"app": "web"}},
-                "template": {
-                    "metadata": {"labels": {"app": "web"}},
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "c",
-                                "image": "x",
-                                "resources": {"limits": {"nvidia.com/gpu": 1}},
-                            }
-                        ]
-                    },
-                },
-            },
-        }
+        deployment("web", 5, {"nvidia.com/gpu": 1}),
     ],
     "steps": [{"name": "more GPUs", "addNodes": {"name": "more", "machine": "t4"}}],
 }

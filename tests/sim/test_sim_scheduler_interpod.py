@@ -10,26 +10,11 @@ import pytest
 from kgpu.computedomain.api import WORKLOAD_LABEL
 from kgpu.sim.scenario import scenario_from_dict
 from kgpu.sim.simulation import Simulation
+from kgpu.testing.manifests import deployment
 
 RACK_A = "7bd2ae60-8d26-4a5a-b5a0-2b1d4ec1f0c5.0"
 RACK_B = "1f0c0a3e-2c4b-4d8e-9a51-6b8e2f3d4c5a.0"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "computedomain"
-
-
-def deployment(name: str, replicas: int, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "c", "image": "x"}], **spec},
-            },
-        },
-    }
 
 
 def simulate(nodes: list[dict[str, Any]], *objs: dict[str, Any]) -> Simulation:

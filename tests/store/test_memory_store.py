@@ -1,10 +1,14 @@
-"""The in-memory object store behaves like the API server where controllers can tell."""
+"""The in-memory object store behaves like the API server where controllers can tell.
+
+The full behaviour table runs on both stores in tests/cluster/test_store_contract.py; a test
+there that is the same to the letter for MemoryStore is not repeated here.
+"""
 
 from __future__ import annotations
 
 import pytest
 
-from kgpu.store import AlreadyExists, Conflict, MemoryStore, NotFound
+from kgpu.store import AlreadyExists, MemoryStore, NotFound
 
 
 def _cm(name: str, data: str = "a") -> dict[str, object]:
@@ -14,17 +18,6 @@ def _cm(name: str, data: str = "a") -> dict[str, object]:
         "metadata": {"name": name},
         "data": {"k": data},
     }
-
-
-def test_stale_update_conflicts_and_fresh_one_lands() -> None:
-    store = MemoryStore()
-    first = store.create(_cm("x"))
-    assert first["metadata"]["namespace"] == "default"
-    fresh = store.update({**first, "data": {"k": "b"}})
-    with pytest.raises(Conflict):
-        store.update({**first, "data": {"k": "c"}})
-    assert store.get("v1", "ConfigMap", "x")["data"] == {"k": "b"}
-    assert int(fresh["metadata"]["resourceVersion"]) > int(first["metadata"]["resourceVersion"])
 
 
 def test_create_twice_and_missing_delete() -> None:

@@ -1,8 +1,8 @@
 """Fakes users (and kgpu's tests) can test against, each standing in for a part that cannot
 run here: a kubelet for device plugins (:class:`FakeKubelet`) and for DRA plugins
 (:class:`FakeDraKubelet`), its PodResources API (:class:`FakePodResourcesServer`), a node
-agent in a child process (:class:`AgentProcess`), and node views built from made-up machines
-(``views``)."""
+agent in a child process (:class:`AgentProcess`), node views built from made-up machines
+(``views``), and the manifests tests and benches apply (``manifests.deployment``)."""
 
 from kgpu.testing.agent_process import AgentProcess
 from kgpu.testing.fake_kubelet import FakeKubelet

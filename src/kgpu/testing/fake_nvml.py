@@ -25,7 +25,7 @@ operations left. Profile ids follow an A100's (``1g.10gb`` is 19, ``3g.40gb`` 9,
 ``NVML_ERROR_NOT_SUPPORTED``), per-MIG-device process lists (the parent GPU lists them all, as
 NVML does for root), events, telemetry. ``fail[function] = code`` makes a call raise that
 NVML error (``NVML_ERROR_NO_PERMISSION`` on ``nvmlDeviceSetMigMode``, say); ``calls`` records
-every call made.
+every call made, ``mutating_calls()`` those that change MIG state.
 """
 
 from __future__ import annotations
@@ -59,6 +59,17 @@ _CODES = {
 _GI_PROFILE_IDS = {0: 19, 1: 14, 2: 9, 3: 5, 4: 0, 5: 22, 6: 23, 7: 20, 8: 21, 9: 15}
 #: compute slices -> compute-instance profile index (NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE)
 _CI_INDEX = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
+#: The calls that change a GPU's MIG layout: where nothing may change (an unchanged config, a
+#: node that is not the manager's to touch), a test asserts none of them was made.
+MUTATING_CALLS = frozenset(
+    {
+        "nvmlDeviceSetMigMode",
+        "nvmlDeviceCreateGpuInstanceWithPlacement",
+        "nvmlGpuInstanceDestroy",
+        "nvmlGpuInstanceCreateComputeInstance",
+        "nvmlComputeInstanceDestroy",
+    }
+)
 
 
 def _engines(profile: MigProfile, geometry_compute: int) -> dict[str, int]:
@@ -130,6 +141,10 @@ class FakeNvml:
         self.fail: dict[str, int] = {}
         self.calls: list[str] = []
         self.initialised = 0
+
+    def mutating_calls(self) -> list[str]:
+        """The calls made so far that change MIG state (:data:`MUTATING_CALLS`), in order."""
+        return [c for c in self.calls if c in MUTATING_CALLS]
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith(("NVML_", "c_nvml")):

@@ -23,6 +23,7 @@ from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.kubelet.dra.handler import ClaimRef
 from kgpu.node.view import build_node_view
 from kgpu.store import MemoryStore, Scope
+from kgpu.testing.manifests import compute_domain
 
 CLIQUE = "5a3c1a2e-0000-4000-8000-000000000001.3"
 CD_DRIVER = "compute-domain.nvidia.com"
@@ -94,14 +95,7 @@ def started(
     def start() -> tuple[DraComponent, Path]:
         _node(store, NODE, "10.1.0.1")
         _node(store, PEER, "10.1.0.2")
-        domain = store.create(
-            {
-                "apiVersion": API_VERSION,
-                "kind": "ComputeDomain",
-                "metadata": {"name": "train"},
-                "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "t-ch"}}},
-            }
-        )
+        domain = store.create(compute_domain("train", 2, channel="t-ch"))
         uid = domain["metadata"]["uid"]
         component = DraComponent(
             short_tmp / "kubelet",
