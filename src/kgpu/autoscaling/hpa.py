@@ -641,22 +641,7 @@ def scale_up_limit(
     now: float,
 ) -> int:
     """The most replicas the scale-up policies allow now."""
-    if rules.select_policy == "Disabled":
-        return current
-    pick = min if rules.select_policy == "Min" else max
-    result: int | None = None
-    for policy in rules.policies:
-        start = (
-            current
-            - replicas_changed_in(policy.period_seconds, up, now)
-            + replicas_changed_in(policy.period_seconds, down, now)
-        )
-        if policy.type == "Pods":
-            proposed = start + policy.value
-        else:
-            proposed = math.ceil(start * (1 + policy.value / 100))
-        result = proposed if result is None else pick(result, proposed)
-    return current if result is None else result
+    return _policy_limit(current, up, down, rules, now, scale_up=True)
 
 
 def scale_down_limit(
@@ -667,9 +652,26 @@ def scale_down_limit(
     now: float,
 ) -> int:
     """The fewest replicas the scale-down policies allow now."""
+    return _policy_limit(current, up, down, rules, now, scale_up=False)
+
+
+def _policy_limit(
+    current: int,
+    up: Sequence[ScaleEvent],
+    down: Sequence[ScaleEvent],
+    rules: ScalingRules,
+    now: float,
+    *,
+    scale_up: bool,
+) -> int:
+    """What the policies of one direction allow: each policy proposes a count from the
+    replicas at the start of its period; ``selectPolicy`` Max takes the proposal that moves
+    furthest (the most replicas up, the fewest down), Min the one that moves least."""
     if rules.select_policy == "Disabled":
         return current
-    pick = max if rules.select_policy == "Min" else min
+    furthest = max if scale_up else min
+    nearest = min if scale_up else max
+    pick = nearest if rules.select_policy == "Min" else furthest
     result: int | None = None
     for policy in rules.policies:
         start = (
@@ -678,7 +680,9 @@ def scale_down_limit(
             + replicas_changed_in(policy.period_seconds, down, now)
         )
         if policy.type == "Pods":
-            proposed = start - policy.value
+            proposed = start + policy.value if scale_up else start - policy.value
+        elif scale_up:
+            proposed = math.ceil(start * (1 + policy.value / 100))
         else:
             proposed = int(start * (1 - policy.value / 100))
         result = proposed if result is None else pick(result, proposed)
