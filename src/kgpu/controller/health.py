@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from kgpu.metrics.serving import ServerThread, send_reply
+from kgpu.metrics.serving import ServerThread, http_server, send_reply
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +59,7 @@ class HealthServer:
                     code = 200 if ok else 503
                 send_reply(self, code, text.encode())
 
-        server = ThreadingHTTPServer(self._address, Handler)
-        server.daemon_threads = True
-        self._serving = ServerThread(server, "health")
-        self._serving.start()
+        self._serving = ServerThread(http_server(self._address, Handler), "health").start()
         return self
 
     def stop(self) -> None:

@@ -20,12 +20,12 @@ import json
 import logging
 import ssl
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from kgpu.computedomain.admission import Mutation
-from kgpu.metrics.serving import ServerThread, send_reply
+from kgpu.metrics.serving import ServerThread, http_server, send_reply
 
 log = logging.getLogger(__name__)
 
@@ -140,14 +140,12 @@ class AdmissionServer:
                     owner.patched += 1
                 send_reply(self, 200, json.dumps(answer).encode(), "application/json")
 
-        server = ThreadingHTTPServer(self._address, Handler)
-        server.daemon_threads = True
+        server = http_server(self._address, Handler)
         # the TLS handshake happens on the connection's own thread, not in accept()
         server.socket = self._context.wrap_socket(
             server.socket, server_side=True, do_handshake_on_connect=False
         )
-        self._serving = ServerThread(server, "webhook")
-        self._serving.start()
+        self._serving = ServerThread(server, "webhook").start()
         return self
 
     def stop(self) -> None:

@@ -11,7 +11,7 @@ both processes may import (the agent and the controller), and no I/O may live in
 from __future__ import annotations
 
 import threading
-from http.server import BaseHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socketserver import BaseServer
 
 TEXT = "text/plain; charset=utf-8"
@@ -26,6 +26,16 @@ def send_reply(
     handler.send_header("Content-Length", str(len(body)))
     handler.end_headers()
     handler.wfile.write(body)
+
+
+def http_server(
+    address: tuple[str, int], handler: type[BaseHTTPRequestHandler]
+) -> ThreadingHTTPServer:
+    """A bound server answering each connection on a daemon thread of its own (a stalled
+    client never keeps the process from exiting)."""
+    server = ThreadingHTTPServer(address, handler)
+    server.daemon_threads = True
+    return server
 
 
 class ServerThread:
@@ -46,11 +56,12 @@ class ServerThread:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def start(self) -> None:
+    def start(self) -> ServerThread:
         self._thread = threading.Thread(
             target=self.server.serve_forever, name=self.name, daemon=True
         )
         self._thread.start()
+        return self
 
     def stop(self) -> None:
         """Stop serving (if started), wait for the thread, close the socket."""
