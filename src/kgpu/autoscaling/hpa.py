@@ -604,18 +604,7 @@ def convert_with_rules(
     """Limits without ``behavior``: at least ``minimum``, at most ``maximum`` and at most
     ``max(2 x current, 4)``; with the ScalingLimited reason and message."""
     scale_up_limit = int(max(SCALE_UP_LIMIT_FACTOR * current, SCALE_UP_LIMIT_MINIMUM))
-    if maximum > scale_up_limit:
-        ceiling = scale_up_limit
-        reason, message = (
-            "ScaleUpLimit",
-            "the desired replica count is increasing faster than the maximum scale rate",
-        )
-    else:
-        ceiling = maximum
-        reason, message = (
-            "TooManyReplicas",
-            "the desired replica count is more than the maximum replica count",
-        )
+    ceiling, reason, message = _ceiling(scale_up_limit, maximum)
     if desired < minimum:
         return (
             minimum,
@@ -625,6 +614,22 @@ def convert_with_rules(
     if desired > ceiling:
         return ceiling, reason, message
     return desired, "DesiredWithinRange", "the desired count is within the acceptable range"
+
+
+def _ceiling(rate_limit: int, maximum: int) -> tuple[int, str, str]:
+    """The most replicas allowed, the scale-up rate's ``rate_limit`` or ``maximum`` (the lower),
+    with the ScalingLimited reason and message should the desired count exceed it."""
+    if maximum > rate_limit:
+        return (
+            rate_limit,
+            "ScaleUpLimit",
+            "the desired replica count is increasing faster than the maximum scale rate",
+        )
+    return (
+        maximum,
+        "TooManyReplicas",
+        "the desired replica count is more than the maximum replica count",
+    )
 
 
 def replicas_changed_in(period: float, events: Sequence[ScaleEvent], now: float) -> int:
@@ -703,18 +708,7 @@ def convert_with_behavior_rate(
     """The behavior's rate limits and min/max; with the ScalingLimited reason and message."""
     if desired > current:
         limit = max(scale_up_limit(current, up_events, down_events, up_rules, now), current)
-        if maximum > limit:
-            ceiling = limit
-            reason, message = (
-                "ScaleUpLimit",
-                "the desired replica count is increasing faster than the maximum scale rate",
-            )
-        else:
-            ceiling = maximum
-            reason, message = (
-                "TooManyReplicas",
-                "the desired replica count is more than the maximum replica count",
-            )
+        ceiling, reason, message = _ceiling(limit, maximum)
         if desired > ceiling:
             return ceiling, reason, message
     elif desired < current:
