@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from kgpu.metrics.server import parse_address
+from kgpu.metrics.serving import ServerThread, send_reply
 
 log = logging.getLogger(__name__)
 
@@ -32,21 +32,13 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path != HEALTH_PATH:
-            self._reply(404, f"not found; the agent's health is at {HEALTH_PATH}\n")
+            send_reply(self, 404, f"not found; the agent's health is at {HEALTH_PATH}\n".encode())
             return
         try:
             healthy, reason = self.server.check()
         except Exception as exc:  # a probe must get an answer, never a reset connection
             healthy, reason = False, f"the health check failed: {exc}"
-        self._reply(200 if healthy else 503, reason + "\n")
-
-    def _reply(self, code: int, text: str) -> None:
-        body = text.encode("utf-8")
-        self.send_response(code)
-        self.send_header("Content-Type", "text/plain; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_reply(self, 200 if healthy else 503, (reason + "\n").encode())
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("health http: " + format, *args)
@@ -75,21 +67,14 @@ class HealthServer:
                 exc.errno, f"--health-address: cannot serve on {address}: {exc.strerror}"
             ) from None
         self._httpd.check = check
-        self._thread: threading.Thread | None = None
+        self._serving = ServerThread(self._httpd, "kgpu-agent-health")
 
     @property
     def port(self) -> int:
-        return int(self._httpd.server_address[1])
+        return self._serving.port
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="kgpu-agent-health", daemon=True
-        )
-        self._thread.start()
+        self._serving.start()
 
     def stop(self) -> None:
-        if self._thread is not None:
-            self._httpd.shutdown()
-            self._thread.join(timeout=5)
-            self._thread = None
-        self._httpd.server_close()
+        self._serving.stop()

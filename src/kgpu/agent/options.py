@@ -9,7 +9,6 @@ all problems at once, each naming its flag (``--metrics-address: 'x' is not HOST
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -142,6 +141,7 @@ class AgentOptions:
 
     def problems(self) -> list[FieldProblem]:
         """Every mistake in these options, each naming its flag; [] when they are usable."""
+        from kgpu.cluster.kube import connection_problems
         from kgpu.metrics.server import parse_address
 
         out: list[FieldProblem] = []
@@ -214,17 +214,7 @@ class AgentOptions:
             )
         if self.kube_burst < 1:
             out.append(FieldProblem(f"{self.kube_burst!r}: must be >= 1", "--kube-burst"))
-        if self.kubeconfig is not None and self.in_cluster:
-            out.append(FieldProblem("give --kubeconfig or --in-cluster, not both", "--in-cluster"))
-        elif self.in_cluster and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-            out.append(
-                FieldProblem(
-                    "not running in a pod (KUBERNETES_SERVICE_HOST is unset); use --kubeconfig",
-                    "--in-cluster",
-                )
-            )
-        elif self.kubeconfig is not None and not self.kubeconfig.is_file():
-            out.append(FieldProblem(f"{self.kubeconfig}: no such file", "--kubeconfig"))
+        out.extend(connection_problems(self.kubeconfig, self.in_cluster))
         return out
 
     def validate(self) -> None:

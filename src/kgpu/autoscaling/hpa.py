@@ -604,18 +604,7 @@ def convert_with_rules(
     """Limits without ``behavior``: at least ``minimum``, at most ``maximum`` and at most
     ``max(2 x current, 4)``; with the ScalingLimited reason and message."""
     scale_up_limit = int(max(SCALE_UP_LIMIT_FACTOR * current, SCALE_UP_LIMIT_MINIMUM))
-    if maximum > scale_up_limit:
-        ceiling = scale_up_limit
-        reason, message = (
-            "ScaleUpLimit",
-            "the desired replica count is increasing faster than the maximum scale rate",
-        )
-    else:
-        ceiling = maximum
-        reason, message = (
-            "TooManyReplicas",
-            "the desired replica count is more than the maximum replica count",
-        )
+    ceiling, reason, message = _ceiling(scale_up_limit, maximum)
     if desired < minimum:
         return (
             minimum,
@@ -625,6 +614,22 @@ def convert_with_rules(
     if desired > ceiling:
         return ceiling, reason, message
     return desired, "DesiredWithinRange", "the desired count is within the acceptable range"
+
+
+def _ceiling(rate_limit: int, maximum: int) -> tuple[int, str, str]:
+    """The most replicas allowed, the scale-up rate's ``rate_limit`` or ``maximum`` (the lower),
+    with the ScalingLimited reason and message should the desired count exceed it."""
+    if maximum > rate_limit:
+        return (
+            rate_limit,
+            "ScaleUpLimit",
+            "the desired replica count is increasing faster than the maximum scale rate",
+        )
+    return (
+        maximum,
+        "TooManyReplicas",
+        "the desired replica count is more than the maximum replica count",
+    )
 
 
 def replicas_changed_in(period: float, events: Sequence[ScaleEvent], now: float) -> int:
@@ -641,22 +646,7 @@ def scale_up_limit(
     now: float,
 ) -> int:
     """The most replicas the scale-up policies allow now."""
-    if rules.select_policy == "Disabled":
-        return current
-    pick = min if rules.select_policy == "Min" else max
-    result: int | None = None
-    for policy in rules.policies:
-        start = (
-            current
-            - replicas_changed_in(policy.period_seconds, up, now)
-            + replicas_changed_in(policy.period_seconds, down, now)
-        )
-        if policy.type == "Pods":
-            proposed = start + policy.value
-        else:
-            proposed = math.ceil(start * (1 + policy.value / 100))
-        result = proposed if result is None else pick(result, proposed)
-    return current if result is None else result
+    return _policy_limit(current, up, down, rules, now, scale_up=True)
 
 
 def scale_down_limit(
@@ -667,9 +657,26 @@ def scale_down_limit(
     now: float,
 ) -> int:
     """The fewest replicas the scale-down policies allow now."""
+    return _policy_limit(current, up, down, rules, now, scale_up=False)
+
+
+def _policy_limit(
+    current: int,
+    up: Sequence[ScaleEvent],
+    down: Sequence[ScaleEvent],
+    rules: ScalingRules,
+    now: float,
+    *,
+    scale_up: bool,
+) -> int:
+    """What the policies of one direction allow: each policy proposes a count from the
+    replicas at the start of its period; ``selectPolicy`` Max takes the proposal that moves
+    furthest (the most replicas up, the fewest down), Min the one that moves least."""
     if rules.select_policy == "Disabled":
         return current
-    pick = max if rules.select_policy == "Min" else min
+    furthest = max if scale_up else min
+    nearest = min if scale_up else max
+    pick = nearest if rules.select_policy == "Min" else furthest
     result: int | None = None
     for policy in rules.policies:
         start = (
@@ -678,7 +685,9 @@ def scale_down_limit(
             + replicas_changed_in(policy.period_seconds, down, now)
         )
         if policy.type == "Pods":
-            proposed = start - policy.value
+            proposed = start + policy.value if scale_up else start - policy.value
+        elif scale_up:
+            proposed = math.ceil(start * (1 + policy.value / 100))
         else:
             proposed = int(start * (1 - policy.value / 100))
         result = proposed if result is None else pick(result, proposed)
@@ -699,18 +708,7 @@ def convert_with_behavior_rate(
     """The behavior's rate limits and min/max; with the ScalingLimited reason and message."""
     if desired > current:
         limit = max(scale_up_limit(current, up_events, down_events, up_rules, now), current)
-        if maximum > limit:
-            ceiling = limit
-            reason, message = (
-                "ScaleUpLimit",
-                "the desired replica count is increasing faster than the maximum scale rate",
-            )
-        else:
-            ceiling = maximum
-            reason, message = (
-                "TooManyReplicas",
-                "the desired replica count is more than the maximum replica count",
-            )
+        ceiling, reason, message = _ceiling(limit, maximum)
         if desired > ceiling:
             return ceiling, reason, message
     elif desired < current:

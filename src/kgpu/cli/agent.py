@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from kgpu.agent.options import AgentOptions
+from kgpu.cli.options import InCluster, LogLevel, setup_logging
 
 DEFAULTS = AgentOptions()  # each flag's default is the option's
 
@@ -80,12 +81,7 @@ def register(app: typer.Typer) -> None:
                 "read claims and ComputeDomains).",
             ),
         ] = None,
-        in_cluster: Annotated[
-            bool,
-            typer.Option(
-                "--in-cluster", help="Talk to the API server with the pod's service account."
-            ),
-        ] = False,
+        in_cluster: InCluster = False,
         clique: Annotated[
             str | None,
             typer.Option(
@@ -204,16 +200,13 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option("--status", help="Print the running agent's status JSON and exit."),
         ] = False,
-        log_level: Annotated[
-            str, typer.Option("--log-level", help="debug|info|warning|error.")
-        ] = DEFAULTS.log_level,
+        log_level: LogLevel = DEFAULTS.log_level,
     ) -> None:
         """Serve the node's GPUs to the kubelet until SIGTERM (SIGHUP reloads)."""
         import logging
         import os
         import signal
         import socket
-        import sys
 
         from kgpu.cli.output import print_json
         from kgpu.cli.plain import fail
@@ -272,11 +265,7 @@ def register(app: typer.Typer) -> None:
         except FieldError as exc:
             fail(exc)
 
-        logging.basicConfig(
-            level=getattr(logging, opts.log_level.upper(), logging.INFO),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-            stream=sys.stderr,
-        )
+        setup_logging(opts.log_level)
         for note in opts.environment_notes:
             logging.getLogger("kgpu.agent").warning("%s", note)
         for name, variable in sorted(opts.environment.items()):

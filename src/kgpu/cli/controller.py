@@ -3,12 +3,12 @@ cluster, leader-elected (docs/computedomains.md, docs/cluster.md)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from kgpu.cli.options import InCluster, LogLevel, setup_logging
 from kgpu.computedomain.objects import DRIVER_NAMESPACE
 
 
@@ -19,12 +19,7 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Option("--kubeconfig", help="Talk to the API server of this kubeconfig."),
         ] = None,
-        in_cluster: Annotated[
-            bool,
-            typer.Option(
-                "--in-cluster", help="Talk to the API server with the pod's service account."
-            ),
-        ] = False,
+        in_cluster: InCluster = False,
         namespace: Annotated[
             str,
             typer.Option(
@@ -108,18 +103,16 @@ def register(app: typer.Typer) -> None:
         burst: Annotated[
             int, typer.Option("--kube-api-burst", help="Client-side limit: burst.", min=1)
         ] = 30,
-        log_level: Annotated[
-            str, typer.Option("--log-level", help="debug|info|warning|error.")
-        ] = "info",
+        log_level: LogLevel = "info",
     ) -> None:
         """Run the ComputeDomain controller until SIGTERM (exit 1 if it loses the Lease)."""
         import logging
         import signal
         import socket
-        import sys
         import threading
 
         from kgpu.cli.plain import fail
+        from kgpu.cluster.kube import connection_problems
         from kgpu.controller import Controller, ControllerOptions
         from kgpu.controller.deviceclasses import GROUPS
         from kgpu.controller.leaderelection import LeaseConfig
@@ -171,27 +164,11 @@ def register(app: typer.Typer) -> None:
             ).check()
         except FieldError as exc:
             problems.extend(exc.problems)
-        if kubeconfig is not None and in_cluster:
-            problems.append(
-                FieldProblem("give --kubeconfig or --in-cluster, not both", "--in-cluster")
-            )
-        elif in_cluster and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-            problems.append(
-                FieldProblem(
-                    "not running in a pod (KUBERNETES_SERVICE_HOST is unset); use --kubeconfig",
-                    "--in-cluster",
-                )
-            )
-        elif kubeconfig is not None and not kubeconfig.is_file():
-            problems.append(FieldProblem(f"{kubeconfig}: no such file", "--kubeconfig"))
+        problems.extend(connection_problems(kubeconfig, in_cluster))
         if problems:
             fail(FieldError(problems))
 
-        logging.basicConfig(
-            level=getattr(logging, log_level.upper(), logging.INFO),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-            stream=sys.stderr,
-        )
+        setup_logging(log_level)
         log = logging.getLogger("kgpu.controller")
         try:
             from kgpu.cluster.kube import KubeStore

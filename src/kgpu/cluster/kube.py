@@ -52,6 +52,7 @@ import threading
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kgpu import __version__
@@ -175,6 +176,24 @@ def _selectors(labels: Mapping[str, str] | None, fields: Mapping[str, str] | Non
     if fields:
         query.append(("fieldSelector", _label_selector(fields)))
     return query
+
+
+def connection_problems(kubeconfig: Path | None, in_cluster: bool) -> list[FieldProblem]:
+    """What is wrong with a process's ``--kubeconfig``/``--in-cluster`` choice, each problem
+    naming its flag; [] when :meth:`KubeStore.from_config` can be tried. The agent and the
+    controller take the same two flags and check them here, before any request."""
+    if kubeconfig is not None and in_cluster:
+        return [FieldProblem("give --kubeconfig or --in-cluster, not both", "--in-cluster")]
+    if in_cluster and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return [
+            FieldProblem(
+                "not running in a pod (KUBERNETES_SERVICE_HOST is unset); use --kubeconfig",
+                "--in-cluster",
+            )
+        ]
+    if kubeconfig is not None and not kubeconfig.is_file():
+        return [FieldProblem(f"{kubeconfig}: no such file", "--kubeconfig")]
+    return []
 
 
 class KubeStore:

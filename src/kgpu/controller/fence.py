@@ -10,9 +10,9 @@ is dropped (the new leader redoes it from its own view).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
-from kgpu.store import ObjectList, ObjectStore, StoreError, Watch
+from kgpu.store import ForwardingStore, ObjectStore, StoreError
 from kgpu.store.objects import Obj
 
 
@@ -23,11 +23,11 @@ class NotLeader(StoreError):
     code = 0
 
 
-class FencedStore:
+class FencedStore(ForwardingStore):
     """Reads and watches pass through; writes need ``is_leader()`` to be true."""
 
     def __init__(self, store: ObjectStore, is_leader: Callable[[], bool]) -> None:
-        self.store = store
+        super().__init__(store)
         self._is_leader = is_leader
         self.refused = 0  # writes refused (a test and the bench read it)
 
@@ -36,40 +36,13 @@ class FencedStore:
             self.refused += 1
             raise NotLeader(f"{what}: not the leader, write refused")
 
-    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Obj:
-        return self.store.get(api_version, kind, name, namespace)
-
-    def list(
-        self,
-        api_version: str,
-        kind: str,
-        namespace: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        fields: Mapping[str, str] | None = None,
-    ) -> ObjectList:
-        return self.store.list(api_version, kind, namespace, labels, fields)
-
-    def watch(
-        self,
-        api_version: str,
-        kind: str,
-        namespace: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        fields: Mapping[str, str] | None = None,
-        resource_version: str | None = None,
-        bookmarks: bool = False,
-    ) -> Watch:
-        return self.store.watch(
-            api_version, kind, namespace, labels, fields, resource_version, bookmarks
-        )
-
     def create(self, obj: Obj) -> Obj:
         self._check(f"create {obj.get('kind')}")
-        return self.store.create(obj)
+        return super().create(obj)
 
     def update(self, obj: Obj) -> Obj:
         self._check(f"update {obj.get('kind')}")
-        return self.store.update(obj)
+        return super().update(obj)
 
     def patch(
         self,
@@ -81,12 +54,12 @@ class FencedStore:
         subresource: str | None = None,
     ) -> Obj:
         self._check(f"patch {kind} {name}")
-        return self.store.patch(api_version, kind, name, patch, namespace, subresource)
+        return super().patch(api_version, kind, name, patch, namespace, subresource)
 
     def apply(self, obj: Obj) -> Obj:
         self._check(f"apply {obj.get('kind')}")
-        return self.store.apply(obj)
+        return super().apply(obj)
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
         self._check(f"delete {kind} {name}")
-        self.store.delete(api_version, kind, name, namespace)
+        super().delete(api_version, kind, name, namespace)

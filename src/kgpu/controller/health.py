@@ -14,10 +14,11 @@ What they mean, on every replica (leader or standby):
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from kgpu.metrics.serving import ServerThread, http_server, send_reply
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +32,11 @@ class HealthServer:
     def __init__(self, address: tuple[str, int], healthz: Check, readyz: Check) -> None:
         self._address = address
         self.checks = {"/healthz": healthz, "/readyz": readyz}
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._serving: ServerThread | None = None
 
     @property
     def port(self) -> int:
-        return self._server.server_address[1] if self._server is not None else 0
+        return self._serving.port if self._serving is not None else 0
 
     def start(self) -> HealthServer:
         checks = self.checks
@@ -57,23 +57,12 @@ class HealthServer:
                     except Exception as exc:  # a check that breaks is a failed check
                         ok, text = False, f"check failed: {exc}\n"
                     code = 200 if ok else 503
-                data = text.encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "text/plain; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_reply(self, code, text.encode())
 
-        server = ThreadingHTTPServer(self._address, Handler)
-        server.daemon_threads = True
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="health", daemon=True)
-        self._thread.start()
+        self._serving = ServerThread(http_server(self._address, Handler), "health").start()
         return self
 
     def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        self._thread = None
+        serving, self._serving = self._serving, None
+        if serving is not None:
+            serving.stop()

@@ -19,13 +19,13 @@ import base64
 import json
 import logging
 import ssl
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from kgpu.computedomain.admission import Mutation
+from kgpu.metrics.serving import ServerThread, http_server, send_reply
 
 log = logging.getLogger(__name__)
 
@@ -93,18 +93,17 @@ class AdmissionServer:
         self._context.minimum_version = ssl.TLSVersion.TLSv1_2
         self._context.load_cert_chain(str(cert_file), str(key_file))
         self.mutate = mutate
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._serving: ServerThread | None = None
         self.reviews = 0
         self.patched = 0
 
     @property
     def port(self) -> int:
-        return self._server.server_address[1] if self._server is not None else 0
+        return self._serving.port if self._serving is not None else 0
 
     @property
     def serving(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._serving is not None and self._serving.alive
 
     def start(self) -> AdmissionServer:
         owner = self
@@ -118,14 +117,15 @@ class AdmissionServer:
 
             def do_POST(self) -> None:
                 if self.path.split("?", 1)[0] != PATH:
-                    self._reply(404, b"not found\n", "text/plain")
+                    send_reply(self, 404, b"not found\n", "text/plain")
                     return
                 try:
                     length = int(self.headers.get("Content-Length") or 0)
                 except ValueError:
                     length = -1
                 if not 0 < length <= MAX_BODY:
-                    self._reply(413 if length > MAX_BODY else 400, b"bad length\n", "text/plain")
+                    code = 413 if length > MAX_BODY else 400
+                    send_reply(self, code, b"bad length\n", "text/plain")
                     return
                 try:
                     body = json.loads(self.rfile.read(length))
@@ -133,34 +133,22 @@ class AdmissionServer:
                         raise ReviewError("the body is not a JSON object")
                     answer = review(body, owner.mutate)
                 except (ValueError, ReviewError) as exc:
-                    self._reply(400, f"{exc}\n".encode(), "text/plain")
+                    send_reply(self, 400, f"{exc}\n".encode(), "text/plain")
                     return
                 owner.reviews += 1
                 if "patch" in answer["response"]:
                     owner.patched += 1
-                self._reply(200, json.dumps(answer).encode(), "application/json")
+                send_reply(self, 200, json.dumps(answer).encode(), "application/json")
 
-            def _reply(self, code: int, data: bytes, content_type: str) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        server = ThreadingHTTPServer(self._address, Handler)
-        server.daemon_threads = True
+        server = http_server(self._address, Handler)
         # the TLS handshake happens on the connection's own thread, not in accept()
         server.socket = self._context.wrap_socket(
             server.socket, server_side=True, do_handshake_on_connect=False
         )
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="webhook", daemon=True)
-        self._thread.start()
+        self._serving = ServerThread(server, "webhook").start()
         return self
 
     def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        self._thread = None
+        serving, self._serving = self._serving, None
+        if serving is not None:
+            serving.stop()

@@ -11,7 +11,7 @@ so they are written for any input, not only well-typed input.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -141,19 +141,55 @@ def resources_problems(resources: object, path: str, out: Problems) -> None:
             )
 
 
-def requirement_problems(exprs: object, path: str, out: Problems, fields: bool = False) -> None:
-    """``matchExpressions`` (node labels) or ``matchFields`` (only ``metadata.name``)."""
-    if exprs is None:
+def _maps(
+    items: object, path: str, out: Problems, what: str = "must be a map"
+) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Each entry of a list of maps with its path; no list is nothing, a value that is not a
+    list and an entry that is not a map are problems (``what`` says what the entry must be)."""
+    if items is None:
         return
-    if not isinstance(exprs, list):
+    if not isinstance(items, list):
         out.append(FieldProblem("must be a list", path))
         return
-    allowed = FIELD_OPERATORS if fields else SELECTOR_OPERATORS
-    for i, expr in enumerate(exprs):
+    for i, item in enumerate(items):
         where = join_path(path, i)
-        if not isinstance(expr, Mapping):
-            out.append(FieldProblem("must be a map with key, operator, values", where))
+        if not isinstance(item, Mapping):
+            out.append(FieldProblem(what, where))
             continue
+        yield where, item
+
+
+def _operator_values(
+    op: object, allowed: tuple[str, ...], values: object, where: str, out: Problems
+) -> list[str] | None:
+    """The ``values`` of a selector expression with operator ``op`` (from ``allowed``); None,
+    with the problem in ``out``, when the operator or the values' type is wrong."""
+    if op not in allowed:
+        out.append(
+            FieldProblem(
+                f"{op!r}: not a valid selector operator; allowed: {', '.join(allowed)}",
+                join_path(where, "operator"),
+            )
+        )
+        return None
+    at = join_path(where, "values")
+    if values is not None and (
+        not isinstance(values, list) or not all(isinstance(v, str) for v in values)
+    ):
+        out.append(FieldProblem("must be a list of strings", at))
+        return None
+    vals: list[str] = values or []
+    if op in ("In", "NotIn") and not vals:
+        out.append(FieldProblem(f"must be specified when `operator` is '{op}'", at))
+    elif op in ("Exists", "DoesNotExist") and vals:
+        out.append(FieldProblem(f"may not be specified when `operator` is '{op}'", at))
+    return vals
+
+
+def requirement_problems(exprs: object, path: str, out: Problems, fields: bool = False) -> None:
+    """``matchExpressions`` (node labels) or ``matchFields`` (only ``metadata.name``)."""
+    allowed = FIELD_OPERATORS if fields else SELECTOR_OPERATORS
+    for where, expr in _maps(exprs, path, out, "must be a map with key, operator, values"):
         key, op, values = expr.get("key"), expr.get("operator"), expr.get("values")
         if not isinstance(key, str) or not key:
             out.append(FieldProblem("is required", join_path(where, "key")))
@@ -164,26 +200,11 @@ def requirement_problems(exprs: object, path: str, out: Problems, fields: bool =
                     join_path(where, "key"),
                 )
             )
-        if op not in allowed:
-            out.append(
-                FieldProblem(
-                    f"{op!r}: not a valid selector operator; allowed: {', '.join(allowed)}",
-                    join_path(where, "operator"),
-                )
-            )
+        vals = _operator_values(op, allowed, values, where, out)
+        if vals is None:
             continue
-        if values is not None and (
-            not isinstance(values, list) or not all(isinstance(v, str) for v in values)
-        ):
-            out.append(FieldProblem("must be a list of strings", join_path(where, "values")))
-            continue
-        vals = values or []
         at = join_path(where, "values")
-        if op in ("In", "NotIn") and not vals:
-            out.append(FieldProblem(f"must be specified when `operator` is '{op}'", at))
-        elif op in ("Exists", "DoesNotExist") and vals:
-            out.append(FieldProblem(f"may not be specified when `operator` is '{op}'", at))
-        elif op in ("Gt", "Lt"):
+        if op in ("Gt", "Lt"):
             if len(vals) != 1:
                 single = "must be specified single value when `operator` is 'Lt' or 'Gt'"
                 out.append(FieldProblem(single, at))
@@ -212,44 +233,17 @@ def label_selector_problems(selector: object, path: str, out: Problems) -> None:
         return
     label_map_problems(selector.get("matchLabels"), join_path(path, "matchLabels"), out)
     exprs = selector.get("matchExpressions")
-    if exprs is None:
-        return
-    if not isinstance(exprs, list):
-        out.append(FieldProblem("must be a list", join_path(path, "matchExpressions")))
-        return
-    for i, expr in enumerate(exprs):
-        where = join_path(path, "matchExpressions", i)
-        if not isinstance(expr, Mapping):
-            out.append(FieldProblem("must be a map with key, operator, values", where))
-            continue
+    epath = join_path(path, "matchExpressions")
+    for where, expr in _maps(exprs, epath, out, "must be a map with key, operator, values"):
         key, op, values = expr.get("key"), expr.get("operator"), expr.get("values")
         problem = label_key_problem(key)
         if problem:
             out.append(FieldProblem(problem, join_path(where, "key")))
-        if op not in LABEL_SELECTOR_OPERATORS:
-            allowed = ", ".join(LABEL_SELECTOR_OPERATORS)
-            out.append(
-                FieldProblem(
-                    f"{op!r}: not a valid selector operator; allowed: {allowed}",
-                    join_path(where, "operator"),
-                )
-            )
-            continue
-        if values is not None and (
-            not isinstance(values, list) or not all(isinstance(v, str) for v in values)
-        ):
-            out.append(FieldProblem("must be a list of strings", join_path(where, "values")))
-            continue
-        vals = values or []
-        at = join_path(where, "values")
-        if op in ("In", "NotIn") and not vals:
-            out.append(FieldProblem(f"must be specified when `operator` is '{op}'", at))
-        elif op in ("Exists", "DoesNotExist") and vals:
-            out.append(FieldProblem(f"may not be specified when `operator` is '{op}'", at))
-        for j, v in enumerate(vals):
+        vals = _operator_values(op, LABEL_SELECTOR_OPERATORS, values, where, out)
+        for j, v in enumerate(vals or ()):
             problem = label_value_problem(str(key), v)
             if problem:
-                out.append(FieldProblem(problem, join_path(at, j)))
+                out.append(FieldProblem(problem, join_path(where, "values", j)))
 
 
 def _pod_affinity_term_problems(term: object, path: str, out: Problems) -> None:
@@ -293,36 +287,37 @@ def _pod_affinity_problems(affinity: Mapping[str, Any], path: str, out: Problems
             out.append(FieldProblem("must be a list of pod affinity terms", rpath))
         for i, term in enumerate(required if isinstance(required, list) else []):
             _pod_affinity_term_problems(term, join_path(rpath, i), out)
-        preferred = block.get("preferredDuringSchedulingIgnoredDuringExecution")
-        ppath = join_path(base, "preferredDuringSchedulingIgnoredDuringExecution")
-        for i, item in enumerate(preferred if isinstance(preferred, list) else []):
-            if not isinstance(item, Mapping):
-                out.append(FieldProblem("must be a map with weight and podAffinityTerm", ppath))
-                continue
-            weight = item.get("weight")
-            if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
-                out.append(
-                    FieldProblem(
-                        f"{weight!r}: must be in the range 1-100", join_path(ppath, i, "weight")
-                    )
+        _weighted_problems(block, base, "podAffinityTerm", _pod_affinity_term_problems, out)
+
+
+def _weighted_problems(
+    block: Mapping[str, Any],
+    base: str,
+    term_key: str,
+    term_problems: Callable[[object, str, Problems], None],
+    out: Problems,
+) -> None:
+    """``preferredDuringSchedulingIgnoredDuringExecution`` of a node or pod (anti-)affinity:
+    each entry a weight from 1 to 100 and a term under ``term_key``."""
+    preferred = block.get("preferredDuringSchedulingIgnoredDuringExecution")
+    ppath = join_path(base, "preferredDuringSchedulingIgnoredDuringExecution")
+    for i, item in enumerate(preferred if isinstance(preferred, list) else []):
+        if not isinstance(item, Mapping):
+            out.append(FieldProblem(f"must be a map with weight and {term_key}", ppath))
+            continue
+        weight = item.get("weight")
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
+            out.append(
+                FieldProblem(
+                    f"{weight!r}: must be in the range 1-100", join_path(ppath, i, "weight")
                 )
-            _pod_affinity_term_problems(
-                item.get("podAffinityTerm"), join_path(ppath, i, "podAffinityTerm"), out
             )
+        term_problems(item.get(term_key), join_path(ppath, i, term_key), out)
 
 
 def _spread_problems(constraints: object, path: str, out: Problems) -> None:
     """``topologySpreadConstraints`` as the API server checks them."""
-    if constraints is None:
-        return
-    if not isinstance(constraints, list):
-        out.append(FieldProblem("must be a list", path))
-        return
-    for i, c in enumerate(constraints):
-        where = join_path(path, i)
-        if not isinstance(c, Mapping):
-            out.append(FieldProblem("must be a map", where))
-            continue
+    for where, c in _maps(constraints, path, out):
         skew = c.get("maxSkew")
         if isinstance(skew, bool) or not isinstance(skew, int) or skew < 1:
             out.append(
@@ -386,36 +381,11 @@ def _affinity_problems(affinity: object, path: str, out: Problems) -> None:
         else:
             for i, term in enumerate(terms):
                 node_selector_term_problems(term, join_path(rpath, "nodeSelectorTerms", i), out)
-    preferred = na.get("preferredDuringSchedulingIgnoredDuringExecution")
-    ppath = join_path(base, "preferredDuringSchedulingIgnoredDuringExecution")
-    if isinstance(preferred, list):
-        for i, item in enumerate(preferred):
-            if not isinstance(item, Mapping):
-                out.append(FieldProblem("must be a map with weight and preference", ppath))
-                continue
-            weight = item.get("weight")
-            if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
-                out.append(
-                    FieldProblem(
-                        f"{weight!r}: must be in the range 1-100", join_path(ppath, i, "weight")
-                    )
-                )
-            node_selector_term_problems(
-                item.get("preference"), join_path(ppath, i, "preference"), out
-            )
+    _weighted_problems(na, base, "preference", node_selector_term_problems, out)
 
 
 def _toleration_problems(tolerations: object, path: str, out: Problems) -> None:
-    if tolerations is None:
-        return
-    if not isinstance(tolerations, list):
-        out.append(FieldProblem("must be a list", path))
-        return
-    for i, tol in enumerate(tolerations):
-        where = join_path(path, i)
-        if not isinstance(tol, Mapping):
-            out.append(FieldProblem("must be a map", where))
-            continue
+    for where, tol in _maps(tolerations, path, out):
         op = tol.get("operator", "Equal")
         if op not in TOLERATION_OPERATORS:
             allowed = ", ".join(TOLERATION_OPERATORS)

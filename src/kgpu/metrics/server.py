@@ -23,6 +23,7 @@ from typing import Any
 
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.metrics.exposition import CONTENT_TYPE
+from kgpu.metrics.serving import ServerThread, send_reply
 
 log = logging.getLogger(__name__)
 
@@ -63,18 +64,11 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             body = self.server.render().encode("utf-8")
-            self._reply(200, CONTENT_TYPE, body)
+            send_reply(self, 200, body, CONTENT_TYPE)
         elif path in ("/", "/health"):
-            self._reply(200, "text/plain; charset=utf-8", b"kgpu metrics: see /metrics\n")
+            send_reply(self, 200, b"kgpu metrics: see /metrics\n")
         else:
-            self._reply(404, "text/plain; charset=utf-8", b"not found\n")
-
-    def _reply(self, code: int, content_type: str, body: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+            send_reply(self, 404, b"not found\n")
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("metrics http: " + format, *args)
@@ -162,29 +156,22 @@ class MetricsServer:
         self._httpd.render = render
         self._httpd.read_timeout = read_timeout
         self._httpd.start_workers(workers)
-        self._thread: threading.Thread | None = None
+        self._serving = ServerThread(self._httpd, "kgpu-metrics-http", join_timeout_s=10)
 
     @property
     def port(self) -> int:
-        return int(self._httpd.server_address[1])
+        return self._serving.port
 
     @property
     def host(self) -> str:
         return str(self._httpd.server_address[0])
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="kgpu-metrics-http", daemon=True
-        )
-        self._thread.start()
+        self._serving.start()
 
     def serve_forever(self) -> None:
         self._httpd.serve_forever()
 
     def stop(self) -> None:
-        if self._thread is not None:
-            self._httpd.shutdown()
-            self._thread.join(timeout=10)
-            self._thread = None
-        self._httpd.server_close()
+        self._serving.stop()
         self._httpd.stop_workers()

@@ -428,16 +428,7 @@ class _Parser:
                 "kgpu evaluates " + ", ".join(SUPPORTED_AGGREGATIONS),
             )
         self.expect_op("(", f'after "{op}"')
-        args: list[Expr] = []
-        while not self.is_op(")"):
-            args.append(self.expression(0))
-            if self.is_op(","):
-                self.advance()
-            elif not self.is_op(")"):
-                raise self.error(
-                    f'unexpected {self.describe(self.tok)} in aggregation, expected "," or ")"'
-                )
-        self.advance()
+        args = self.arguments("aggregation")
         if len(args) != 1:
             raise self.error(
                 f"wrong number of arguments for aggregate expression provided, expected 1, "
@@ -458,6 +449,21 @@ class _Parser:
             )
         return Aggregate(op_tok.pos, op, arg, grouping, without)
 
+    def arguments(self, where: str) -> list[Expr]:
+        """The comma-separated expressions after an opening ``(`` up to its ``)`` (consumed),
+        of an aggregation or a function call (``where``, for the error)."""
+        args: list[Expr] = []
+        while not self.is_op(")"):
+            args.append(self.expression(0))
+            if self.is_op(","):
+                self.advance()
+            elif not self.is_op(")"):
+                raise self.error(
+                    f'unexpected {self.describe(self.tok)} in {where}, expected "," or ")"'
+                )
+        self.advance()
+        return args
+
     def call(self) -> Expr:
         name_tok = self.advance()
         name = name_tok.text
@@ -471,16 +477,7 @@ class _Parser:
             raise self.error(f'unknown function with name "{name}"', name_tok.pos)
         signature = FUNCTIONS[name]
         self.expect_op("(", f'after "{name}"')
-        args: list[Expr] = []
-        while not self.is_op(")"):
-            args.append(self.expression(0))
-            if self.is_op(","):
-                self.advance()
-            elif not self.is_op(")"):
-                raise self.error(
-                    f'unexpected {self.describe(self.tok)} in function call, expected "," or ")"'
-                )
-        self.advance()
+        args = self.arguments("function call")
         need = len(signature.args)
         if not need - signature.optional <= len(args) <= need:
             raise self.error(

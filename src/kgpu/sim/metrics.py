@@ -14,7 +14,7 @@ separately (:meth:`SimMetrics.scrape_each`), as a real one scrapes each exporter
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import Any, TypeVar
 
 from kgpu.drivers.attribution import build_attribution
@@ -44,18 +44,27 @@ def _now(sim: Any) -> float:
     return float(now() if callable(now) else now)
 
 
-def _live_allocations(node: Any) -> dict[str, dict[str, list[str]]]:
-    """``{"ns/pod": {container: [device ids]}}`` of the pods running on ``node``.
+def live_allocations(
+    node: Any, finished: Container[str] | None = None
+) -> dict[str, dict[str, list[str]]]:
+    """``{"ns/pod": {container: [device ids]}}`` of the pods running on ``node`` (the
+    exporter's view of it; the HTML report draws the same).
 
-    Device-plugin devices come from ``node.allocations``; devices a DRA claim gave a container
-    come from the ``NVIDIA_VISIBLE_DEVICES`` (GPU/MIG UUIDs) the simulated DRA driver set.
+    Device-plugin devices come from ``node.allocations``, less those of the pods in
+    ``finished`` (default: the node's own pod records that have finished); devices a DRA claim
+    gave a container come from the ``NVIDIA_VISIBLE_DEVICES`` (GPU/MIG UUIDs) the simulated DRA
+    driver set.
     """
     pods = getattr(node, "pods", {}) or {}
     out: dict[str, dict[str, list[str]]] = {}
     for key, containers in (node.allocations or {}).items():
-        record = pods.get(key)
-        if record is not None and getattr(record, "finished", False):
-            continue
+        if finished is not None:
+            if key in finished:
+                continue
+        else:
+            record = pods.get(key)
+            if record is not None and getattr(record, "finished", False):
+                continue
         out[key] = {c: list(ids) for c, ids in containers.items()}
     for key, record in pods.items():
         if getattr(record, "finished", False) or not getattr(record, "admitted", True):
@@ -106,7 +115,7 @@ class SimMetrics:
             source = SimulatedTelemetry(clock=lambda: _now(self.sim))
             self._sources[node.name] = source
         source.set_xids(getattr(node, "xids", {}))
-        allocations = _live_allocations(node)
+        allocations = live_allocations(node)
         pods = getattr(node, "pods", {}) or {}
         objs = {key: getattr(rec, "obj", {}) for key, rec in pods.items()}
         if view is not None:

@@ -3,6 +3,7 @@ API, in the core (no I/O). The real API server implements the same protocol in
 :mod:`kgpu.cluster`."""
 
 from kgpu.store.cache import CachedStore, SharedInformers
+from kgpu.store.forwarding import ForwardingStore
 from kgpu.store.informer import Backoff, Informer, InformerStats, Scope
 from kgpu.store.memory import MemoryStore, MemoryWatch
 from kgpu.store.objects import (
@@ -36,6 +37,7 @@ __all__ = [
     "Backoff",
     "CachedStore",
     "Conflict",
+    "ForwardingStore",
     "Gone",
     "Informer",
     "InformerStats",

@@ -19,9 +19,10 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from kgpu.store.forwarding import ForwardingStore
 from kgpu.store.informer import Backoff, Informer, Scope
 from kgpu.store.objects import Obj
-from kgpu.store.protocol import NotFound, ObjectList, ObjectStore, Watch
+from kgpu.store.protocol import NotFound, ObjectList, ObjectStore
 
 
 class SharedInformers:
@@ -124,12 +125,12 @@ class SharedInformers:
             informer.stop()
 
 
-class CachedStore:
+class CachedStore(ForwardingStore):
     """An :class:`~kgpu.store.ObjectStore` that reads from :class:`SharedInformers` where one
     covers the read, and from ``store`` otherwise; writes and watches go to ``store``."""
 
     def __init__(self, store: ObjectStore, informers: SharedInformers | None = None) -> None:
-        self.store = store
+        super().__init__(store)
         self.informers = informers if informers is not None else SharedInformers(store)
 
     # -- reads -------------------------------------------------------------------------------
@@ -160,44 +161,6 @@ class CachedStore:
         if informer is None:
             return self.store.list(api_version, kind, namespace, labels, fields)
         return ObjectList(informer.list(namespace, labels, fields), informer.resource_version)
-
-    def watch(
-        self,
-        api_version: str,
-        kind: str,
-        namespace: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        fields: Mapping[str, str] | None = None,
-        resource_version: str | None = None,
-        bookmarks: bool = False,
-    ) -> Watch:
-        return self.store.watch(
-            api_version, kind, namespace, labels, fields, resource_version, bookmarks
-        )
-
-    # -- writes ------------------------------------------------------------------------------
-    def create(self, obj: Obj) -> Obj:
-        return self.store.create(obj)
-
-    def update(self, obj: Obj) -> Obj:
-        return self.store.update(obj)
-
-    def patch(
-        self,
-        api_version: str,
-        kind: str,
-        name: str,
-        patch: Obj,
-        namespace: str | None = None,
-        subresource: str | None = None,
-    ) -> Obj:
-        return self.store.patch(api_version, kind, name, patch, namespace, subresource)
-
-    def apply(self, obj: Obj) -> Obj:
-        return self.store.apply(obj)
-
-    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
-        self.store.delete(api_version, kind, name, namespace)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def stop_informers(self) -> None:

@@ -32,9 +32,9 @@ from kgpu.errors import FieldError
 from kgpu.sim.context import SimContext, time_string
 from kgpu.sim.controllers.base import meta_of
 from kgpu.sim.controllers.scale import ScaleError, get_scale, selected_pods, set_replicas
+from kgpu.sim.controllers.specs import changed_specs, first_report, write_status
 from kgpu.sim.loops import HPA
 from kgpu.sim.plugins import Event
-from kgpu.store import NotFound
 
 Obj = dict[str, Any]
 API = "autoscaling/v2"
@@ -82,16 +82,10 @@ class HPAController:
             return []
         events: list[Event] = []
         live: set[str] = set()
-        for obj in self.ctx.store.list(API, "HorizontalPodAutoscaler"):
+        hpas = self.ctx.store.list(API, "HorizontalPodAutoscaler")
+        for uid, obj, spec in changed_specs(hpas, self.objects, live):
             meta = meta_of(obj)
-            if meta.get("deletionTimestamp"):
-                continue
-            uid = str(meta["uid"])
-            live.add(uid)
             entry = self.objects.get(uid)
-            spec = obj.get("spec") or {}
-            if entry is not None and entry.raw_spec == spec:
-                continue
             ref = f"HorizontalPodAutoscaler/{meta.get('namespace', 'default')}/{meta['name']}"
             problem = ""
             if obj.get("apiVersion") != API:
@@ -105,8 +99,7 @@ class HPAController:
                 except FieldError as exc:
                     problem = "; ".join(str(p) for p in exc.problems)
             if problem:
-                if self._reported.get(uid) != spec:
-                    self._reported[uid] = copy.deepcopy(spec)
+                if first_report(self._reported, uid, spec):
                     events.append(Event("Warning", "FailedSync", ref, problem))
                 continue
             self._reported.pop(uid, None)
@@ -169,17 +162,7 @@ class HPAController:
             {**c, "lastTransitionTime": time_string(float(c["lastTransitionTime"]))}
             for c in status.get("conditions") or ()
         ]
-        store = self.ctx.store
-        with store.muted():
-            try:
-                obj = store.get(API, "HorizontalPodAutoscaler", hpa.name, hpa.namespace)
-            except NotFound:
-                return
-            if obj.get("status") == status:
-                return
-            obj["status"] = status
-            meta_of(obj).pop("resourceVersion", None)
-            store.update(obj)
+        write_status(self.ctx, API, "HorizontalPodAutoscaler", hpa.name, hpa.namespace, status)
 
 
 __all__ = ["SYNC_PERIOD", "HPAController"]

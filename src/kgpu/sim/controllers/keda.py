@@ -45,6 +45,7 @@ from kgpu.promql import PromQLError
 from kgpu.sim.context import SimContext, time_string
 from kgpu.sim.controllers.base import meta_of
 from kgpu.sim.controllers.scale import ScaleError, get_scale, set_replicas
+from kgpu.sim.controllers.specs import changed_specs, first_report, write_status
 from kgpu.sim.loops import KEDA
 from kgpu.sim.plugins import Event
 from kgpu.sim.prometheus import SimPrometheus
@@ -93,21 +94,14 @@ class KedaController:
             return []
         events: list[Event] = []
         live: set[str] = set()
-        for obj in self.ctx.store.list(API_VERSION, "ScaledObject"):
+        scaled_objects = self.ctx.store.list(API_VERSION, "ScaledObject")
+        for uid, obj, spec in changed_specs(scaled_objects, self.objects, live):
             meta = meta_of(obj)
-            if meta.get("deletionTimestamp"):
-                continue
-            uid = str(meta["uid"])
-            live.add(uid)
             entry = self.objects.get(uid)
-            spec = obj.get("spec") or {}
-            if entry is not None and entry.raw_spec == spec:
-                continue
             try:
                 so = parse_scaled_object(obj)
             except FieldError as exc:  # written by something that skipped validation
-                if self._invalid.get(uid) != spec:
-                    self._invalid[uid] = copy.deepcopy(spec)
+                if first_report(self._invalid, uid, spec):
                     events.append(
                         Event(
                             "Warning",
@@ -211,17 +205,7 @@ class KedaController:
         return True
 
     def _write_status(self, so: ScaledObjectSpec, status: Mapping[str, Any]) -> None:
-        store = self.ctx.store
-        with store.muted():
-            try:
-                obj = store.get(API_VERSION, "ScaledObject", so.name, so.namespace)
-            except NotFound:
-                return
-            if obj.get("status") == status:
-                return
-            obj["status"] = dict(status)
-            meta_of(obj).pop("resourceVersion", None)
-            store.update(obj)
+        write_status(self.ctx, API_VERSION, "ScaledObject", so.name, so.namespace, status)
 
     # -- the metrics adapter ---------------------------------------------------------------
     def external_metric(

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from kgpu.hardware.model import Machine
 from kgpu.metrics.simulated import SimulatedTelemetry, workloads_from_allocations
 from kgpu.sim.html.gpus import device_index, gpu_cells, gpus_in_use, holders_by_device
+from kgpu.sim.metrics import live_allocations
 from kgpu.sim.state import PodRecord, SimNode
 from kgpu.sim.steps.nodes import AddNodesStep
 from kgpu.store import NotFound
@@ -156,7 +157,7 @@ class Recorder:
             g_gpus = g_busy = g_bad = 0
             for node in members:
                 machine = node.view.machine if node.view is not None else node.machine
-                allocations = _live_allocations(node, finished)
+                allocations = live_allocations(node, finished)
                 if node.name in drawn:
                     state = self._node(node, group, machine, allocations, dra, channels)
                     nodes_out.append(state)
@@ -339,30 +340,6 @@ class Recorder:
             "frames": self.frames,
             "timeline": [],
         }
-
-
-def _live_allocations(node: SimNode, finished: set[str]) -> dict[str, dict[str, list[str]]]:
-    """``{"ns/pod": {container: [ids]}}`` held now: device-plugin ids, plus the GPU/MIG UUIDs
-    a DRA claim put in a container's ``NVIDIA_VISIBLE_DEVICES`` (how the exporter sees them)."""
-    out = {
-        key: {c: list(ids) for c, ids in containers.items()}
-        for key, containers in node.allocations.items()
-        if key not in finished
-    }
-    for key, rec in node.pods.items():
-        if rec.finished or not rec.admitted:
-            continue
-        for container, env in rec.env.items():
-            if container in out.get(key, {}):
-                continue
-            visible = [
-                v.strip()
-                for v in str(env.get("NVIDIA_VISIBLE_DEVICES", "")).split(",")
-                if v.strip().startswith(("GPU-", "MIG-"))
-            ]
-            if visible:
-                out.setdefault(key, {})[container] = visible
-    return out
 
 
 def _busy_gpus(
