@@ -80,8 +80,12 @@ def test_a_domain_is_reconciled_end_to_end_and_heals_when_a_node_fails(cluster: 
     (clique,) = admin.list(API_VERSION, "ComputeDomainClique", namespace=NAMESPACE)
     assert clique["metadata"]["name"] == f"{uid}.{RACK_A}"
     assert [d["nodeName"] for d in clique["daemons"]] == ["tray-0", "tray-1"]
-    reasons = [e["reason"] for e in admin.list("v1", "Event", namespace="ml")]
-    assert "ComputeDomainReady" in reasons
+    # the controller records the event after it writes the status: wait for it, not race it
+    assert wait_for(
+        lambda: (
+            "ComputeDomainReady" in [e["reason"] for e in admin.list("v1", "Event", namespace="ml")]
+        )
+    ), [e["reason"] for e in admin.list("v1", "Event", namespace="ml")]
 
     # tray-0 fails: its label is dropped (its daemon goes), the domain is NotReady
     admin.patch(
