@@ -141,6 +141,43 @@ def test_at_idle_the_controller_sends_only_lease_renewals(cluster: Cluster) -> N
     assert 4 <= kinds["update leases"] <= 12  # every 0.2 s retry period, for 2 s
 
 
+def test_a_users_template_of_the_channel_name_is_left_alone_and_reported(
+    cluster: Cluster,
+) -> None:
+    """The create finds the name taken; the controller reads the object back from its
+    informer (not the API server: its role has no ``get`` there) and reports the conflict."""
+    admin = cluster.admin
+    mine = {
+        "apiVersion": RES,
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "train-channel", "namespace": "ml"},
+        "spec": {"spec": {"devices": {"requests": []}}},
+    }
+    admin.create(mine)
+    admin.create(domain("train"))
+    cluster.controller("replica-a")
+
+    def conflict() -> list[str]:
+        return [
+            e["message"]
+            for e in admin.list("v1", "Event", namespace="ml")
+            if e["reason"] == "NameConflict"
+        ]
+
+    assert wait_for(conflict), [e["reason"] for e in admin.list("v1", "Event", namespace="ml")]
+    assert "ml/train-channel" in conflict()[0]
+    kept = admin.get(RES, "ResourceClaimTemplate", "train-channel", "ml")
+    assert kept["spec"] == mine["spec"] and "labels" not in kept["metadata"]
+    gets = [
+        r
+        for r in cluster.server.requests
+        if r.user_agent.startswith("kgpu-controller")
+        and r.verb == "get"
+        and r.resource == "resourceclaimtemplates"
+    ]
+    assert gets == []
+
+
 def test_a_deleted_device_class_is_created_again(cluster: Cluster) -> None:
     ctl = cluster.controller("replica-a")
     assert wait_for(lambda: len(cluster.admin.list(RES, "DeviceClass")) == 4)

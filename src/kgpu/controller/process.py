@@ -32,7 +32,7 @@ from kgpu.controller.webhook import AdmissionServer
 from kgpu.controller.workqueue import WorkQueue
 from kgpu.dra.api import RESOURCE_API
 from kgpu.errors import FieldError
-from kgpu.store import Backoff, NotFound, ObjectStore, SharedInformers
+from kgpu.store import Backoff, CachedStore, NotFound, ObjectStore, SharedInformers
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,13 @@ class Controller:
             on_stopped_leading=self._stopped_leading,
             on_new_leader=lambda who: log.info("the leader is %s", who),
         )
-        self.fenced = FencedStore(store, lambda: self.elector.is_leader)
+        # reads come from the informers where one covers them (as client-go's listers): a
+        # create that finds its object already there reads it back from the cache, not the API
+        # server (no `get` verb needed; a cache that lags says NotFound and the informer's add
+        # event requeues the domain)
+        self.fenced = FencedStore(
+            CachedStore(store, self.informers), lambda: self.elector.is_leader
+        )
         self.index = ClusterIndex(self.informers, options.namespace)
         self.domains = DomainController(
             self.fenced,
