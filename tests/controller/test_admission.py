@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import RACK_A, RACK_B, node  # type: ignore[import-not-found]
+from controller_cluster import RACK_A, RACK_B, node  # type: ignore[import-not-found]
 
 from kgpu.computedomain.admission import (
     apply_patch,

@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from conftest import NAMESPACE, Cluster, wait_for  # type: ignore[import-not-found]
+from controller_cluster import NAMESPACE, Cluster, wait_for  # type: ignore[import-not-found]
 from typer.testing import CliRunner
 
 from kgpu.cli import app

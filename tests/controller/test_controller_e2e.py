@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from conftest import (  # type: ignore[import-not-found]
+from controller_cluster import (  # type: ignore[import-not-found]
     NAMESPACE,
     RACK_A,
     Cluster,

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import pytest
-from conftest import FAST, NAMESPACE, RACK_A, Cluster, domain, node, wait_for  # type: ignore[import-not-found]
+from controller_cluster import FAST, NAMESPACE, RACK_A, Cluster, domain, node, wait_for  # type: ignore[import-not-found]
 
 from kgpu.cluster.kube import KubeApiError
 from kgpu.computedomain.api import API_VERSION

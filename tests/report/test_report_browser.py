@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import Browser, Page
+from headless_browser import Browser, Page
 from typer.testing import CliRunner
 
 from kgpu.cli import app
