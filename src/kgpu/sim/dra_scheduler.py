@@ -71,7 +71,7 @@ from kgpu.sim.dra_binding import (
 )
 from kgpu.sim.dra_extended import defaulted, record_claim
 from kgpu.sim.plugins import NodeInfo, PreBindResult
-from kgpu.store import AlreadyExists, NotFound, ObjectStore, namespace_of
+from kgpu.store import AlreadyExists, NotFound, ObjectStore, list_read_only, namespace_of
 
 Obj = dict[str, Any]
 NOT_AVAILABLE = "resourceclaim not available on the node"
@@ -171,7 +171,7 @@ class DraSchedulerPlugin:
             or rules_rev != self._rules_rev
             or rev == -2
         ):
-            slices: list[Obj] = list(store.list(RESOURCE_API, "ResourceSlice"))
+            slices: list[Obj] = list_read_only(store, RESOURCE_API, "ResourceSlice")
             if self.features.device_taint_rules:
                 rules = store.list(RESOURCE_API, "DeviceTaintRule")
                 slices = apply_taint_rules(slices, rules) if rules else slices

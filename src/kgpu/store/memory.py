@@ -41,6 +41,8 @@ Key = tuple[str, str, str, str]
 #: Events kept for watches that resume from an older ``resourceVersion``.
 DEFAULT_HISTORY = 1024
 
+_Objects = list[Obj]  # (inside MemoryStore, `list` names its method)
+
 
 class MemoryWatch:
     """A watch on a :class:`MemoryStore`: events are queued by the writer's thread and read by
@@ -191,6 +193,20 @@ class MemoryStore:
             # filter first, then sort only what is returned (the order callers see is unchanged)
             items = [_clone(obj) for _, obj in sorted(chosen, key=lambda item: item[0])]
             return ObjectList(items, str(self.resource_version))
+
+    def list_shared(self, api_version: str, kind: str) -> _Objects:
+        """Every object of a kind, in :meth:`list`'s order, as stored: not copies. For readers
+        that only read and keep what they read (the simulator's DRA scheduler indexes every
+        ResourceSlice; copies doubled a 100,000-GPU cluster's memory). Safe because a stored
+        object is never changed in place: every write stores a new one. The caller must not
+        change what it gets."""
+        group = group_of(api_version)
+        with self._lock:
+            return [
+                obj
+                for key, obj in sorted(self._objects.items(), key=lambda item: item[0])
+                if key[0] == group and key[1] == kind
+            ]
 
     def watch(
         self,
@@ -400,3 +416,11 @@ def _parse_rv(value: Any) -> int:
         return int(str(value))
     except ValueError:
         raise Gone(f"resource version {value!r} is not one this store handed out") from None
+
+
+def list_read_only(store: object, api_version: str, kind: str) -> list[Obj]:
+    """The objects of a kind for a caller that will not change them: a :class:`MemoryStore`'s
+    own objects (:meth:`MemoryStore.list_shared`), copies from any other store."""
+    if isinstance(store, MemoryStore):
+        return store.list_shared(api_version, kind)
+    return list(cast(Any, store).list(api_version, kind))
