@@ -318,6 +318,11 @@ class Simulation:
             self.snapshots.append(step_snapshot(self._ctx, title, self.snapshots))
 
     @property
+    def steps_done(self) -> int:
+        """How many of the scenario's steps have run (for a progress display)."""
+        return self._steps_done
+
+    @property
     def context(self) -> SimContext:
         """The cluster's state, as :mod:`kgpu.sim.report` renders it."""
         return self._ctx
