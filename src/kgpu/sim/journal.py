@@ -57,6 +57,12 @@ class SimStore(MemoryStore):
         self.kinds.add((group_of(str(out.get("apiVersion", ""))), str(out.get("kind", ""))))
         return out
 
+    def apply_version(self, obj: Obj) -> str:
+        out = super().apply_version(obj)
+        self._note_obj(obj)
+        self.kinds.add((group_of(str(obj.get("apiVersion", ""))), str(obj.get("kind", ""))))
+        return out
+
     def patch(
         self,
         api_version: str,

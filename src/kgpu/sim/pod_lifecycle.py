@@ -136,8 +136,7 @@ def write_pod(ctx: SimContext, rec: PodRecord) -> None:
         with contextlib.suppress(NotFound):
             merge_external(rec, ctx.store.get("v1", "Pod", rec.name, rec.namespace))
     with ctx.store.muted():
-        out = ctx.store.apply(rec.obj)
-    rec.obj["metadata"]["resourceVersion"] = out["metadata"]["resourceVersion"]
+        rec.obj["metadata"]["resourceVersion"] = ctx.store.apply_version(rec.obj)
 
 
 # -- the kubelet -------------------------------------------------------------------------------

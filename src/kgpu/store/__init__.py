@@ -4,7 +4,7 @@ API, in the core (no I/O). The real API server implements the same protocol in
 
 from kgpu.store.cache import CachedStore, SharedInformers
 from kgpu.store.informer import Backoff, Informer, InformerStats, Scope
-from kgpu.store.memory import MemoryStore, MemoryWatch, list_read_only
+from kgpu.store.memory import MemoryStore, MemoryWatch, clone, list_read_only
 from kgpu.store.objects import (
     CLUSTER_SCOPED,
     Obj,
@@ -51,6 +51,7 @@ __all__ = [
     "StoreError",
     "Watch",
     "WatchEvent",
+    "clone",
     "field_value",
     "group_of",
     "key_of",
