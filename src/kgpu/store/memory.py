@@ -162,6 +162,7 @@ class MemoryStore:
         # (resourceVersion, event type, key, object, the object before the change)
         self._history: deque[tuple[int, EventType, Key, Obj, Obj | None]] = deque(maxlen=history)
         self._watchers: list[MemoryWatch] = []
+        self._leaves = _SharedLeaves()
 
     # -- reads -----------------------------------------------------------------------------
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Obj:
@@ -256,7 +257,7 @@ class MemoryStore:
 
     # -- writes ----------------------------------------------------------------------------
     def create(self, obj: Obj) -> Obj:
-        return self._create(_clone(obj), copy_out=True)
+        return self._create(self._own(obj), copy_out=True)
 
     def _create(self, obj: Obj, *, copy_out: bool) -> Obj:
         meta = obj.setdefault("metadata", {})
@@ -274,7 +275,7 @@ class MemoryStore:
             return self._write(key, obj, "ADDED", copy_out=copy_out)
 
     def update(self, obj: Obj) -> Obj:
-        obj = _clone(obj)
+        obj = self._own(obj)
         key = key_of(obj)
         with self._lock:
             current = self._objects.get(key)
@@ -304,16 +305,16 @@ class MemoryStore:
             merged.setdefault("metadata", {})["resourceVersion"] = current["metadata"][
                 "resourceVersion"
             ]
-            return self._replace(key, current, _clone(merged))
+            return self._replace(key, current, self._own(merged))
 
     def apply(self, obj: Obj) -> Obj:
-        return self._apply(_clone(obj), copy_out=True)
+        return self._apply(self._own(obj), copy_out=True)
 
     def apply_version(self, obj: Obj) -> str:
         """:meth:`apply`, answering only the stored object's new ``resourceVersion``: for a
         writer that keeps its own copy (the simulator's pod records) and would throw away the
         copy :meth:`apply` returns."""
-        return str(self._apply(_clone(obj), copy_out=False)["metadata"]["resourceVersion"])
+        return str(self._apply(self._own(obj), copy_out=False)["metadata"]["resourceVersion"])
 
     def _apply(self, obj: Obj, *, copy_out: bool) -> Obj:
         with self._lock:
@@ -341,6 +342,11 @@ class MemoryStore:
             self._remove(key, current)
 
     # -- internals -------------------------------------------------------------------------
+    def _own(self, obj: Obj) -> Obj:
+        """The store's copy of an object coming in: equal small maps deep inside share one
+        object (see :class:`_SharedLeaves`)."""
+        return cast(Obj, self._leaves.copy(obj))
+
     def _replace(self, key: Key, current: Obj, obj: Obj, *, copy_out: bool = True) -> Obj:
         meta = obj.setdefault("metadata", {})
         for kept in ("uid", "creationTimestamp", "deletionTimestamp"):
@@ -418,6 +424,59 @@ def _copy(obj: Any) -> Any:
     if t in _ATOMS:
         return obj
     return copy.deepcopy(obj)
+
+
+class _SharedLeaves:
+    """One object for equal small maps inside stored objects.
+
+    A ResourceSlice of a dgx-h100 node holds some 150 maps like ``{"string": "NVIDIA H100 80GB
+    HBM3"}`` or ``{"value": "80Gi"}``, equal on every node; the pods of one workload hold equal
+    ``labels``, ``limits`` and conditions. Stored objects are never changed in place (every
+    write stores a new object, every read returns a copy, :meth:`MemoryStore.list_shared`
+    readers only read), so equal *leaf* maps (only strings, ints, bools, None as values) at depth
+    two or more can be one object: a 100,000-GPU cluster's slices take a third of the memory.
+    The root and its direct children (``metadata``, which the store itself fills in) are never
+    shared. Maps with floats are left alone (``-0.0 == 0.0``); bools are told from ints by type.
+    The table is bounded: when full it starts over (sharing then resumes for new objects)."""
+
+    LIMIT = 1 << 16
+
+    def __init__(self) -> None:
+        self.table: dict[tuple[tuple[Any, ...], tuple[type, ...]], dict[str, Any]] = {}
+
+    def copy(self, obj: Any, depth: int = 0) -> Any:
+        t = type(obj)
+        if t is dict:
+            out: dict[str, Any] = {}
+            leaf = depth >= 2
+            for k, v in obj.items():
+                tv = type(v)
+                if tv in _LEAF_ATOMS:
+                    out[k] = v
+                elif tv is float:
+                    out[k] = v
+                    leaf = False
+                else:
+                    out[k] = self.copy(v, depth + 1)
+                    leaf = False
+            if not leaf or not out:
+                return out
+            key = (tuple(out.items()), tuple(map(type, out.values())))
+            hit = self.table.get(key)
+            if hit is not None:
+                return hit
+            if len(self.table) >= self.LIMIT:
+                self.table = {}
+            self.table[key] = out
+            return out
+        if t is list:
+            return [v if type(v) in _ATOMS else self.copy(v, depth + 1) for v in obj]
+        if t in _ATOMS:
+            return obj
+        return copy.deepcopy(obj)
+
+
+_LEAF_ATOMS = (str, int, bool, type(None))
 
 
 def _probe_key(api_version: str, kind: str, name: str, namespace: str | None) -> Key:
