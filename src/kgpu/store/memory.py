@@ -59,7 +59,7 @@ class MemoryWatch:
         bookmarks: bool,
     ) -> None:
         self._store = store
-        self._group = group
+        self.group = group
         self._kind = kind
         self._namespace = namespace
         self._labels = dict(labels or {})
@@ -71,7 +71,7 @@ class MemoryWatch:
 
     def matches(self, key: Key, obj: Obj) -> bool:
         return (
-            key[0] == self._group
+            key[0] == self.group
             and key[1] == self._kind
             and (self._namespace is None or key[2] == self._namespace)
             and matches_labels(obj, self._labels)
@@ -150,6 +150,8 @@ class MemoryStore:
         self, clock: Callable[[], str] | None = None, history: int = DEFAULT_HISTORY
     ) -> None:
         self._objects: dict[Key, Obj] = {}
+        # (group, kind) -> that kind's objects: a list or watch reads one kind, not the store
+        self._by_kind: dict[tuple[str, str], dict[Key, Obj]] = {}
         self._lock = threading.RLock()
         self._rv = itertools.count(1)
         self._uid = itertools.count(1)
@@ -191,10 +193,8 @@ class MemoryStore:
         with self._lock:
             chosen = [
                 (key, obj)
-                for key, obj in self._objects.items()
-                if key[0] == group
-                and key[1] == kind
-                and (namespace is None or key[2] == namespace)
+                for key, obj in self._by_kind.get((group, kind), {}).items()
+                if (namespace is None or key[2] == namespace)
                 and matches_labels(obj, labels)
                 and matches_fields(obj, fields)
             ]
@@ -212,8 +212,9 @@ class MemoryStore:
         with self._lock:
             return [
                 obj
-                for key, obj in sorted(self._objects.items(), key=lambda item: item[0])
-                if key[0] == group and key[1] == kind
+                for _, obj in sorted(
+                    self._by_kind.get((group, kind), {}).items(), key=lambda item: item[0]
+                )
             ]
 
     def watch(
@@ -229,7 +230,8 @@ class MemoryStore:
         w = MemoryWatch(self, group_of(api_version), kind, namespace, labels, fields, bookmarks)
         with self._lock:
             if resource_version in (None, "", "0"):
-                for key, obj in sorted(self._objects.items()):
+                mine = self._by_kind.get((w.group, kind), {})
+                for key, obj in sorted(mine.items(), key=lambda item: item[0]):
                     if w.matches(key, obj):
                         w.push(WatchEvent("ADDED", _clone(obj)))
             else:
@@ -368,11 +370,13 @@ class MemoryStore:
         obj["metadata"]["resourceVersion"] = str(rv)
         old = self._objects.get(key)
         self._objects[key] = obj
+        self._by_kind.setdefault(key[:2], {})[key] = obj
         self._record(rv, etype, key, obj, old)
         return _clone(obj) if copy_out else obj
 
     def _remove(self, key: Key, last: Obj) -> None:
         self._objects.pop(key, None)
+        self._by_kind.get(key[:2], {}).pop(key, None)
         rv = self._next_rv()
         gone = dict(last)
         gone["metadata"] = {**last.get("metadata", {}), "resourceVersion": str(rv)}
@@ -447,21 +451,13 @@ class _SharedLeaves:
     def copy(self, obj: Any, depth: int = 0) -> Any:
         t = type(obj)
         if t is dict:
-            out: dict[str, Any] = {}
-            leaf = depth >= 2
-            for k, v in obj.items():
-                tv = type(v)
-                if tv in _LEAF_ATOMS:
-                    out[k] = v
-                elif tv is float:
-                    out[k] = v
-                    leaf = False
-                else:
-                    out[k] = self.copy(v, depth + 1)
-                    leaf = False
-            if not leaf or not out:
+            out = {k: v if type(v) in _ATOMS else self.copy(v, depth + 1) for k, v in obj.items()}
+            if depth < 2 or not out:
                 return out
-            key = (tuple(out.items()), tuple(map(type, out.values())))
+            types = tuple(map(type, out.values()))
+            if not _LEAF_ATOMS.issuperset(types):
+                return out
+            key = (tuple(out.items()), types)
             hit = self.table.get(key)
             if hit is not None:
                 return hit
@@ -476,7 +472,7 @@ class _SharedLeaves:
         return copy.deepcopy(obj)
 
 
-_LEAF_ATOMS = (str, int, bool, type(None))
+_LEAF_ATOMS = frozenset((str, int, bool, type(None)))
 
 
 def _probe_key(api_version: str, kind: str, name: str, namespace: str | None) -> Key:
