@@ -138,6 +138,7 @@ class WorkloadController:
             gang=gang,
             gang_size=gang_size,
             root=root or meta_of(owner)["name"],
+            owned=True,  # built here: the record needs no copy of the stored pod
         )
 
     def _backing_off(self, uid: str) -> bool:
