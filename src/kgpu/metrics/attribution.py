@@ -129,3 +129,5 @@ def resolve_device_id(
                     if m.index == mig:
                         return m.uuid
     return None
+
+

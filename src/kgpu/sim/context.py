@@ -70,7 +70,9 @@ class SimContext:
         self.suffixes = Suffixes(scenario.seed)  # pod name suffixes: seeded, so runs repeat
         self.now = 0.0
         self.store = SimStore(clock=self.timestamp)
-        self.scheduler = Scheduler(list(scheduler_plugins), self.store, scenario.kubernetes_version)
+        self.scheduler = Scheduler(
+            list(scheduler_plugins), self.store, scenario.kubernetes_version
+        )
         self.kubelet_plugins: list[KubeletPlugin] = list(kubelet_plugins)
         self.release_listeners: list[ReleaseListener] = []
         self.dra = any(p.name == "DynamicResources" for p in self.scheduler.plugins)

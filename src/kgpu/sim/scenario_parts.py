@@ -255,7 +255,9 @@ def _autoscale(raw: object, path: str, err: Errors) -> tuple[int, int] | None:
         err.add(f"{high}: at most {MAX_AUTOSCALE:,} nodes per group", join_path(path, "max"))
         return None
     if high < 1 or high < low:
-        err.add(f"{high}: must be at least 1 and at least min ({low})", join_path(path, "max"))
+        err.add(
+            f"{high}: must be at least 1 and at least min ({low})", join_path(path, "max")
+        )
         return None
     return low, high
 
