@@ -19,15 +19,22 @@ Reports pods per second over the whole run (controllers + scheduling + kubelets;
 timed separately) from an untraced run, and peak memory from a second run under tracemalloc
 (Python heap peak) plus the process' max RSS.
 
-Usage: python bench/sim.py [--nodes 1000] [--pods 10000]
+``--scaling`` runs one case (``--case``, default ``mixed``) at 1,000 nodes / 10,000 pods, 5,000 /
+50,000 and 12,500 / 100,000 (100,000 GPUs), each size in a fresh process so its peak RSS is its
+own, and prints a table: how time and memory grow with the cluster.
+
+Usage: python bench/sim.py [--nodes 1000] [--pods 10000] [--case ...] [--plugins] [--scaling]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
+import subprocess
+import sys
 import time
 import tracemalloc
 from typing import Any
@@ -122,10 +129,12 @@ def run(case: str, nodes: int, pods: int, trace: bool, plugins: bool = False) ->
     sim = Simulation(scenario, plugins=plugins)
     sim.start()
     t1 = time.perf_counter()
+    cpu0 = time.process_time()
     for obj in apply:  # one workload after the other, as `kubectl apply` in sequence would
         sim.apply(obj)
         sim.settle()
     t2 = time.perf_counter()
+    cpu = time.process_time() - cpu0
     peak = 0
     if trace:
         _, peak = tracemalloc.get_traced_memory()
@@ -147,9 +156,42 @@ def run(case: str, nodes: int, pods: int, trace: bool, plugins: bool = False) ->
         "gpusAllocated": allocated,
         "setupSeconds": round(t1 - t0, 3),
         "scheduleSeconds": round(t2 - t1, 3),
+        "scheduleCpuSeconds": round(cpu, 3),
         "podsPerSecond": round(len(sim.pods) / (t2 - t1), 1),
         "tracemallocPeakMiB": round(peak / 2**20, 1),
     }
+
+
+#: (nodes, pods) for --scaling: issue 17's sizes, up to 12,500 dgx-h100 (100,000 GPUs)
+SCALING = [(1000, 10000), (5000, 50000), (12500, 100000)]
+
+
+def scaling(case: str, plugins: bool) -> None:
+    """One fresh process per size (an honest peak RSS each), then a table."""
+    rows = []
+    for nodes, pods in SCALING:
+        cmd = [sys.executable, __file__, "--single", "--case", case]
+        cmd += ["--nodes", str(nodes), "--pods", str(pods)] + (["--plugins"] if plugins else [])
+        load = os.getloadavg()[0]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        rows.append((json.loads(out), load))
+    print(f"case {case}, plugins {'on' if plugins else 'off'}, Python {platform.python_version()}")
+    head = ("nodes", "pods", "setup s", "wall s", "cpu s", "pods/s", "us/pod", "RSS MiB", "load")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for r, load in rows:
+        cells = [
+            f"{r['nodes']:,}",
+            f"{r['pods']:,}",
+            f"{r['setupSeconds']:.1f}",
+            f"{r['scheduleSeconds']:.1f}",
+            f"{r['scheduleCpuSeconds']:.1f}",
+            f"{r['podsPerSecond']:,.0f}",
+            f"{1e6 * r['scheduleCpuSeconds'] / r['pods']:.0f}",
+            f"{r['maxRssMiB']:,.0f}",
+            f"{load:.1f}",
+        ]
+        print("| " + " | ".join(cells) + " |")
 
 
 def main() -> None:
@@ -160,7 +202,19 @@ def main() -> None:
     parser.add_argument(
         "--plugins", action="store_true", help="also load the DRA/ComputeDomain plugins"
     )
+    parser.add_argument("--scaling", action="store_true", help="1,000 / 5,000 / 12,500 nodes")
+    parser.add_argument("--single", action="store_true", help=argparse.SUPPRESS)  # one timed run
     args = parser.parse_args()
+    if args.scaling:
+        scaling("mixed" if args.case == "both" else args.case, args.plugins)
+        return
+    if args.single:
+        if args.case == "both":
+            parser.error("--single runs one case: name it with --case")
+        result = run(args.case, args.nodes, args.pods, trace=False, plugins=args.plugins)
+        result["maxRssMiB"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+        print(json.dumps(result))
+        return
     cases = ["mixed", "packed"] if args.case == "both" else [args.case]
     results = []
     for case in cases:

@@ -7,6 +7,7 @@ can gate on it.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -15,7 +16,10 @@ import typer
 from kgpu.cli.output import output_option
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from kgpu.sim.expect import ExpectResult
+    from kgpu.sim.simulation import Simulation
 
 
 def register(app: typer.Typer) -> None:
@@ -70,10 +74,11 @@ def register(app: typer.Typer) -> None:
             print_data,
             table_console,
         )
+        from kgpu.cli.sim_progress import ProgressBar
         from kgpu.errors import KgpuError
         from kgpu.sim.expect import ExpectRun, load_expectations
         from kgpu.sim.quickstart import quickstart_path
-        from kgpu.sim.report import render, render_steps
+        from kgpu.sim.report import render
         from kgpu.sim.scenario import load_scenario
         from kgpu.sim.simulation import Simulation
 
@@ -98,14 +103,18 @@ def register(app: typer.Typer) -> None:
                 checker = ExpectRun(expectations, loaded.steps)
                 observe = checker.observe
                 simulation.observers.append(lambda step: observe(simulation.context, step))
+            if watch and not is_data(output):
+                out = table_console(output)
+                simulation.observers.append(lambda _step: _print_step(simulation, out))
             picture = None
-            if report_file is None:
-                simulation.run()
-            else:
-                from kgpu.sim.html import check_target, record_run
+            with ProgressBar(simulation, sys.stderr):
+                if report_file is None:
+                    simulation.run()
+                else:
+                    from kgpu.sim.html import check_target, record_run
 
-                check_target(report_file)
-                picture = record_run(simulation)  # runs the same steps, drawing each
+                    check_target(report_file)
+                    picture = record_run(simulation)  # runs the same steps, drawing each
             result = checker.finish(simulation.context) if checker is not None else None
         except KgpuError as exc:
             fail(exc)
@@ -118,10 +127,7 @@ def register(app: typer.Typer) -> None:
                     report["expect"] = result.to_json()
                 print_data(report, output)
             else:
-                out = table_console(output)
-                if watch:
-                    render_steps(simulation.snapshots, out)
-                render(simulation.context, out)
+                render(simulation.context, table_console(output))
             if result is not None:
                 _print_expect(result)
             if report_file is not None and picture is not None:
@@ -138,6 +144,14 @@ def register(app: typer.Typer) -> None:
             simulation.close()
         if result is not None and not result.ok:
             raise typer.Exit(1)
+
+
+def _print_step(simulation: Simulation, out: Console) -> None:
+    """--watch: the step that just ran, printed (and flushed) before the next one starts."""
+    from kgpu.sim.report import render_step
+
+    render_step(simulation.snapshots[-1], len(simulation.snapshots) - 1, out)
+    out.file.flush()
 
 
 def _print_expect(result: ExpectResult) -> None:

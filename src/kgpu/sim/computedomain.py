@@ -40,7 +40,7 @@ from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
 from kgpu.kubelet.dra.plugin import DraPlugin
 from kgpu.sim.controllers.resourceclaim import pod_claim_name
 from kgpu.sim.plugins import ContainerDevices, Event
-from kgpu.store import NotFound, ObjectStore, object_ref
+from kgpu.store import NotFound, ObjectStore, list_read_only, object_ref
 
 Obj = dict[str, Any]
 
@@ -163,7 +163,8 @@ class ComputeDomainKubeletPlugin:
     def sync_daemons(self, store: ObjectStore) -> list[tuple[str, str]]:
         """Let each node's IMEX daemons re-read their domain's node list; (node, uid) changed.
         A deleted node's daemons are gone with it: it is forgotten, not synced."""
-        alive = {str((n.get("metadata") or {}).get("name")) for n in store.list("v1", "Node")}
+        nodes = list_read_only(store, "v1", "Node")  # names only: no copy of every Node
+        alive = {str((n.get("metadata") or {}).get("name")) for n in nodes}
         for gone in [n for n in self._handlers if n not in alive]:
             del self._handlers[gone]
             del self._plugins[gone]

@@ -38,7 +38,7 @@ from typing import Any
 from kgpu.dra.api import RESOURCE_API
 from kgpu.sim.context import SimContext
 from kgpu.sim.plugins import Event
-from kgpu.store import AlreadyExists, NotFound, ObjectStore, namespace_of
+from kgpu.store import AlreadyExists, NotFound, ObjectStore, list_read_only, namespace_of
 
 Obj = dict[str, Any]
 
@@ -142,7 +142,7 @@ class FakeAttachController:
             return
         self._slices_rev = rev
         self._plans = {}
-        for s in store.list(RESOURCE_API, "ResourceSlice"):
+        for s in list_read_only(store, RESOURCE_API, "ResourceSlice"):
             notes = (s.get("metadata") or {}).get("annotations") or {}
             if ATTACH_SECONDS not in notes:
                 continue

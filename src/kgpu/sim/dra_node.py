@@ -33,7 +33,7 @@ from kgpu.kubelet.dra.plugin import DraPlugin
 from kgpu.sim.controllers.resourceclaim import pod_claim_name
 from kgpu.sim.dra_extended import claim_status
 from kgpu.sim.plugins import ContainerDevices
-from kgpu.store import NotFound, ObjectStore, namespace_of
+from kgpu.store import MemoryStore, NotFound, ObjectStore, namespace_of
 
 Obj = dict[str, Any]
 PodKey = tuple[str, str, str]  # node, namespace, pod name
@@ -198,7 +198,11 @@ def _has_driver(claim: Mapping[str, Any]) -> bool:
 
 
 def _stored(pod: Mapping[str, Any], store: ObjectStore) -> Obj:
+    """The pod as stored, only read (a MemoryStore's own object: no copy per pod start)."""
     meta = pod.get("metadata") or {}
+    if isinstance(store, MemoryStore):
+        shared = store.get_shared("v1", "Pod", str(meta.get("name", "")), namespace_of(pod))
+        return shared if shared is not None else {}
     try:
         return store.get("v1", "Pod", str(meta.get("name", "")), namespace_of(pod))
     except NotFound:

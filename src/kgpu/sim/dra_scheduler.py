@@ -71,7 +71,7 @@ from kgpu.sim.dra_binding import (
 )
 from kgpu.sim.dra_extended import defaulted, record_claim
 from kgpu.sim.plugins import NodeInfo, PreBindResult
-from kgpu.store import AlreadyExists, NotFound, ObjectStore, namespace_of
+from kgpu.store import AlreadyExists, NotFound, ObjectStore, list_read_only, namespace_of
 
 Obj = dict[str, Any]
 NOT_AVAILABLE = "resourceclaim not available on the node"
@@ -100,6 +100,10 @@ def consumer_ref(pod: Obj) -> Obj:
     meta = pod.get("metadata") or {}
     uid = meta.get("uid") or f"00000000-0000-4000-8000-{abs(hash(pod_key(pod))) % 16**12:012x}"
     return {"resource": "pods", "name": str(meta.get("name", "")), "uid": str(uid)}
+
+
+#: the kinds :meth:`DraSchedulerPlugin._refresh` reads
+_READ_KINDS = ("ResourceSlice", "DeviceTaintRule", "DeviceClass", "ResourceClaim")
 
 
 @dataclass
@@ -153,6 +157,7 @@ class DraSchedulerPlugin:
         # the pod Filter saw last, its state, and its verdicts when Filter may answer from
         # them without looking at the node's labels
         self._last: tuple[Obj, _PodState, dict[Any, Verdict] | None] | None = None
+        self._seen_revs: tuple[int, ...] | None = None  # kind revisions _refresh last saw
 
     # -- cached cluster view ---------------------------------------------------------------
     @staticmethod
@@ -163,6 +168,15 @@ class DraSchedulerPlugin:
         return -2  # unknown: always refresh
 
     def _refresh(self, store: ObjectStore) -> Allocator:
+        # called several times per pod: when no kind it reads changed since the last call,
+        # answer at once (what the checks below would conclude, without repeating them)
+        rev_of = getattr(store, "kind_revision", None)
+        revs = (
+            tuple(int(rev_of(RESOURCE_API, k)) for k in _READ_KINDS) if rev_of is not None else None
+        )
+        if revs is not None and revs == self._seen_revs and self._allocator is not None:
+            return self._allocator
+        self._seen_revs = revs
         rev = self._rev(store, "ResourceSlice")
         rules_rev = self._rev(store, "DeviceTaintRule")
         if (
@@ -171,7 +185,7 @@ class DraSchedulerPlugin:
             or rules_rev != self._rules_rev
             or rev == -2
         ):
-            slices: list[Obj] = list(store.list(RESOURCE_API, "ResourceSlice"))
+            slices: list[Obj] = list_read_only(store, RESOURCE_API, "ResourceSlice")
             if self.features.device_taint_rules:
                 rules = store.list(RESOURCE_API, "DeviceTaintRule")
                 slices = apply_taint_rules(slices, rules) if rules else slices
@@ -626,6 +640,7 @@ class DraSchedulerPlugin:
                 )
             self._extended_claims.pop(uid, None)
             self._claims_rev = -1  # the allocator re-reads what is in use
+            self._seen_revs = None
             self._pods.pop(pod_key(pod), None)
             return DELETED
         return None

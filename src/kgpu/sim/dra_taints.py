@@ -24,7 +24,7 @@ from kgpu.dra.taints import apply_taint_rules, tolerates
 from kgpu.sim.context import SimContext
 from kgpu.sim.plugins import Event
 from kgpu.sim.pod_lifecycle import delete_pod
-from kgpu.store import ObjectStore, namespace_of
+from kgpu.store import ObjectStore, list_read_only, namespace_of
 
 Obj = dict[str, Any]
 DeviceKey = tuple[str, str, str]  # driver, pool, device
@@ -83,7 +83,7 @@ class DeviceTaintEvictionController:
             return
         self._revs = revs
         self._tainted = no_execute_taints(
-            list(store.list(RESOURCE_API, "ResourceSlice")),
+            list_read_only(store, RESOURCE_API, "ResourceSlice"),
             list(store.list(RESOURCE_API, "DeviceTaintRule")),
         )
 

@@ -46,6 +46,11 @@ class SimStore(MemoryStore):
         self.kinds.add((group_of(str(out.get("apiVersion", ""))), str(out.get("kind", ""))))
         return out
 
+    def create_in_place(self, obj: Obj) -> None:
+        super().create_in_place(obj)
+        self._note_obj(obj)
+        self.kinds.add((group_of(str(obj.get("apiVersion", ""))), str(obj.get("kind", ""))))
+
     def update(self, obj: Obj) -> Obj:
         out = super().update(obj)
         self._note_obj(obj)
@@ -55,6 +60,12 @@ class SimStore(MemoryStore):
         out = super().apply(obj)
         self._note_obj(obj)
         self.kinds.add((group_of(str(out.get("apiVersion", ""))), str(out.get("kind", ""))))
+        return out
+
+    def apply_version(self, obj: Obj) -> str:
+        out = super().apply_version(obj)
+        self._note_obj(obj)
+        self.kinds.add((group_of(str(obj.get("apiVersion", ""))), str(obj.get("kind", ""))))
         return out
 
     def patch(

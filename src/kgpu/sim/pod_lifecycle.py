@@ -70,15 +70,22 @@ def create_pod(
     gang: str = "",
     gang_size: int = 0,
     root: str = "",
+    owned: bool = False,
 ) -> PodRecord:
     """Admit (:mod:`kgpu.sim.admission`), store and queue a new pod;
-    :class:`~kgpu.sim.admission.AdmissionDenied` when the API server would refuse it."""
+    :class:`~kgpu.sim.admission.AdmissionDenied` when the API server would refuse it.
+    ``owned``: nobody else holds ``obj`` or any part of it (a controller built it), so it
+    becomes the pod's record itself rather than a copy of the stored pod."""
     obj.setdefault("apiVersion", "v1")
     obj.setdefault("kind", "Pod")
     obj.setdefault("status", {"phase": "Pending"})
     obj = ctx.admission.admit_pod(obj)
     with ctx.store.muted():
-        stored = ctx.store.create(obj)
+        if owned:
+            ctx.store.create_in_place(obj)
+            stored = obj
+        else:
+            stored = ctx.store.create(obj)
     return track_pod(ctx, stored, owner_kind, owner_uid, gang, gang_size, root)
 
 
@@ -136,8 +143,7 @@ def write_pod(ctx: SimContext, rec: PodRecord) -> None:
         with contextlib.suppress(NotFound):
             merge_external(rec, ctx.store.get("v1", "Pod", rec.name, rec.namespace))
     with ctx.store.muted():
-        out = ctx.store.apply(rec.obj)
-    rec.obj["metadata"]["resourceVersion"] = out["metadata"]["resourceVersion"]
+        rec.obj["metadata"]["resourceVersion"] = ctx.store.apply_version(rec.obj)
 
 
 # -- the kubelet -------------------------------------------------------------------------------

@@ -523,43 +523,49 @@ STEP_EVENT_ROWS = (3, 7)
 def render_steps(snapshots: list[dict[str, Any]], console: Console) -> None:
     """One table per step: what each node has allocated and how the pods stand, then the
     step's events, folded as :func:`fold_events` folds them."""
+    for i, snap in enumerate(snapshots):
+        render_step(snap, i, console)
+
+
+def render_step(snap: dict[str, Any], i: int, console: Console) -> None:
+    """Snapshot ``i`` (0: the initial state, then ``steps[i - 1]``) as :func:`render_steps`
+    shows it; ``kgpu sim --watch`` prints each as soon as its step has run."""
     from rich.markup import escape
     from rich.table import Table
 
-    for i, snap in enumerate(snapshots):
-        where = snap["title"] if i == 0 else f"steps[{i - 1}]  {snap['title']}"
-        table = Table(title=escape(f"{where}  t={snap['time']:g}s"))
-        shown = snap["nodes"][:50]
-        table.add_column("NODE", min_width=_longest([n["name"] for n in shown]), overflow="fold")
-        table.add_column("GPU RESOURCES USED/ALLOCATABLE", overflow="fold")
-        table.add_column("PODS", no_wrap=True)
-        table.add_column("LABELS", overflow="fold")
-        for n in shown:
-            table.add_row(
-                escape(n["name"] + ("" if n["ready"] else " (NotReady)")),
-                escape(n["gpus"]),
-                str(n["pods"]),
-                escape("\n".join(f"{k}={v}" for k, v in n["labels"].items())),
-            )
-        console.print(table)
+    where = snap["title"] if i == 0 else f"steps[{i - 1}]  {snap['title']}"
+    table = Table(title=escape(f"{where}  t={snap['time']:g}s"))
+    shown = snap["nodes"][:50]
+    table.add_column("NODE", min_width=_longest([n["name"] for n in shown]), overflow="fold")
+    table.add_column("GPU RESOURCES USED/ALLOCATABLE", overflow="fold")
+    table.add_column("PODS", no_wrap=True)
+    table.add_column("LABELS", overflow="fold")
+    for n in shown:
+        table.add_row(
+            escape(n["name"] + ("" if n["ready"] else " (NotReady)")),
+            escape(n["gpus"]),
+            str(n["pods"]),
+            escape("\n".join(f"{k}={v}" for k, v in n["labels"].items())),
+        )
+    console.print(table)
+    console.print(
+        "pods: " + (", ".join(f"{k} {v}" for k, v in sorted(snap["phases"].items())) or "none")
+    )
+    groups = fold_events(Event(**e) for e in snap["newEvents"])
+    head, tail = STEP_EVENT_ROWS
+    hidden = len(groups) - head - tail
+    rows: list[EventGroup | None] = (
+        [*groups[:head], None, *groups[-tail:]] if hidden > 0 else list(groups)
+    )
+    for g in rows:
+        if g is None:
+            console.print(f"  ... {hidden} more (-o json lists every one)")
+            continue
+        color = "red" if g.type == "Warning" else "dim"
+        times = f" (x{g.count})" if g.count > 1 else ""
         console.print(
-            "pods: " + (", ".join(f"{k} {v}" for k, v in sorted(snap["phases"].items())) or "none")
+            f"  [{color}]{escape(g.type)} {escape(g.reason)}[/{color}]{times} "
+            f"{escape(g.who())}: {escape(g.message)}",
+            soft_wrap=True,
+            highlight=False,
         )
-        groups = fold_events(Event(**e) for e in snap["newEvents"])
-        head, tail = STEP_EVENT_ROWS
-        hidden = len(groups) - head - tail
-        rows: list[EventGroup | None] = (
-            [*groups[:head], None, *groups[-tail:]] if hidden > 0 else list(groups)
-        )
-        for g in rows:
-            if g is None:
-                console.print(f"  ... {hidden} more (-o json lists every one)")
-                continue
-            color = "red" if g.type == "Warning" else "dim"
-            times = f" (x{g.count})" if g.count > 1 else ""
-            console.print(
-                f"  [{color}]{escape(g.type)} {escape(g.reason)}[/{color}]{times} "
-                f"{escape(g.who())}: {escape(g.message)}",
-                soft_wrap=True,
-                highlight=False,
-            )

@@ -37,6 +37,7 @@ from kgpu.sim.controllers.hpa import HPAController
 from kgpu.sim.controllers.keda import KedaController
 from kgpu.sim.dra_binding import FakeAttachController
 from kgpu.sim.dra_taints import DeviceTaintEvictionController
+from kgpu.sim.gcpause import full_collections_deferred
 from kgpu.sim.manifests import Manifest
 from kgpu.sim.plugin_loader import install_device_classes, load_plugins
 from kgpu.sim.plugins import Controller, KubeletPlugin, SchedulerPlugin
@@ -160,6 +161,10 @@ class Simulation:
         if self._started:
             return
         self._started = True
+        with full_collections_deferred():
+            self._start()
+
+    def _start(self) -> None:
         if self.scenario.dra_driver and self._ctx.dra:
             install_device_classes(self.store, self.warnings)
         self.keda.expect(
@@ -193,6 +198,10 @@ class Simulation:
         """Run one scenario step (a :class:`Step`, or a map as written in a scenario's
         ``steps``, e.g. ``{"failNode": "gpu-node-3"}``), then let the cluster settle."""
         self.start()
+        with full_collections_deferred():
+            self._step(step)
+
+    def _step(self, step: Step | Mapping[str, Any]) -> None:
         if not isinstance(step, Step):
             step = parse_step(
                 step,
@@ -211,16 +220,19 @@ class Simulation:
 
     def settle(self) -> None:
         """Run controllers, the scheduler and the kubelets until nothing changes (bounded)."""
-        settle_cluster(self._ctx, self.controller_manager, self.controllers)
+        with full_collections_deferred():
+            settle_cluster(self._ctx, self.controller_manager, self.controllers)
 
     def advance(self, seconds: float) -> None:
         """Move the clock; pods whose runtime ends on the way succeed, in time order, and the
         cluster settles after each."""
-        advance_clock(self._ctx, seconds, self.controller_manager, self.controllers)
+        with full_collections_deferred():
+            advance_clock(self._ctx, seconds, self.controller_manager, self.controllers)
 
     # -- nodes -------------------------------------------------------------------------------
     def add_nodes(self, spec: NodeSpec) -> None:
-        node_lifecycle.add_nodes(self._ctx, spec)
+        with full_collections_deferred():
+            node_lifecycle.add_nodes(self._ctx, spec)
 
     def label_node(self, name: str, labels: Mapping[str, str | None]) -> None:
         node_lifecycle.label_node(self._ctx, name, labels)
@@ -304,6 +316,11 @@ class Simulation:
     def _snapshot(self, title: str) -> None:
         if self.record_steps:
             self.snapshots.append(step_snapshot(self._ctx, title, self.snapshots))
+
+    @property
+    def steps_done(self) -> int:
+        """How many of the scenario's steps have run (for a progress display)."""
+        return self._steps_done
 
     @property
     def context(self) -> SimContext:

@@ -5,7 +5,7 @@ API, in the core (no I/O). The real API server implements the same protocol in
 from kgpu.store.cache import CachedStore, SharedInformers
 from kgpu.store.forwarding import ForwardingStore
 from kgpu.store.informer import Backoff, Informer, InformerStats, Scope
-from kgpu.store.memory import MemoryStore, MemoryWatch
+from kgpu.store.memory import MemoryStore, MemoryWatch, clone, list_read_only
 from kgpu.store.objects import (
     CLUSTER_SCOPED,
     Obj,
@@ -53,9 +53,11 @@ __all__ = [
     "StoreError",
     "Watch",
     "WatchEvent",
+    "clone",
     "field_value",
     "group_of",
     "key_of",
+    "list_read_only",
     "matches_fields",
     "matches_labels",
     "merge_patch",

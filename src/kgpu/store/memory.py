@@ -41,6 +41,8 @@ Key = tuple[str, str, str, str]
 #: Events kept for watches that resume from an older ``resourceVersion``.
 DEFAULT_HISTORY = 1024
 
+_Objects = list[Obj]  # (inside MemoryStore, `list` names its method)
+
 
 class MemoryWatch:
     """A watch on a :class:`MemoryStore`: events are queued by the writer's thread and read by
@@ -57,7 +59,7 @@ class MemoryWatch:
         bookmarks: bool,
     ) -> None:
         self._store = store
-        self._group = group
+        self.group = group
         self._kind = kind
         self._namespace = namespace
         self._labels = dict(labels or {})
@@ -69,7 +71,7 @@ class MemoryWatch:
 
     def matches(self, key: Key, obj: Obj) -> bool:
         return (
-            key[0] == self._group
+            key[0] == self.group
             and key[1] == self._kind
             and (self._namespace is None or key[2] == self._namespace)
             and matches_labels(obj, self._labels)
@@ -148,6 +150,8 @@ class MemoryStore:
         self, clock: Callable[[], str] | None = None, history: int = DEFAULT_HISTORY
     ) -> None:
         self._objects: dict[Key, Obj] = {}
+        # (group, kind) -> that kind's objects: a list or watch reads one kind, not the store
+        self._by_kind: dict[tuple[str, str], dict[Key, Obj]] = {}
         self._lock = threading.RLock()
         self._rv = itertools.count(1)
         self._uid = itertools.count(1)
@@ -160,6 +164,7 @@ class MemoryStore:
         # (resourceVersion, event type, key, object, the object before the change)
         self._history: deque[tuple[int, EventType, Key, Obj, Obj | None]] = deque(maxlen=history)
         self._watchers: list[MemoryWatch] = []
+        self._leaves = _SharedLeaves()
 
     # -- reads -----------------------------------------------------------------------------
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Obj:
@@ -168,6 +173,13 @@ class MemoryStore:
             if obj is None:
                 raise NotFound(f"{kind} {name!r} not found")
             return _clone(obj)
+
+    def get_shared(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> Obj | None:
+        """The stored object itself, not a copy (None when absent): see :meth:`list_shared`."""
+        with self._lock:
+            return self._objects.get(_probe_key(api_version, kind, name, namespace))
 
     def list(
         self,
@@ -181,16 +193,29 @@ class MemoryStore:
         with self._lock:
             chosen = [
                 (key, obj)
-                for key, obj in self._objects.items()
-                if key[0] == group
-                and key[1] == kind
-                and (namespace is None or key[2] == namespace)
+                for key, obj in self._by_kind.get((group, kind), {}).items()
+                if (namespace is None or key[2] == namespace)
                 and matches_labels(obj, labels)
                 and matches_fields(obj, fields)
             ]
             # filter first, then sort only what is returned (the order callers see is unchanged)
             items = [_clone(obj) for _, obj in sorted(chosen, key=lambda item: item[0])]
             return ObjectList(items, str(self.resource_version))
+
+    def list_shared(self, api_version: str, kind: str) -> _Objects:
+        """Every object of a kind, in :meth:`list`'s order, as stored: not copies. For readers
+        that only read and keep what they read (the simulator's DRA scheduler indexes every
+        ResourceSlice; copies doubled a 100,000-GPU cluster's memory). Safe because a stored
+        object is never changed in place: every write stores a new one. The caller must not
+        change what it gets."""
+        group = group_of(api_version)
+        with self._lock:
+            return [
+                obj
+                for _, obj in sorted(
+                    self._by_kind.get((group, kind), {}).items(), key=lambda item: item[0]
+                )
+            ]
 
     def watch(
         self,
@@ -205,7 +230,8 @@ class MemoryStore:
         w = MemoryWatch(self, group_of(api_version), kind, namespace, labels, fields, bookmarks)
         with self._lock:
             if resource_version in (None, "", "0"):
-                for key, obj in sorted(self._objects.items()):
+                mine = self._by_kind.get((w.group, kind), {})
+                for key, obj in sorted(mine.items(), key=lambda item: item[0]):
                     if w.matches(key, obj):
                         w.push(WatchEvent("ADDED", _clone(obj)))
             else:
@@ -233,7 +259,9 @@ class MemoryStore:
 
     # -- writes ----------------------------------------------------------------------------
     def create(self, obj: Obj) -> Obj:
-        obj = _clone(obj)
+        return self._create(self._own(obj), copy_out=True)
+
+    def _create(self, obj: Obj, *, copy_out: bool) -> Obj:
         meta = obj.setdefault("metadata", {})
         with self._lock:
             if not meta.get("name") and meta.get("generateName"):
@@ -246,10 +274,21 @@ class MemoryStore:
             meta["uid"] = f"00000000-0000-4000-8000-{next(self._uid):012x}"
             meta.setdefault("creationTimestamp", self._clock())
             meta.setdefault("generation", 1)
-            return self._write(key, obj, "ADDED")
+            return self._write(key, obj, "ADDED", copy_out=copy_out)
+
+    def create_in_place(self, obj: Obj) -> None:
+        """:meth:`create`, then fill the caller's object with what the store set (name,
+        namespace, uid, creationTimestamp, generation, resourceVersion) instead of returning a
+        copy: for a writer that keeps the object as its own record (the simulator's pods),
+        one copy fewer per object."""
+        stored = self._create(self._own(obj), copy_out=False)
+        meta = obj.setdefault("metadata", {})
+        for key, value in stored["metadata"].items():
+            if type(value) in _ATOMS:
+                meta[key] = value
 
     def update(self, obj: Obj) -> Obj:
-        obj = _clone(obj)
+        obj = self._own(obj)
         key = key_of(obj)
         with self._lock:
             current = self._objects.get(key)
@@ -279,10 +318,18 @@ class MemoryStore:
             merged.setdefault("metadata", {})["resourceVersion"] = current["metadata"][
                 "resourceVersion"
             ]
-            return self._replace(key, current, _clone(merged))
+            return self._replace(key, current, self._own(merged))
 
     def apply(self, obj: Obj) -> Obj:
-        obj = _clone(obj)
+        return self._apply(self._own(obj), copy_out=True)
+
+    def apply_version(self, obj: Obj) -> str:
+        """:meth:`apply`, answering only the stored object's new ``resourceVersion``: for a
+        writer that keeps its own copy (the simulator's pod records) and would throw away the
+        copy :meth:`apply` returns."""
+        return str(self._apply(self._own(obj), copy_out=False)["metadata"]["resourceVersion"])
+
+    def _apply(self, obj: Obj, *, copy_out: bool) -> Obj:
         with self._lock:
             if obj.get("kind") not in CLUSTER_SCOPED:
                 # as the API server defaults it on create: a re-apply names the same object
@@ -290,8 +337,8 @@ class MemoryStore:
             key = key_of(obj)
             current = self._objects.get(key)
             if current is None:
-                return self.create(obj)
-            return self._replace(key, current, obj)
+                return self._create(obj, copy_out=copy_out)  # obj is already this store's copy
+            return self._replace(key, current, obj, copy_out=copy_out)
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
         key = _probe_key(api_version, kind, name, namespace)
@@ -308,7 +355,12 @@ class MemoryStore:
             self._remove(key, current)
 
     # -- internals -------------------------------------------------------------------------
-    def _replace(self, key: Key, current: Obj, obj: Obj) -> Obj:
+    def _own(self, obj: Obj) -> Obj:
+        """The store's copy of an object coming in: equal small maps deep inside share one
+        object (see :class:`_SharedLeaves`)."""
+        return cast(Obj, self._leaves.copy(obj))
+
+    def _replace(self, key: Key, current: Obj, obj: Obj, *, copy_out: bool = True) -> Obj:
         meta = obj.setdefault("metadata", {})
         for kept in ("uid", "creationTimestamp", "deletionTimestamp"):
             if kept in current["metadata"]:
@@ -320,18 +372,22 @@ class MemoryStore:
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             self._remove(key, obj)
             return obj
-        return self._write(key, obj, "MODIFIED")
+        return self._write(key, obj, "MODIFIED", copy_out=copy_out)
 
-    def _write(self, key: Key, obj: Obj, etype: EventType) -> Obj:
+    def _write(self, key: Key, obj: Obj, etype: EventType, *, copy_out: bool = True) -> Obj:
+        """Store ``obj`` (this store's own copy). Without ``copy_out`` the stored object itself
+        comes back: internal callers only read its ``resourceVersion``."""
         rv = self._next_rv()
         obj["metadata"]["resourceVersion"] = str(rv)
         old = self._objects.get(key)
         self._objects[key] = obj
+        self._by_kind.setdefault(key[:2], {})[key] = obj
         self._record(rv, etype, key, obj, old)
-        return _clone(obj)
+        return _clone(obj) if copy_out else obj
 
     def _remove(self, key: Key, last: Obj) -> None:
         self._objects.pop(key, None)
+        self._by_kind.get(key[:2], {}).pop(key, None)
         rv = self._next_rv()
         gone = dict(last)
         gone["metadata"] = {**last.get("metadata", {}), "resourceVersion": str(rv)}
@@ -361,6 +417,12 @@ _T = TypeVar("_T")
 _ATOMS = (str, int, float, bool, type(None))
 
 
+def clone(obj: _T) -> _T:
+    """A deep copy of a JSON-shaped object (API objects, templates): what :class:`MemoryStore`
+    copies with, several times faster than :func:`copy.deepcopy` on such data."""
+    return cast(_T, _copy(obj))
+
+
 def _clone(obj: _T) -> _T:
     """A deep copy of a JSON-shaped object: dicts and lists are rebuilt, strings and numbers
     shared, anything else goes to :func:`copy.deepcopy`. Four times faster than deepcopy on
@@ -377,6 +439,51 @@ def _copy(obj: Any) -> Any:
     if t in _ATOMS:
         return obj
     return copy.deepcopy(obj)
+
+
+class _SharedLeaves:
+    """One object for equal small maps inside stored objects.
+
+    A ResourceSlice of a dgx-h100 node holds some 150 maps like ``{"string": "NVIDIA H100 80GB
+    HBM3"}`` or ``{"value": "80Gi"}``, equal on every node; the pods of one workload hold equal
+    ``labels``, ``limits`` and conditions. Stored objects are never changed in place (every
+    write stores a new object, every read returns a copy, :meth:`MemoryStore.list_shared`
+    readers only read), so equal *leaf* maps (only strings, ints, bools, None as values) at depth
+    two or more can be one object: a 100,000-GPU cluster's slices take a third of the memory.
+    The root and its direct children (``metadata``, which the store itself fills in) are never
+    shared. Maps with floats are left alone (``-0.0 == 0.0``); bools are told from ints by type.
+    The table is bounded: when full it starts over (sharing then resumes for new objects)."""
+
+    LIMIT = 1 << 16
+
+    def __init__(self) -> None:
+        self.table: dict[tuple[tuple[Any, ...], tuple[type, ...]], dict[str, Any]] = {}
+
+    def copy(self, obj: Any, depth: int = 0) -> Any:
+        t = type(obj)
+        if t is dict:
+            out = {k: v if type(v) in _ATOMS else self.copy(v, depth + 1) for k, v in obj.items()}
+            if depth < 2 or not out:
+                return out
+            types = tuple(map(type, out.values()))
+            if not _LEAF_ATOMS.issuperset(types):
+                return out
+            key = (tuple(out.items()), types)
+            hit = self.table.get(key)
+            if hit is not None:
+                return hit
+            if len(self.table) >= self.LIMIT:
+                self.table = {}
+            self.table[key] = out
+            return out
+        if t is list:
+            return [v if type(v) in _ATOMS else self.copy(v, depth + 1) for v in obj]
+        if t in _ATOMS:
+            return obj
+        return copy.deepcopy(obj)
+
+
+_LEAF_ATOMS = frozenset((str, int, bool, type(None)))
 
 
 def _probe_key(api_version: str, kind: str, name: str, namespace: str | None) -> Key:
@@ -400,3 +507,11 @@ def _parse_rv(value: Any) -> int:
         return int(str(value))
     except ValueError:
         raise Gone(f"resource version {value!r} is not one this store handed out") from None
+
+
+def list_read_only(store: object, api_version: str, kind: str) -> list[Obj]:
+    """The objects of a kind for a caller that will not change them: a :class:`MemoryStore`'s
+    own objects (:meth:`MemoryStore.list_shared`), copies from any other store."""
+    if isinstance(store, MemoryStore):
+        return store.list_shared(api_version, kind)
+    return list(cast(Any, store).list(api_version, kind))

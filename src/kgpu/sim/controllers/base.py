@@ -11,7 +11,6 @@ through :mod:`kgpu.sim.pod_lifecycle`, so a pod they make is scheduled like any 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -19,6 +18,7 @@ from kgpu.dra.api import RESOURCE_API
 from kgpu.sim.context import SimContext
 from kgpu.sim.pod_lifecycle import create_pod
 from kgpu.sim.state import PodRecord
+from kgpu.store import clone
 
 Obj = dict[str, Any]
 
@@ -124,7 +124,7 @@ class WorkloadController:
                 "labels": labels,
                 "ownerReferences": [owner_ref(owner)],
             },
-            "spec": copy.deepcopy(template.get("spec") or {}),
+            "spec": clone(template.get("spec") or {}),
             "status": {"phase": "Pending"},
         }
         notes = {**(tmeta.get("annotations") or {}), **(annotations or {})}
@@ -138,6 +138,7 @@ class WorkloadController:
             gang=gang,
             gang_size=gang_size,
             root=root or meta_of(owner)["name"],
+            owned=True,  # built here: the record needs no copy of the stored pod
         )
 
     def _backing_off(self, uid: str) -> bool:
