@@ -41,6 +41,7 @@ from typing import Any
 
 from kgpu.sim.scenario import scenario_from_dict
 from kgpu.sim.simulation import Simulation
+from kgpu.testing.manifests import deployment as make_deployment
 
 
 def deployment(name: str, replicas: int, gpus: int, cpu: str = "", **spec: Any) -> dict[str, Any]:
@@ -49,24 +50,7 @@ def deployment(name: str, replicas: int, gpus: int, cpu: str = "", **spec: Any) 
         limits["nvidia.com/gpu"] = gpus
     if cpu:
         limits["cpu"] = cpu
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [
-                        {"name": "main", "image": "cuda", "resources": {"limits": limits}}
-                    ],
-                    **spec,
-                },
-            },
-        },
-    }
+    return make_deployment(name, replicas, limits, container="main", image="cuda", **spec)
 
 
 def _term(app: str, key: str) -> dict[str, Any]:
