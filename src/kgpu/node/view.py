@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -116,8 +115,8 @@ def build_node_view(
     return replace(view, labels=dict(view.labels))
 
 
-#: Views kept per config set, least recently used dropped first (a simulated cluster builds one
-#: per node and health state; an agent a handful per config).
+#: Views kept per config set, the oldest dropped first (a simulated cluster builds one per node
+#: and health state; an agent a handful per config).
 VIEWS_PER_CONFIG_SET = 8192
 
 
@@ -132,7 +131,7 @@ class _SetCache:
 
     def __init__(self, configs: ConfigSet) -> None:
         self.problems = _config_rule_problems(configs)
-        self._views: OrderedDict[tuple[Any, ...], NodeView] = OrderedDict()
+        self._views: dict[tuple[Any, ...], NodeView] = {}
         self._lock = threading.Lock()
 
     def view(
@@ -145,16 +144,14 @@ class _SetCache:
         flags: tuple[tuple[str, Any], ...],
     ) -> NodeView:
         key = (machine, plugin, mig, mig_strategy, flags)
-        with self._lock:
-            view = self._views.get(key)
-            if view is not None:
-                self._views.move_to_end(key)
-                return view
+        view = self._views.get(key)  # a hit takes no lock and hashes the key once
+        if view is not None:
+            return view
         view = _build(machine, configs, plugin, mig, mig_strategy, flags)
         with self._lock:
             self._views[key] = view
-            if len(self._views) > VIEWS_PER_CONFIG_SET:
-                self._views.popitem(last=False)
+            if len(self._views) > VIEWS_PER_CONFIG_SET:  # the oldest goes first
+                del self._views[next(iter(self._views))]
         return view
 
     def __len__(self) -> int:
@@ -166,11 +163,13 @@ _caches_lock = threading.Lock()
 
 
 def _cache_of(configs: ConfigSet) -> _SetCache:
-    with _caches_lock:
-        cache = _caches.get(configs)
-        if cache is None:
-            cache = _caches[configs] = _SetCache(configs)
-        return cache
+    cache = _caches.get(configs)
+    if cache is None:
+        with _caches_lock:
+            cache = _caches.get(configs)
+            if cache is None:
+                cache = _caches[configs] = _SetCache(configs)
+    return cache
 
 
 def _config_rule_problems(configs: ConfigSet) -> tuple[FieldProblem, ...]:
