@@ -55,5 +55,5 @@ def test_a_refused_config_still_fails_every_time() -> None:
     bad = load_config_strings({"mps.yaml": MPS_MIXED})
     machine = load_machine(MACHINE, hostname=NODE)
     for _ in range(2):  # the second answer comes from the set's cache
-        with pytest.raises(FieldError, match="mps.yaml: flags.migStrategy: MPS sharing"):
+        with pytest.raises(FieldError, match=r"mps\.yaml: flags\.migStrategy: MPS sharing"):
             build_node_view(machine, bad, {})
