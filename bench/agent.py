@@ -27,6 +27,11 @@ health latency with a hung kubelet, re-registration after kubelet restarts, RSS 
    API-server stand-in (Kubernetes 1.35); requests by phase (start, a config-label switch on
    the Node, ``--idle-seconds`` of idle) counted by the stand-in, and ``/healthz`` latency
    (``--calls`` GETs while the agent serves).
+7. RSS by chaos action (``--only rss-by-action [--actions 500] [--every 100] [--agent-env K=V
+   ...]``): each chaos action alone, back to back, against one agent started through
+   ``bench/agent_probe.py``, which reports from inside the agent (RSS before/after
+   ``malloc_trim``, threads, fds, malloc arenas, live gRPC/view objects, tracemalloc top) every
+   ``--every`` steps; plus an ``idle`` control. Which action grows RSS, by how much per step.
 
 Targets: Allocate p99 within 2x the no-op p99; RSS under 80 MiB (issue 3). Health with a hung
 kubelet <= 100 ms; re-registration of 4 resources <= 2x one Register round trip + 0.3 s; no
