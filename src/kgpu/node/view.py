@@ -154,9 +154,6 @@ class _SetCache:
                 del self._views[next(iter(self._views))]
         return view
 
-    def __len__(self) -> int:
-        return len(self._views)
-
 
 _caches: weakref.WeakKeyDictionary[ConfigSet, _SetCache] = weakref.WeakKeyDictionary()
 _caches_lock = threading.Lock()
