@@ -27,6 +27,11 @@ health latency with a hung kubelet, re-registration after kubelet restarts, RSS 
    API-server stand-in (Kubernetes 1.35); requests by phase (start, a config-label switch on
    the Node, ``--idle-seconds`` of idle) counted by the stand-in, and ``/healthz`` latency
    (``--calls`` GETs while the agent serves).
+7. RSS by chaos action (``--only rss-by-action [--actions 500] [--every 100] [--agent-env K=V
+   ...]``): each chaos action alone, back to back, against one agent started through
+   ``bench/agent_probe.py``, which reports from inside the agent (RSS before/after
+   ``malloc_trim``, threads, fds, malloc arenas, live gRPC/view objects, tracemalloc top) every
+   ``--every`` steps; plus an ``idle`` control. Which action grows RSS, by how much per step.
 
 Targets: Allocate p99 within 2x the no-op p99; RSS under 80 MiB (issue 3). Health with a hung
 kubelet <= 100 ms; re-registration of 4 resources <= 2x one Register round trip + 0.3 s; no
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -44,6 +50,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -322,6 +329,87 @@ def bench_chaos_rss(seconds: float) -> dict[str, object]:
     return summary
 
 
+def _probe(chaos: Any, out: Path, timeout_s: float = 10.0) -> dict[str, Any]:
+    """Ask the agent (started through bench/agent_probe.py) to report from inside."""
+    import os
+    import signal
+
+    out.unlink(missing_ok=True)
+    os.kill(chaos.agent.proc.pid, signal.SIGUSR1)
+    deadline = time.monotonic() + timeout_s
+    while not out.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return dict(json.loads(out.read_text()))
+
+
+def bench_rss_by_action(count: int, every: int, env: dict[str, str]) -> dict[str, object]:
+    """Each chaos action alone, ``count`` times back to back (no pause) against one agent
+    process, the agent probed from inside every ``every`` steps (RSS, threads, fds, arenas,
+    live gRPC objects). Growth per action is taken after the first ``every`` steps (warm-up:
+    pools and caches filling)."""
+    from kgpu.testing.chaos import ACTIONS, Chaos
+    from kgpu.testing.split_node import short_root
+
+    class Idle(Chaos):
+        """The control: a step that only waits (the chaos run's own pause between steps)."""
+
+        def _do_idle(self) -> None:
+            time.sleep(1.0)
+
+    actions = [a for a in ACTIONS if a != "kill"] + ["idle"]
+    only = os.environ.get("KGPU_BENCH_ACTIONS")
+    if only:
+        actions = [a for a in actions if a in only.split(",")]
+    result: dict[str, object] = {"env": env, "count": count}
+    for action in actions:
+        with short_root("kgra") as root:
+            out = root / "probe.json"
+            samples: list[dict[str, Any]] = []
+
+            def sample(
+                chaos: Chaos, samples: list[dict[str, Any]] = samples, out: Path = out
+            ) -> None:
+                if sum(chaos.report.steps.values()) % every == 0:
+                    samples.append(_probe(chaos, out))
+
+            chaos = Idle(
+                root,
+                seed=1,
+                seconds=0,
+                max_steps=count,
+                actions=(action,),
+                health_bound_s=0.5,
+                after_step=sample,
+                agent_launcher=(str(REPO / "bench" / "agent_probe.py"),),
+                agent_env={**env, "KGPU_PROBE_OUT": str(out)},
+            )
+            started = time.monotonic()
+            report = chaos.run()
+            rss = [s["rss_kib"] for s in samples]
+            row: dict[str, object] = {
+                "seconds": round(time.monotonic() - started, 1),
+                "registrations": report.registrations,
+                "violations": report.violations[:3],
+                "rss_mib": [round(k / 1024, 1) for k in rss],
+                "kib_per_action_after_warmup": round((rss[-1] - rss[1]) / (count - every), 2)
+                if len(rss) > 2
+                else None,
+                "threads": [s["threads"] for s in samples],
+                "fds": [s["fds"] for s in samples],
+                "arenas": [s["arenas"] for s in samples],
+                "objects_first_last": [samples[0]["objects"], samples[-1]["objects"]],
+                "gc_objects": [s["gc_objects"] for s in samples],
+            }
+            if "rss_kib_trimmed" in samples[0]:
+                row["rss_trimmed_mib"] = [round(s["rss_kib_trimmed"] / 1024, 1) for s in samples]
+            if "top" in samples[-1]:
+                row["tracemalloc_top"] = samples[-1]["top"]
+                row["traced_kib"] = [s["traced_kib"] for s in samples]
+            result[action] = row
+            print(action, json.dumps(row), file=sys.stderr, flush=True)
+    return result
+
+
 def bench_cluster(idle_s: float, calls: int) -> dict[str, object]:
     """The whole agent against the API-server stand-in: requests per phase; /healthz latency."""
     import shutil
@@ -411,10 +499,29 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--chaos-seconds", type=float, default=0.0)
     parser.add_argument("--idle-seconds", type=float, default=60.0)
+    parser.add_argument("--actions", type=int, default=500, help="rss-by-action: per action")
+    parser.add_argument("--every", type=int, default=100, help="rss-by-action: probe every N")
+    parser.add_argument(
+        "--agent-env",
+        nargs="*",
+        default=[],
+        metavar="K=V",
+        help="rss-by-action: added to the agent's environment (MALLOC_ARENA_MAX=2, "
+        "KGPU_PROBE_TRIM=1, KGPU_PROBE_TRACEMALLOC=1)",
+    )
     parser.add_argument(
         "--only",
         nargs="*",
-        choices=["allocate", "rss", "health", "hung", "restart", "chaos", "cluster"],
+        choices=[
+            "allocate",
+            "rss",
+            "health",
+            "hung",
+            "restart",
+            "chaos",
+            "cluster",
+            "rss-by-action",
+        ],
         help="run only these parts",
     )
     args = parser.parse_args()
@@ -433,6 +540,9 @@ def main() -> None:
         "restart": bench_reregistration,
         "chaos": lambda: bench_chaos_rss(args.chaos_seconds or 60.0),
         "cluster": lambda: bench_cluster(args.idle_seconds, min(args.calls, 1000)),
+        "rss-by-action": lambda: bench_rss_by_action(
+            args.actions, args.every, dict(kv.split("=", 1) for kv in args.agent_env)
+        ),
     }
     result = {name: run() for name, run in parts.items() if name in wanted}
     if args.json or not {"allocate", "rss", "health"} <= wanted:

@@ -28,7 +28,8 @@ it got.
 
 from __future__ import annotations
 
-import functools
+import threading
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -105,16 +106,69 @@ def build_node_view(
     (:meth:`DevicePluginConfig.with_flags`: the agent's upstream environment variables). Raises
     FieldError.
     """
-    problems = _config_rule_problems(configs)
-    if problems:
-        raise FieldError(problems)
+    cache = _cache_of(configs)
+    if cache.problems:
+        raise FieldError(cache.problems)
     plugin = select_plugin_config(configs, labels, config_name)
     mig = select_mig_config(configs, labels, mig_config_name)
-    view = _cached_view(machine, configs, plugin, mig, mig_strategy, flags)
+    view = cache.view(machine, configs, plugin, mig, mig_strategy, flags)
     return replace(view, labels=dict(view.labels))
 
 
-@functools.lru_cache(maxsize=1024)
+#: Views kept per config set, the oldest dropped first (a simulated cluster builds one per node
+#: and health state; an agent a handful per config).
+VIEWS_PER_CONFIG_SET = 8192
+
+
+class _SetCache:
+    """The views built under one :class:`ConfigSet`, and what its sharing rules refuse.
+
+    Held in a :class:`weakref.WeakKeyDictionary`, so it dies with its config set: a
+    ``ConfigSet`` hashes by identity and the agent loads a new one on every config change, so a
+    cache keyed by the set itself (``functools.lru_cache``) kept every superseded set and its
+    views alive, about 20 KiB per reload on a 4-GPU node (``bench/agent.py --only
+    rss-by-action``). Nothing cached here refers back to the set, which would keep it alive."""
+
+    def __init__(self, configs: ConfigSet) -> None:
+        self.problems = _config_rule_problems(configs)
+        self._views: dict[tuple[Any, ...], NodeView] = {}
+        self._lock = threading.Lock()
+
+    def view(
+        self,
+        machine: Machine,
+        configs: ConfigSet,
+        plugin: PluginConfigEntry | None,
+        mig: MigConfig | None,
+        mig_strategy: str | None,
+        flags: tuple[tuple[str, Any], ...],
+    ) -> NodeView:
+        key = (machine, plugin, mig, mig_strategy, flags)
+        view = self._views.get(key)  # a hit takes no lock and hashes the key once
+        if view is not None:
+            return view
+        view = _build(machine, configs, plugin, mig, mig_strategy, flags)
+        with self._lock:
+            self._views[key] = view
+            if len(self._views) > VIEWS_PER_CONFIG_SET:  # the oldest goes first
+                del self._views[next(iter(self._views))]
+        return view
+
+
+_caches: weakref.WeakKeyDictionary[ConfigSet, _SetCache] = weakref.WeakKeyDictionary()
+_caches_lock = threading.Lock()
+
+
+def _cache_of(configs: ConfigSet) -> _SetCache:
+    cache = _caches.get(configs)
+    if cache is None:
+        with _caches_lock:
+            cache = _caches.get(configs)
+            if cache is None:
+                cache = _caches[configs] = _SetCache(configs)
+    return cache
+
+
 def _config_rule_problems(configs: ConfigSet) -> tuple[FieldProblem, ...]:
     """What the sharing modes refuse in any device-plugin config of the set: a bad entry fails
     every node, not only those that select it, as it did when the file was loaded."""
@@ -123,18 +177,6 @@ def _config_rule_problems(configs: ConfigSet) -> tuple[FieldProblem, ...]:
         for entry in configs.plugin_configs.values()
         for problem in config_problems(entry.config, file=entry.source, entry=entry.entry)
     )
-
-
-@functools.lru_cache(maxsize=8192)
-def _cached_view(
-    machine: Machine,
-    configs: ConfigSet,
-    plugin: PluginConfigEntry | None,
-    mig: MigConfig | None,
-    mig_strategy: str | None,
-    flags: tuple[tuple[str, Any], ...] = (),
-) -> NodeView:
-    return _build(machine, configs, plugin, mig, mig_strategy, flags)
 
 
 def _mig_layout(gpu: Gpu) -> tuple[tuple[str, int], ...] | None:

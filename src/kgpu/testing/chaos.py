@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -115,10 +116,17 @@ class ChaosReport:
 class _AgentProc:
     """One ``kgpu agent`` child on the chaos root."""
 
-    def __init__(self, root: Path, log: IO[str]) -> None:
+    def __init__(
+        self,
+        root: Path,
+        log: IO[str],
+        *,
+        launcher: Sequence[str] = ("-m", "kgpu"),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.root = root
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kgpu", "agent", "--machine", MACHINE, "--node-name", NODE,
+            [sys.executable, *launcher, "agent", "--machine", MACHINE, "--node-name", NODE,
              "--config", str(root / "split.yaml"), "--kubelet-root", str(root), "--no-dra",
              "--fault-dir", str(root / "faults"), "--status-file", str(root / "status.json"),
              "--health-quiet-period", str(QUIET_PERIOD_S),
@@ -126,6 +134,7 @@ class _AgentProc:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
+            env={**os.environ, **env} if env else None,
         )  # fmt: skip
         self.baseline: tuple[int, int] | None = None  # (fds, threads) at its first settle
 
@@ -181,6 +190,10 @@ class Chaos:
         rss_every_s: float = 0.0,
         pause_s: float = 0.0,
         actions: tuple[str, ...] = ACTIONS,
+        max_steps: int = 0,
+        after_step: Callable[[Chaos], None] | None = None,  # also once before the first
+        agent_launcher: Sequence[str] = ("-m", "kgpu"),
+        agent_env: Mapping[str, str] | None = None,
     ) -> None:
         self.root = root
         self.rng = random.Random(seed)
@@ -191,6 +204,14 @@ class Chaos:
         self.rss_every_s = rss_every_s
         self.pause_s = pause_s  # between steps: a long run at low intensity
         self.actions = actions
+        # a fixed number of steps instead of (not as well as) ``seconds``: one action repeated
+        # N times is how bench/agent.py attributes RSS growth to an action
+        self.max_steps = max_steps
+        self.after_step = after_step
+        # how the agent process is started: ``python <launcher> agent ...`` with ``agent_env``
+        # added (bench/agent_probe.py wraps the CLI to report from inside the process)
+        self.agent_launcher = tuple(agent_launcher)
+        self.agent_env = dict(agent_env or {})
         self.report = ChaosReport(seed=seed)
         self.kubelet = FakeKubelet(root, hang_limit_s=10.0)
         self.replicas_a = 2
@@ -211,10 +232,16 @@ class Chaos:
         try:
             self._start_agent()
             self._check()
+            if self.after_step is not None:  # once settled, before any action
+                self.after_step(self)
             # every action once, in a random order, then random ones until the time is up
             plan = list(self.actions)
             self.rng.shuffle(plan)
-            while plan or time.monotonic() - started < self.seconds:
+            while (
+                sum(self.report.steps.values()) < self.max_steps
+                if self.max_steps
+                else plan or time.monotonic() - started < self.seconds
+            ):
                 action = plan.pop() if plan else self.rng.choice(self.actions)
                 self.step = f"{action} #{self.report.steps[action] + 1}"
                 self.report.steps[action] += 1
@@ -230,6 +257,8 @@ class Chaos:
                 ):
                     self.report.rss_kib.append((now, self.agent.rss_kib()))
                     last_rss = now
+                if self.after_step is not None:
+                    self.after_step(self)
         finally:
             if self.agent is not None:
                 code = self.agent.stop()
@@ -248,10 +277,13 @@ class Chaos:
         self.report.violations.append(f"{self.step}: {text}")
 
     def _start_agent(self) -> None:
-        self.agent = _AgentProc(self.root, self._log)
+        self.agent = self._agent_proc()
         self.report.agents_started += 1
         if not self.agent.ready():
             self._violation("the agent did not start")
+
+    def _agent_proc(self) -> _AgentProc:
+        return _AgentProc(self.root, self._log, launcher=self.agent_launcher, env=self.agent_env)
 
     # -- actions ---------------------------------------------------------------------------------
 
@@ -348,7 +380,7 @@ class Chaos:
         self._start_agent()
 
     def _do_second_agent(self) -> None:
-        second = _AgentProc(self.root, self._log)
+        second = self._agent_proc()
         try:
             code = second.proc.wait(30)
         except subprocess.TimeoutExpired:
