@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...], bool]] = [
             "errors",
             "userfiles",
             "quantity",
+            "releases",
             "store",
             "hardware",
             "config",

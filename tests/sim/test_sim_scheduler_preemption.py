@@ -238,7 +238,7 @@ def test_unsupported_kubernetes_version_is_refused_with_the_range(value: object)
         scenario_from_dict({"nodes": [], "kubernetesVersion": value})
     text = str(err.value)
     assert "kubernetesVersion" in text
-    assert "1.32 to 1.35" in text or "such as" in text
+    assert "1.32 to 1.37 (supports 1.34-1.37)" in text or "such as" in text
 
 
 def test_the_preemption_example_tells_its_story() -> None:

@@ -1,4 +1,4 @@
-"""The feature gates that change what kube-scheduler's DRA allocator does, with 1.36 defaults.
+"""The feature gates that change what kube-scheduler's DRA allocator does, per release.
 
 Upstream's allocator takes a ``Features`` value built from kube-scheduler's gates; the same
 names are used here so ``--feature-gates DRAPrioritizedList=false`` means what it means on a
@@ -6,10 +6,9 @@ cluster. What turning a gate off does is upstream's, not kgpu's own: a request u
 feature is an error (``has subrequests, but the DRAPrioritizedList feature is disabled``), a
 slice or device using one is ignored as if it did not exist.
 
-Defaults are those of Kubernetes 1.36 (every gate on), with one deliberate exception:
-``DRADeviceTaintRules`` is beta but off in 1.36 only because its API version is off by default;
-DeviceTaintRule objects in kgpu's input mean that API is served, so kgpu honours them unless the
-gate is turned off explicitly.
+Each release's defaults come from the one release table, :mod:`kgpu.releases`
+(:meth:`Features.for_release`); :data:`DEFAULT` is the newest release's (1.37: every gate on).
+Before 1.35 DeviceTaintRules had no gate of their own: ``DRADeviceTaints`` covered them.
 """
 
 from __future__ import annotations
@@ -18,35 +17,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from kgpu import releases
+
 #: gate name -> (Features field, what it covers)
 GATES: dict[str, tuple[str, str]] = {
-    "DRAAdminAccess": ("admin_access", "adminAccess requests (GA in 1.36)"),
-    "DRAPrioritizedList": ("prioritized_list", "firstAvailable subrequests (GA in 1.36)"),
-    "DRAPartitionableDevices": (
-        "partitionable_devices",
-        "sharedCounters, consumesCounters, perDeviceNodeSelection (beta in 1.36)",
-    ),
-    "DRADeviceTaints": ("device_taints", "device taints and request tolerations (beta in 1.36)"),
-    "DRADeviceTaintRules": (
-        "device_taint_rules",
-        "DeviceTaintRule objects (beta in 1.36; upstream default off, see docs/dra.md)",
-    ),
-    "DRADeviceBindingConditions": (
-        "device_binding_conditions",
-        "bindingConditions, bindingFailureConditions, bindsToNode (beta in 1.36)",
-    ),
-    "DRAResourceClaimDeviceStatus": (
-        "resource_claim_device_status",
-        "device status in claims; binding conditions need it too (beta)",
-    ),
-    "DRAConsumableCapacity": (
-        "consumable_capacity",
-        "allowMultipleAllocations, capacity requests, distinctAttribute (beta in 1.36)",
-    ),
-    "DRAExtendedResource": (
-        "extended_resource",
-        "DeviceClass.extendedResourceName for pod resource requests (beta in 1.36)",
-    ),
+    name: (attr, releases.GATES[name].what)
+    for name, attr in (
+        ("DRAAdminAccess", "admin_access"),
+        ("DRAPrioritizedList", "prioritized_list"),
+        ("DRAPartitionableDevices", "partitionable_devices"),
+        ("DRADeviceTaints", "device_taints"),
+        ("DRADeviceTaintRules", "device_taint_rules"),
+        ("DRADeviceBindingConditions", "device_binding_conditions"),
+        ("DRAResourceClaimDeviceStatus", "resource_claim_device_status"),
+        ("DRAConsumableCapacity", "consumable_capacity"),
+        ("DRAExtendedResource", "extended_resource"),
+    )
 }
 
 
@@ -80,6 +66,37 @@ class Features:
         return cls(**{f.name: False for f in fields(cls)})
 
     @classmethod
+    def for_release(cls, minor: int, gates: Mapping[str, Any] | str = "") -> Features:
+        """Release ``1.<minor>``'s defaults (:mod:`kgpu.releases`) with ``gates`` (a map or a
+        ``Name=true,...`` list) applied as that release's kube-scheduler would: a gate the
+        release does not have, or a locked gate set against its lock, is a
+        :class:`FeatureGateError`."""
+        rel = releases.release(minor)
+        values = {name: _state_default(rel, name) for name in GATES}
+        wanted = _parse_list(gates) if isinstance(gates, str) else dict(gates)
+        for name, value in wanted.items():
+            if name not in GATES:
+                raise FeatureGateError(_unknown(name))
+            state = rel.gate(name)
+            if state is None:
+                since = releases.GATES[name].since()
+                raise FeatureGateError(
+                    f"{name}: Kubernetes {rel.name} has no such feature gate (it exists from "
+                    f"1.{since})"
+                )
+            if not isinstance(value, bool):
+                raise FeatureGateError(f"{name}: must be true or false, not {value!r}")
+            if state.locked and value != state.default:
+                raise FeatureGateError(
+                    f"{name}: cannot set it to {str(value).lower()} in Kubernetes {rel.name}, "
+                    f"it is {state.stage} and locked to {str(state.default).lower()}"
+                )
+            values[name] = value
+        if rel.gate("DRADeviceTaintRules") is None:  # before 1.35 DRADeviceTaints covers them
+            values["DRADeviceTaintRules"] = values["DRADeviceTaints"]
+        return cls.none().with_gates(values)
+
+    @classmethod
     def enabled(cls, names: list[str] | tuple[str, ...]) -> Features:
         """Only the named gates on."""
         out = cls.none()
@@ -91,9 +108,7 @@ class Features:
         changes: dict[str, bool] = {}
         for name, value in gates.items():
             if name not in GATES:
-                raise FeatureGateError(
-                    f"unknown feature gate {name!r}; known: {', '.join(sorted(GATES))}"
-                )
+                raise FeatureGateError(_unknown(name))
             if not isinstance(value, bool):
                 raise FeatureGateError(f"{name}: must be true or false, not {value!r}")
             changes[GATES[name][0]] = value
@@ -101,22 +116,37 @@ class Features:
 
     def parse(self, text: str) -> Features:
         """Apply a kube-scheduler style ``Name=true,Other=false`` list."""
-        gates: dict[str, bool] = {}
-        for item in (p.strip() for p in text.split(",")):
-            if not item:
-                continue
-            name, sep, value = item.partition("=")
-            name, value = name.strip(), value.strip().lower()
-            if not sep or value not in ("true", "false"):
-                raise FeatureGateError(
-                    f"{item!r}: expected Name=true or Name=false (e.g. DRAPrioritizedList=false)"
-                )
-            gates[name] = value == "true"
-        return self.with_gates(gates)
+        return self.with_gates(_parse_list(text))
 
     def gates(self) -> dict[str, bool]:
         """``{GateName: on}`` for every gate, for output and docs."""
         return {name: bool(getattr(self, attr)) for name, (attr, _) in GATES.items()}
 
 
+def _unknown(name: str) -> str:
+    return f"unknown feature gate {name!r}; known: {', '.join(sorted(GATES))}"
+
+
+def _state_default(rel: releases.Release, name: str) -> bool:
+    state = rel.gate(name)
+    return state.default if state is not None else False
+
+
+def _parse_list(text: str) -> dict[str, bool]:
+    """A kube-scheduler style ``Name=true,Other=false`` list as a map."""
+    gates: dict[str, bool] = {}
+    for item in (p.strip() for p in text.split(",")):
+        if not item:
+            continue
+        name, sep, value = item.partition("=")
+        name, value = name.strip(), value.strip().lower()
+        if not sep or value not in ("true", "false"):
+            raise FeatureGateError(
+                f"{item!r}: expected Name=true or Name=false (e.g. DRAPrioritizedList=false)"
+            )
+        gates[name] = value == "true"
+    return gates
+
+
 DEFAULT = Features()
+"""The newest release's defaults (every allocator gate on in 1.37)."""

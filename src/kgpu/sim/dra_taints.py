@@ -68,6 +68,8 @@ class DeviceTaintEvictionController:
 
     def __init__(self, ctx: SimContext) -> None:
         self.ctx = ctx
+        #: DeviceTaintRules count only where the release's (or scenario's) gate is on
+        self._rules = ctx.scenario.features.device_taint_rules
         self._revs: tuple[int, int] = (-1, -1)
         self._tainted: dict[DeviceKey, list[Obj]] = {}
         self._first_seen: dict[tuple[str, DeviceKey], float] = {}  # (claim uid, device) -> t
@@ -84,7 +86,7 @@ class DeviceTaintEvictionController:
         self._revs = revs
         self._tainted = no_execute_taints(
             list_read_only(store, RESOURCE_API, "ResourceSlice"),
-            list(store.list(RESOURCE_API, "DeviceTaintRule")),
+            list(store.list(RESOURCE_API, "DeviceTaintRule")) if self._rules else [],
         )
 
     def reconcile(self, store: ObjectStore, now: float) -> list[Event]:

@@ -15,7 +15,10 @@ it; docs/simulator.md lists them for users):
   without claims that fails to schedule gets ``no new claims to deallocate`` in front of the
   preemption result; from 1.33 that note is gone (kubernetes#129823).
 
-A version given as ``"1.34"`` means the newest patch release kgpu knows of that minor.
+A version given as ``"1.34"`` means the newest patch release kgpu knows of that minor. The
+feature gates each release has and their defaults (``DRAExtendedResource`` is off before 1.36,
+for one) come from the one release table, :mod:`kgpu.releases`; a scenario's ``featureGates``
+overrides them as ``--feature-gates`` does on kube-scheduler.
 """
 
 from __future__ import annotations
@@ -23,9 +26,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-#: Oldest and newest minor releases kgpu models.
-SUPPORTED_MINORS = (32, 33, 34, 35)
-DEFAULT_VERSION = "1.35"
+from kgpu import releases
+
+#: The minor releases kgpu models (a scenario may name any; only ``releases.SUPPORTED`` are
+#: supported, the others run with a warning).
+SUPPORTED_MINORS = releases.MODELLED
+DEFAULT_VERSION = f"1.{releases.NEWEST}"
 #: A patch number that stands for "the newest patch release" of a minor.
 LATEST_PATCH = 10**6
 
@@ -65,20 +71,23 @@ class KubeVersion:
 def version_problem(value: object) -> str | None:
     """Why ``value`` is not a ``kubernetesVersion`` kgpu models, or None."""
     if isinstance(value, bool) or not isinstance(value, (str, float)):
-        return f'{value!r}: must be a Kubernetes release such as "1.35" or "1.34.1" (quoted)'
+        return f'{value!r}: must be a Kubernetes release such as "1.37" or "1.36.1" (quoted)'
     text = str(value)
     match = _VERSION.match(text)
     oldest, newest = SUPPORTED_MINORS[0], SUPPORTED_MINORS[-1]
     if match is None:
-        return f'{text!r}: must be a Kubernetes release such as "1.35" or "1.34.1"'
+        return f'{text!r}: must be a Kubernetes release such as "1.37" or "1.36.1"'
     if int(match.group(1)) not in SUPPORTED_MINORS:
         hint = " (quote it: YAML reads 1.30 as the number 1.3)" if isinstance(value, float) else ""
-        return f"{text!r}: kgpu models Kubernetes 1.{oldest} to 1.{newest}{hint}"
+        return (
+            f"{text!r}: kgpu models Kubernetes 1.{oldest} to 1.{newest} (supports "
+            f"{releases.window()}){hint}"
+        )
     return None
 
 
 def parse_version(value: object = DEFAULT_VERSION) -> KubeVersion:
-    """A :class:`KubeVersion` from a scenario value (``"1.35"``, ``"1.34.1"``, ``"v1.33.2"``);
+    """A :class:`KubeVersion` from a scenario value (``"1.37"``, ``"1.34.1"``, ``"v1.33.2"``);
     ValueError with :func:`version_problem`'s text when it is none kgpu models."""
     problem = version_problem(value)
     if problem:

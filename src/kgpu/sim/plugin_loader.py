@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kgpu.dra.classes import device_classes
+from kgpu.dra.features import DEFAULT, Features
 from kgpu.sim.computedomain import ComputeDomainController, ComputeDomainKubeletPlugin
 from kgpu.sim.dra_node import DraKubeletPlugin
 from kgpu.sim.dra_scheduler import DraSchedulerPlugin, ensure_classes
@@ -16,10 +17,12 @@ from kgpu.sim.plugins import Controller, KubeletPlugin, SchedulerPlugin
 
 def load_plugins(
     work_dir: Path,
+    features: Features = DEFAULT,
 ) -> tuple[list[SchedulerPlugin], list[KubeletPlugin], list[Controller], list[str]]:
     """The scheduler plugins, kubelet plugins and controllers of DRA and ComputeDomains, each
-    kubelet plugin with its own directory under ``work_dir``."""
-    sched: list[SchedulerPlugin] = [DraSchedulerPlugin()]
+    kubelet plugin with its own directory under ``work_dir``; the scheduler plugin's allocator
+    runs with ``features`` (the scenario release's gates)."""
+    sched: list[SchedulerPlugin] = [DraSchedulerPlugin(features)]
     kubelet: list[KubeletPlugin] = [
         DraKubeletPlugin(work_dir / "dra"),
         ComputeDomainKubeletPlugin(work_dir / "computedomain"),

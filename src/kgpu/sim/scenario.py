@@ -16,6 +16,7 @@ from typing import Any
 
 from kgpu.autoscaling.ca_settings import CASettings, parse_settings
 from kgpu.config.plugin import MIG_STRATEGIES
+from kgpu.dra.features import FeatureGateError, Features
 from kgpu.errors import FieldError, FieldProblem, join_path, shown
 from kgpu.sim.expect.schema import Expectations, load_expectations, read_expectations
 from kgpu.sim.kubeversion import DEFAULT_VERSION, KubeVersion, parse_version, version_problem
@@ -53,6 +54,7 @@ TOP_KEYS = (
     "runtimes",
     "seed",
     "kubernetesVersion",
+    "featureGates",
     "expect",
     "clusterAutoscaler",
     "migManager",
@@ -79,11 +81,19 @@ class Scenario:
     seed: int = 0
     #: the kube-scheduler release whose wording and behaviour the cluster has
     kubernetes_version: KubeVersion = field(default_factory=parse_version)
+    #: the scenario's ``featureGates``: kube-scheduler's ``--feature-gates`` over the release's
+    #: defaults (:mod:`kgpu.releases`)
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
     expect: Expectations = field(default_factory=Expectations)  # the ``expect`` key
     #: cluster-autoscaler's flags (``clusterAutoscaler``); it runs when a group autoscales
     cluster_autoscaler: CASettings = field(default_factory=CASettings)
     # every node's MIG manager settings, unless its group says otherwise
     mig_manager: MigManagerSettings = field(default_factory=MigManagerSettings)
+
+    @property
+    def features(self) -> Features:
+        """The DRA allocator's gates: the release's defaults with ``featureGates`` applied."""
+        return Features.for_release(self.kubernetes_version.minor, self.feature_gates)
 
 
 def parse_step(
@@ -200,6 +210,7 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
     if version_error:
         err.add(version_error, "kubernetesVersion")
         raw_version = DEFAULT_VERSION
+    gates = _parse_feature_gates(data.get("featureGates"), raw_version, err)
     expect = _parse_expect(data.get("expect"), base, err, steps)
     settings = CASettings()
     try:
@@ -226,10 +237,31 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         runtimes=runtimes,
         seed=seed,
         kubernetes_version=parse_version(raw_version),
+        feature_gates=gates,
         expect=expect,
         cluster_autoscaler=settings,
         mig_manager=mig_manager,
     )
+
+
+def _parse_feature_gates(raw: object, version: object, err: Errors) -> dict[str, bool]:
+    """``featureGates``: ``{Name: true|false}`` checked against the release as kube-scheduler
+    checks ``--feature-gates`` (a gate the release lacks, or a locked one, is refused)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        err.add("must be a map of feature gate names to true or false", "featureGates")
+        return {}
+    minor = parse_version(version).minor
+    gates: dict[str, bool] = {}
+    for name, value in raw.items():
+        try:
+            Features.for_release(minor, {str(name): value})
+        except FeatureGateError as exc:
+            err.add(str(exc), join_path("featureGates", str(name)))
+            continue
+        gates[str(name)] = bool(value)
+    return gates
 
 
 def _check_totals(

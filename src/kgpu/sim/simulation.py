@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kgpu.config.loader import ConfigSet
+from kgpu.releases import outside_window
 from kgpu.sim import node_lifecycle, nodeside, objects, pod_lifecycle, traffic
 from kgpu.sim.context import SimContext
 from kgpu.sim.controllers import ControllerManager, ResourceClaimController
@@ -82,7 +83,12 @@ class Simulation:
             self._tmp = tempfile.TemporaryDirectory(prefix="kgpu-sim-")
             work_dir = Path(self._tmp.name)
         self.work_dir = work_dir
-        sched, kubelet, ctrls, notes = load_plugins(work_dir) if plugins else ([], [], [], [])
+        sched, kubelet, ctrls, notes = (
+            load_plugins(work_dir, scenario.features) if plugins else ([], [], [], [])
+        )
+        outside = outside_window(scenario.kubernetes_version.minor)
+        if outside:  # modelled, not supported: it runs, and says so
+            notes = [*notes, f"kubernetesVersion: {outside}; the simulator still models it"]
         self._ctx = ctx = SimContext(
             scenario,
             nodeside.load_configs(scenario.configs, {}),
@@ -109,11 +115,13 @@ class Simulation:
         self.cluster_autoscaler = ClusterAutoscaler(ctx)
         autoscalers: list[Controller] = [self.keda, self.hpa, self.cluster_autoscaler]
         # the resourceclaim controller runs last, so the claims of new pods exist when the
-        # scheduler meets them; before it, the device taint eviction controller and the
-        # stand-in for drivers that attach devices (binding conditions)
+        # scheduler meets them; before it, the device taint eviction controller (when the
+        # release has DRADeviceTaints on) and the stand-in for drivers that attach devices
+        # (binding conditions)
+        taints = scenario.features.device_taints
         claims: list[Controller] = (
             [
-                DeviceTaintEvictionController(ctx),
+                *([DeviceTaintEvictionController(ctx)] if taints else []),
                 FakeAttachController(ctx),
                 ResourceClaimController(ctx),
             ]
