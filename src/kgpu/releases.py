@@ -248,6 +248,18 @@ def parse_minor(text: str) -> int:
     return int(found.group(1))
 
 
+def parse_modelled(text: str) -> int:
+    """The minor of a release kgpu models (``"1.36"``, ``"v1.37.1"``); ValueError naming the
+    modelled and supported releases otherwise."""
+    minor = parse_minor(text)
+    if minor not in RELEASES:
+        raise ValueError(
+            f"Kubernetes version {text!r}: kgpu models 1.{MODELLED[0]} to 1.{MODELLED[-1]} "
+            f"(supports {window()})"
+        )
+    return minor
+
+
 def release(minor: int) -> Release:
     """The modelled release ``1.<minor>``; KeyError when kgpu does not model it."""
     return RELEASES[minor]
@@ -291,6 +303,7 @@ __all__ = [
     "nearest",
     "outside_window",
     "parse_minor",
+    "parse_modelled",
     "release",
     "support_problem",
     "window",

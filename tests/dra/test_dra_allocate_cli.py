@@ -115,16 +115,21 @@ def test_feature_gates_from_flag_and_file(tmp_path: Path) -> None:
     data = yaml.safe_load(EXAMPLE.read_text())
     f = tmp_path / "in.yaml"
     f.write_text(yaml.safe_dump(data))
+    v136 = ("--kubernetes-version", "1.36")  # DRAPrioritizedList is GA but not yet locked
     # the example's second claim uses firstAvailable: with the gate off it is an error (exit 3)
-    code, out = run(str(f), "-o", "json", "--feature-gates", "DRAPrioritizedList=false")
+    code, out = run(str(f), "-o", "json", *v136, "--feature-gates", "DRAPrioritizedList=false")
     assert code == 3
     assert "has subrequests, but the DRAPrioritizedList feature is disabled" in out
     data["featureGates"] = {"DRAPrioritizedList": False}
     f.write_text(yaml.safe_dump(data))
-    assert run(str(f), "-o", "json")[0] == 3
+    assert run(str(f), "-o", "json", *v136)[0] == 3
     # the flag wins over the file
-    assert run(str(f), "-o", "json", "--feature-gates", "DRAPrioritizedList=true")[0] == 0
-    code, out = run(str(f), "--feature-gates", "DRAPrioritised=false")
+    assert run(str(f), "-o", "json", *v136, "--feature-gates", "DRAPrioritizedList=true")[0] == 0
+    # 1.37 (the default) locks it on, as kube-scheduler does
+    code, out = run(str(f), "-o", "json")
+    assert code == 1
+    assert "featureGates: DRAPrioritizedList: cannot set it to false in Kubernetes 1.37" in out
+    code, out = run(str(f), *v136, "--feature-gates", "DRAPrioritised=false")
     assert code == 1 and "unknown feature gate 'DRAPrioritised'" in out
     data["featureGates"] = {"DRAPrioritizedList": "no"}
     f.write_text(yaml.safe_dump(data))
@@ -132,6 +137,53 @@ def test_feature_gates_from_flag_and_file(tmp_path: Path) -> None:
     assert (
         code == 1 and "featureGates.DRAPrioritizedList: DRAPrioritizedList: must be true or" in out
     )
+
+
+def _first_devices(out: str) -> list[str]:
+    return [r["device"] for r in json.loads(out)["allocations"][0]["results"]]
+
+
+def test_kubernetes_version_picks_the_release_defaults(tmp_path: Path) -> None:
+    data = yaml.safe_load(EXAMPLE.read_text())
+    rule = {
+        "apiVersion": "resource.k8s.io/v1",  # DeviceTaintRule is GA (v1) in 1.37
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "gpu-1-maintenance"},
+        "spec": {
+            "deviceSelector": {
+                "driver": "gpu.nvidia.com",
+                "pool": "gb200-rack1-0",
+                "device": "gpu-1",
+            },
+            "taint": {"key": "maintenance", "value": "true", "effect": "NoSchedule"},
+        },
+    }
+    data["deviceTaintRules"] = [rule]
+    data["claims"] = data["claims"][:1]  # 2 GPUs of gpu-1..3 (gpu-0 is in use)
+    f = tmp_path / "in.yaml"
+    f.write_text(yaml.safe_dump(data))
+    # 1.37 (the default): DRADeviceTaintRules is GA and on, gpu-1 is avoided
+    code, out = run(str(f), "-o", "json")
+    assert code == 0 and _first_devices(out) == ["gpu-2", "gpu-3"]
+    # 1.36: beta but off (its API version is off by default): the rule counts for nothing
+    code, out = run(str(f), "-o", "json", "--kubernetes-version", "v1.36.2")
+    assert code == 0 and _first_devices(out) == ["gpu-1", "gpu-2"]
+    code, out = run(
+        str(f),
+        "-o",
+        "json",
+        "--kubernetes-version",
+        "1.36",
+        "--feature-gates",
+        "DRADeviceTaintRules=true",
+    )
+    assert code == 0 and "gpu-1" not in _first_devices(out)
+    code, out = run(
+        str(f), "--kubernetes-version", "1.34", "--feature-gates", "DRADeviceTaintRules=true"
+    )
+    assert code == 1 and "1.34 has no such feature gate (it exists from 1.35)" in out
+    code, out = run(str(f), "--kubernetes-version", "1.31")
+    assert code == 1 and "--kubernetes-version" in out and "supports 1.34-1.37" in out
 
 
 def test_objects_in_older_versions_are_read_in_their_own_shape(tmp_path: Path) -> None:

@@ -4,8 +4,11 @@ The file (YAML or JSON) has the keys ``node`` (``{name, labels}``), ``classes``,
 ``allocated`` (claims whose ``status.allocation`` holds devices already in use), ``claims``
 (allocated together, in order, as kube-scheduler allocates the claims of one pod), optionally
 ``deviceTaintRules`` and ``featureGates`` (``{DRAPrioritizedList: false}``). Each object may be
-``resource.k8s.io/v1``, ``v1beta2`` or ``v1beta1`` (DeviceTaintRules ``v1beta2`` or
+``resource.k8s.io/v1``, ``v1beta2`` or ``v1beta1`` (DeviceTaintRules ``v1``, ``v1beta2`` or
 ``v1alpha3``); they are converted to one internal form (:mod:`kgpu.dra.versions`).
+``--kubernetes-version`` (default: the newest release, 1.37) picks the release whose gate
+defaults apply (:mod:`kgpu.releases`); ``featureGates`` then ``--feature-gates`` override them
+as kube-scheduler's flag does.
 
 Exit status: 0 allocated, 2 unsatisfiable (``unsatisfiable`` says why), 3 broken input found by
 the allocator (``error``: a CEL runtime error, an invalid pool...), 1 when the file or a flag is
@@ -349,13 +352,20 @@ class _Shape:
                         self.is_(res.get(f), str, f"{at}.{f}", "a string", True)
 
 
-def features_for(data: dict[str, Any], flag: str | None = None) -> Features:
-    """The feature gates: 1.36 defaults, the file's ``featureGates``, then ``--feature-gates``
-    (:class:`~kgpu.dra.features.FeatureGateError` for a bad flag)."""
-    from kgpu.dra.features import DEFAULT
+def features_for(
+    data: dict[str, Any], flag: str | None = None, minor: int | None = None
+) -> Features:
+    """The feature gates: release ``1.<minor>``'s defaults (newest when None), the file's
+    ``featureGates``, then ``--feature-gates``; :class:`~kgpu.dra.features.FeatureGateError`
+    for a gate the release lacks or a locked one set against its lock."""
+    from kgpu.dra.features import Features, parse_gate_list
+    from kgpu.releases import NEWEST
 
-    features = DEFAULT.with_gates(data.get("featureGates") or {})
-    return features.parse(flag) if flag else features
+    release = NEWEST if minor is None else minor
+    gates = dict(data.get("featureGates") or {})
+    if flag:
+        gates.update(parse_gate_list(flag))
+    return Features.for_release(release, gates)
 
 
 def run(data: dict[str, Any], features: Features | None = None) -> dict[str, Any]:
@@ -417,7 +427,15 @@ def register(app: typer.Typer) -> None:
                 "--feature-gates",
                 help="kube-scheduler style Name=true|false,...: DRAPrioritizedList, "
                 "DRADeviceTaints, DRAPartitionableDevices, DRAConsumableCapacity... "
-                "(all on by default, as in 1.36)",
+                "(defaults: those of --kubernetes-version)",
+            ),
+        ] = None,
+        kubernetes_version: Annotated[
+            str | None,
+            typer.Option(
+                "--kubernetes-version",
+                help="the kube-scheduler release whose feature-gate defaults apply, 1.32 to "
+                "1.37 (default: 1.37, the newest)",
             ),
         ] = None,
     ) -> None:
@@ -428,14 +446,25 @@ def register(app: typer.Typer) -> None:
         from kgpu.cli.output import check_output, is_data, print_data, table_console
         from kgpu.cli.plain import fail
         from kgpu.dra.features import FeatureGateError
+        from kgpu.releases import parse_modelled
 
         check_output(output)
+        minor = None
+        if kubernetes_version is not None:
+            try:
+                minor = parse_modelled(kubernetes_version)
+            except ValueError as exc:
+                fail(f"--kubernetes-version: {exc}")
         try:
             data = load_input(file)
         except FieldError as exc:
             fail(exc)
         try:
-            features = features_for(data, feature_gates)
+            features_for(data, None, minor)
+        except FeatureGateError as exc:
+            fail(FieldError(FieldProblem(str(exc), "featureGates", str(file))))
+        try:
+            features = features_for(data, feature_gates, minor)
         except FeatureGateError as exc:
             fail(f"--feature-gates: {exc}")
         answer = run(data, features)

@@ -73,7 +73,7 @@ class Features:
         :class:`FeatureGateError`."""
         rel = releases.release(minor)
         values = {name: _state_default(rel, name) for name in GATES}
-        wanted = _parse_list(gates) if isinstance(gates, str) else dict(gates)
+        wanted = parse_gate_list(gates) if isinstance(gates, str) else dict(gates)
         for name, value in wanted.items():
             if name not in GATES:
                 raise FeatureGateError(_unknown(name))
@@ -116,7 +116,7 @@ class Features:
 
     def parse(self, text: str) -> Features:
         """Apply a kube-scheduler style ``Name=true,Other=false`` list."""
-        return self.with_gates(_parse_list(text))
+        return self.with_gates(parse_gate_list(text))
 
     def gates(self) -> dict[str, bool]:
         """``{GateName: on}`` for every gate, for output and docs."""
@@ -132,7 +132,7 @@ def _state_default(rel: releases.Release, name: str) -> bool:
     return state.default if state is not None else False
 
 
-def _parse_list(text: str) -> dict[str, bool]:
+def parse_gate_list(text: str) -> dict[str, bool]:
     """A kube-scheduler style ``Name=true,Other=false`` list as a map."""
     gates: dict[str, bool] = {}
     for item in (p.strip() for p in text.split(",")):

@@ -22,7 +22,8 @@ The differences, from the official OpenAPI schemas of each release:
 
 Each function takes a whole object or a partial one (a merge patch): a missing field stays
 missing, and the input is never changed. ``DeviceTaintRule`` is served as ``v1alpha3``
-(1.33-1.35) or ``v1beta2`` (1.36) with one shape: it passes unchanged.
+(1.33-1.35), ``v1beta2`` (1.36) or ``v1`` (1.37, :mod:`kgpu.releases`) with one shape: it
+passes unchanged.
 
 Two ways in: :func:`to_version` / :func:`to_internal` (the API-server shell, which knows the
 kind of a partial object), and :func:`to_v1` / :func:`from_v1` / :func:`convert` for whole
@@ -42,8 +43,8 @@ INTERNAL = "v1"
 INTERNAL_API_VERSION = f"{GROUP}/{INTERNAL}"
 #: The kinds of the group kgpu reads and writes.
 KINDS = ("ResourceSlice", "ResourceClaim", "ResourceClaimTemplate", "DeviceClass")
-#: The versions DeviceTaintRule is served in (its shape is the same in both).
-TAINT_RULE_VERSIONS = ("v1beta2", "v1alpha3")
+#: The versions DeviceTaintRule is served in, newest first (its shape is the same in all).
+TAINT_RULE_VERSIONS = ("v1", "v1beta2", "v1alpha3")
 
 #: Fields of a ``v1beta1`` claim request that ``v1`` puts under ``exactly``.
 _EXACTLY_FIELDS = (
