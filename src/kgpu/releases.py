@@ -276,6 +276,21 @@ def window() -> str:
     return f"1.{SUPPORTED[0]}-1.{SUPPORTED[-1]}"
 
 
+def server_release(git_version: str) -> tuple[int, str | None]:
+    """For an API server's ``gitVersion`` (``v1.36.2``, ``v1.33.4-eks-1``, ""): the supported
+    release whose behaviour kgpu gives it, and the log line saying why when that is not its
+    own (outside the window, or a version kgpu cannot read). Never raises: an agent meets
+    whatever its cluster runs."""
+    try:
+        minor = parse_minor(git_version)
+    except ValueError:
+        return NEWEST, (
+            f"cannot read the API server's version {git_version!r}; kgpu behaves as for "
+            f"1.{NEWEST}, the newest release it supports"
+        )
+    return nearest(minor), support_problem(minor)
+
+
 def outside_window(minor: int) -> str | None:
     """Why release ``1.<minor>`` is outside the supported window, or None."""
     if minor in SUPPORTED:
@@ -305,6 +320,7 @@ __all__ = [
     "parse_minor",
     "parse_modelled",
     "release",
+    "server_release",
     "support_problem",
     "window",
 ]

@@ -9,9 +9,12 @@ NFD's features file otherwise."""
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from kgpu import __version__
 from kgpu.agent.daemon import Agent, AgentOptions
@@ -143,9 +146,10 @@ def test_the_nodes_config_label_switches_configs_and_a_bad_one_keeps_the_last_go
 
                 status = agent.status()
                 assert status["kubernetesVersion"] == "v1.35.0"
+                assert status["release"] == "1.35"  # in the supported window: itself
                 assert status["nodeFeatures"] == f"NodeFeature {NAMESPACE}/{name}"
                 (dra,) = [c for c in agent.components if isinstance(c, DraComponent)]
-                assert dra.gpu is not None and dra.gpu.kubernetes_version == "v1.35.0"
+                assert dra.gpu is not None and dra.gpu.kubernetes_version == "1.35"
             finally:
                 agent.stop()
         mine = [r for r in server.requests if r.user_agent.startswith("kgpu-agent/")]
@@ -160,7 +164,10 @@ def test_the_nodes_config_label_switches_configs_and_a_bad_one_keeps_the_last_go
         server.stop()
 
 
-def test_without_the_nodefeature_api_the_labels_go_to_the_features_file(root: Path) -> None:
+def test_without_the_nodefeature_api_the_labels_go_to_the_features_file(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="kgpu.agent.daemon")
     server = serve("1.33", node_features=False)
     agent, admin = agent_for(root, server, dra=False, device_plugin=False)
     try:
@@ -171,6 +178,12 @@ def test_without_the_nodefeature_api_the_labels_go_to_the_features_file(root: Pa
             assert "nvidia.com/gpu.replicas=2\n" in features.read_text()
             assert agent.status()["nodeFeatures"] == str(features)
             assert agent.status()["kubernetesVersion"] == "v1.33.0"
+            # 1.33 is past upstream support: one clear line, then 1.34's behaviour, no crash
+            assert agent.status()["release"] == "1.34"
+            assert (
+                "API server v1.33.0: Kubernetes 1.33 is outside kgpu's supported window "
+                "1.34-1.37 (past upstream support); kgpu behaves as for 1.34" in caplog.text
+            )
             relabel(admin, "four")
             assert eventually(lambda: "nvidia.com/gpu.replicas=4\n" in features.read_text())
         finally:

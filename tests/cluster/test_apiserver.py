@@ -33,7 +33,7 @@ def call(
 
 def test_discovery_per_release() -> None:
     preferred = {}
-    for release in ("1.32", "1.33", "1.34", "1.35"):
+    for release in ("1.32", "1.33", "1.34", "1.35", "1.36", "1.37"):
         server = FakeApiServer(release=release)
         code, group = call(server, "GET", "/apis/resource.k8s.io")
         assert code == 200 and group["kind"] == "APIGroup"
@@ -49,6 +49,8 @@ def test_discovery_per_release() -> None:
         "1.33": (["v1beta2", "v1beta1"], "v1beta2"),
         "1.34": (["v1", "v1beta2", "v1beta1"], "v1"),
         "1.35": (["v1", "v1beta2", "v1beta1"], "v1"),
+        "1.36": (["v1", "v1beta2", "v1beta1"], "v1"),
+        "1.37": (["v1", "v1beta2", "v1beta1"], "v1"),
     }
     code, version = call(FakeApiServer(release="1.33"), "GET", "/version")
     assert version["gitVersion"] == "v1.33.0"

@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kgpu import __version__
+from kgpu import __version__, releases
 from kgpu.agent import components as comps
 from kgpu.agent import settings
 from kgpu.agent.faults import FaultDir
@@ -132,6 +132,8 @@ class Agent:
         self.node_watch: NodeWatch | None = None
         self.health_server: HealthServer | None = None
         self.kubernetes_version: str | None = None
+        #: the supported release whose behaviour the agent gives its API server (kgpu.releases)
+        self.release: str | None = None
         self.driver: NodeDriver | None = None
         self._driver_key: tuple[object, ...] | None = None
         self._status_lock = threading.Lock()  # computed and written together: newest wins
@@ -289,6 +291,16 @@ class Agent:
                 self.kubernetes_version = str(version()) or None
             except StoreError as exc:  # the DRA slices then take the newest shape
                 log.warning("cannot read the API server's version: %s", exc)
+        if self.kubernetes_version is not None:
+            # the start-up check: outside the supported window, say so and act as the
+            # nearest supported release (never stop: the node's GPUs still need serving)
+            minor, problem = releases.server_release(self.kubernetes_version)
+            self.release = f"1.{minor}"
+            if problem:
+                log.warning("API server %s: %s", self.kubernetes_version, problem)
+            else:
+                window = releases.window()
+                log.info("API server %s: supported (%s)", self.kubernetes_version, window)
         self.node_watch = NodeWatch(
             store,
             self.options.node_name,
@@ -526,7 +538,7 @@ class Agent:
             store=self.cluster_store,
             on_change=self._write_status,
             driver=lambda: self.driver,
-            kubernetes_version=self.kubernetes_version,
+            kubernetes_version=self.release,
             namespace=settings.agent_namespace(self.options),
             node_uid=self._node_uid,
             inputs=self.inputs,
@@ -697,6 +709,7 @@ class Agent:
             "nodeFeatures": self.features.target if self.features is not None else None,
             "cdiSpec": str(spec) if (spec := self._cdi_spec()) is not None else None,
             "kubernetesVersion": self.kubernetes_version,
+            "release": self.release,
             # upstream environment variables that set something, and those kgpu does not use
             "environment": dict(self.options.environment),
             "environmentUnused": list(self.options.environment_notes),

@@ -1,12 +1,13 @@
 """What the stand-in API server serves, per Kubernetes release: kinds, versions, field selectors
 and the discovery documents that announce them.
 
-Facts from kube-apiserver (1.32-1.35): ``resource.k8s.io`` is served as ``v1beta1`` by 1.32,
-``v1beta1`` + ``v1beta2`` by 1.33 and ``v1`` + ``v1beta2`` + ``v1beta1`` by 1.34 and 1.35 (with
-DRA enabled; before 1.34 it is off by default). Field selectors beyond ``metadata.name`` and
-``metadata.namespace`` are the registry's selectable fields (Pods: ``spec.nodeName`` ...,
-Nodes: ``spec.unschedulable``, ResourceSlices: ``spec.nodeName`` and ``spec.driver``); custom
-resources have only the two metadata fields.
+Facts from kube-apiserver, read from the one release table (:mod:`kgpu.releases`, 1.32-1.37):
+``resource.k8s.io`` is served as ``v1beta1`` by 1.32, ``v1beta1`` + ``v1beta2`` by 1.33 and
+``v1`` + ``v1beta2`` + ``v1beta1`` from 1.34 (with DRA enabled and the beta versions switched
+on; before 1.34 DRA is off by default, from 1.34 only ``v1`` is on by default). Field selectors
+beyond ``metadata.name`` and ``metadata.namespace`` are the registry's selectable fields (Pods:
+``spec.nodeName`` ..., Nodes: ``spec.unschedulable``, ResourceSlices: ``spec.nodeName`` and
+``spec.driver``); custom resources have only the two metadata fields.
 """
 
 from __future__ import annotations
@@ -14,16 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from kgpu import releases
+
 Obj = dict[str, Any]
 
 #: resource.k8s.io versions served by each release, preferred (newest) first.
 RELEASES: dict[str, tuple[str, ...]] = {
-    "1.32": ("v1beta1",),
-    "1.33": ("v1beta2", "v1beta1"),
-    "1.34": ("v1", "v1beta2", "v1beta1"),
-    "1.35": ("v1", "v1beta2", "v1beta1"),
+    rel.name: rel.resource_versions for rel in releases.RELEASES.values()
 }
-DEFAULT_RELEASE = "1.34"
+DEFAULT_RELEASE = f"1.{releases.NEWEST}"
 DRA_GROUP = "resource.k8s.io"
 
 METADATA_FIELDS = ("metadata.name", "metadata.namespace")

@@ -3,7 +3,7 @@
 No kube-apiserver binary can run here, so kgpu's API-server shell (:mod:`kgpu.cluster.kube`) and
 the processes built on it are tested against this server: real HTTP (Python's ``http.server``,
 one thread per connection), the real client (``kubernetes``), the real wire formats. It
-reproduces, per Kubernetes release (``release="1.32"`` ... ``"1.35"``):
+reproduces, per Kubernetes release (``release="1.32"`` ... ``"1.37"``, :mod:`kgpu.releases`):
 
 - **URLs and discovery**: ``/api/v1/...``, ``/apis/<group>/<version>/...``,
   ``namespaces/<ns>/`` for namespaced kinds; ``GET /api``, ``/apis``, ``/apis/<group>``,
