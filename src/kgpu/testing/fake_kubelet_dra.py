@@ -33,6 +33,7 @@ from typing import Any
 
 import grpc
 
+from kgpu import releases
 from kgpu.kubelet.dra.handler import ClaimRef
 from kgpu.kubelet.proto.dra.v1 import api_pb2 as v1_pb2
 from kgpu.kubelet.proto.dra.v1 import api_pb2_grpc as v1_grpc
@@ -42,7 +43,8 @@ from kgpu.kubelet.proto.pluginregistration.v1 import api_pb2 as reg_pb2
 from kgpu.kubelet.proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from kgpu.kubelet.sockets import unix_target
 
-KUBELET_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+#: the newest release's kubelet (kgpu.releases): v1.DRAPlugin, then v1beta1.DRAPlugin
+KUBELET_SERVICES = releases.release(releases.NEWEST).kubelet_services
 _API = {"v1.DRAPlugin": (v1_pb2, v1_grpc), "v1beta1.DRAPlugin": (v1beta1_pb2, v1beta1_grpc)}
 
 

@@ -16,6 +16,7 @@ import grpc
 import pytest
 from dra_kubelet_helpers import NODE, gpu_config, make_claim, ref_of
 
+from kgpu import releases
 from kgpu.drivers.dra import DraComponent
 from kgpu.drivers.gpu import GpuHandler
 from kgpu.hardware.model import Machine
@@ -23,7 +24,7 @@ from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.kubelet import cdi
 from kgpu.kubelet.dra.handler import ClaimInfo, PreparedClaim, PreparedDevice
 from kgpu.kubelet.dra.plugin import CRASH_POINTS, DraPlugin
-from kgpu.kubelet.dra.server import DriverServer, plugin_dir
+from kgpu.kubelet.dra.server import SUPPORTED_SERVICES, DriverServer, plugin_dir
 from kgpu.store import MemoryStore
 from kgpu.testing.fake_kubelet_dra import FakeDraKubelet
 
@@ -43,15 +44,22 @@ def agent(short_tmp: Path, machine: Machine, store: MemoryStore) -> Iterator[Dra
     component.stop()
 
 
-@pytest.mark.parametrize(
-    "services", [("v1.DRAPlugin", "v1beta1.DRAPlugin"), ("v1beta1.DRAPlugin",)]
-)
+def _kubelets() -> list[Any]:
+    """One kubelet per distinct list of DRA services the modelled releases call."""
+    by_services: dict[tuple[str, ...], list[str]] = {}
+    for rel in releases.RELEASES.values():
+        by_services.setdefault(rel.kubelet_services, []).append(rel.name)
+    return [pytest.param(s, id="kubelet-" + "-".join(n)) for s, n in by_services.items()]
+
+
+@pytest.mark.parametrize("services", _kubelets())
 def test_kubelet_registers_and_prepares_over_sockets(
     short_tmp: Path, agent: DraComponent, store: MemoryStore, services: tuple[str, ...]
 ) -> None:
     with FakeDraKubelet(short_tmp / "kubelet", services=services) as kubelet:
         plugin = kubelet.wait_registered(DRIVER)
-        assert plugin.service == services[0]
+        # the kubelet's newest service that kgpu serves (1.32/1.33: v1beta1; 1.34+: v1)
+        assert plugin.service == next(s for s in services if s in SUPPORTED_SERVICES)
         assert plugin.endpoint == str(short_tmp / "kubelet" / "plugins" / DRIVER / "dra.sock")
         assert agent.servers[DRIVER].registration.registered.wait(5)
 

@@ -32,7 +32,10 @@ from kgpu.kubelet.sockets import Identity, identity, serve_unix
 log = logging.getLogger(__name__)
 
 PLUGIN_TYPE = "DRAPlugin"
-#: Newest first: the kubelet takes the first entry it supports.
+#: Newest first: the kubelet takes the first entry it supports. Every modelled release's kubelet
+#: (:mod:`kgpu.releases`: ``v1beta1`` in 1.32-1.33, ``v1`` from 1.34, still ``v1beta1`` too in
+#: 1.37) finds one of these; kgpu does not serve ``v1alpha4.Node`` (1.31's) nor, yet, the
+#: ``v1alpha1.DRAResourceHealth`` stream that kubelets with ResourceHealthStatus (alpha) open.
 SUPPORTED_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 
 
