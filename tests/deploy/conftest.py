@@ -19,12 +19,16 @@ from typing import Any
 import pytest
 import yaml
 
+from kgpu import releases
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "kgpu"
 VALUES_DIR = Path(__file__).resolve().parent / "values"
 
-#: The Kubernetes versions the chart supports (docs/install.md).
-KUBE_VERSIONS = ("1.32", "1.33", "1.34", "1.35")
+#: The Kubernetes versions the chart supports: kgpu's window (kgpu.releases, docs/install.md).
+KUBE_VERSIONS = tuple(f"1.{m}" for m in releases.SUPPORTED)
+#: Releases kgpu still models but the chart refuses (past upstream support).
+OUTSIDE_VERSIONS = tuple(f"1.{m}" for m in releases.MODELLED if m not in releases.SUPPORTED)
 #: "default" is the chart's own values.yaml; the others are files under values/.
 VALUES_SETS = ("default", "operator-migration", "everything-else")
 NAMESPACE = "kgpu-system"

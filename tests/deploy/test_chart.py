@@ -23,6 +23,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from kgpu import releases
 from kgpu.computedomain.crd import crds
 from kgpu.config import load_config_strings
 from kgpu.dra.classes import device_classes
@@ -31,6 +32,7 @@ from .conftest import (
     CHART,
     KUBE_VERSIONS,
     NAMESPACE,
+    OUTSIDE_VERSIONS,
     REPO,
     VALUES_DIR,
     VALUES_SETS,
@@ -49,12 +51,10 @@ CRD_KINDS = {
     "its selector and port instead)",
 }
 
-#: resource.k8s.io version each Kubernetes version serves by default.
+#: resource.k8s.io version each supported Kubernetes version serves by default.
 RESOURCE_API = {
-    "1.32": "resource.k8s.io/v1beta1",
-    "1.33": "resource.k8s.io/v1beta2",
-    "1.34": "resource.k8s.io/v1",
-    "1.35": "resource.k8s.io/v1",
+    f"1.{m}": f"resource.k8s.io/{releases.release(m).resource_default[0]}"
+    for m in releases.SUPPORTED
 }
 
 #: Host paths the agent must see (issue 13), mounted at the same path inside the container
@@ -152,10 +152,21 @@ def test_kubernetes_validate_has_every_supported_version() -> None:
 
 
 def test_a_v1_device_class_is_refused_by_the_1_32_schema() -> None:
-    """What the chart's version switch prevents: the same DeviceClass under the wrong version."""
+    """Why 1.32 needs another version: the same DeviceClass under v1 is not served there."""
     (cls, *_) = device_classes()
     with pytest.raises(kubernetes_validate.SchemaNotFoundError):
         kubernetes_validate.validate(cls, "1.32.0", strict=True)
+
+
+@pytest.mark.parametrize("version", OUTSIDE_VERSIONS)
+def test_releases_outside_the_window_are_refused_with_helms_reason(
+    helm: str, version: str
+) -> None:
+    """1.32 and 1.33 are past upstream support: the chart's kubeVersion refuses them (kgpu
+    still models them in ``kgpu sim``; the agent meeting one logs it and acts as 1.34)."""
+    done = helm_template(helm, version)
+    assert done.returncode != 0
+    assert ">=1.34.0-0" in done.stderr and f"v{version}.0" in done.stderr
 
 
 @pytest.mark.parametrize(

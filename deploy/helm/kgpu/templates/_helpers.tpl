@@ -57,19 +57,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
-{{/* The resource.k8s.io version the cluster serves: v1 from 1.34, v1beta2 on 1.33, v1beta1 on
-     1.32. Decided from the server's version, not from .Capabilities.APIVersions: `helm template`
-     without a cluster reports every API version as served. deviceClasses.apiVersion overrides. */}}
+{{/* The resource.k8s.io version for DeviceClasses: v1, the one every supported release
+     (1.34-1.37, Chart.yaml's kubeVersion) serves by default; deviceClasses.apiVersion overrides
+     it for a cluster that switched v1 off. */}}
 {{- define "kgpu.resourceApiVersion" -}}
-{{- if .Values.deviceClasses.apiVersion }}
-{{- .Values.deviceClasses.apiVersion }}
-{{- else if semverCompare ">=1.34.0-0" .Capabilities.KubeVersion.Version }}
-{{- "resource.k8s.io/v1" }}
-{{- else if semverCompare ">=1.33.0-0" .Capabilities.KubeVersion.Version }}
-{{- "resource.k8s.io/v1beta2" }}
-{{- else }}
-{{- "resource.k8s.io/v1beta1" }}
-{{- end }}
+{{- default "resource.k8s.io/v1" .Values.deviceClasses.apiVersion }}
 {{- end }}
 
 {{/* The agent's settings file: the chart's values that have the GPU Operator's names, in the
