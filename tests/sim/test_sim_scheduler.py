@@ -56,6 +56,8 @@ NOT_HELPFUL = "Preemption is not helpful for scheduling"
 @pytest.mark.parametrize(
     ("version", "taint"),
     [
+        ("1.37", "node(s) had untolerated taint(s)"),
+        ("1.36", "node(s) had untolerated taint(s)"),
         ("1.35", "node(s) had untolerated taint(s)"),
         ("1.34", "node(s) had untolerated taint(s)"),  # 1.34.2 and later
         ("1.34.1", "node(s) had untolerated taint {nvidia.com/gpu: true}"),

@@ -216,7 +216,7 @@ def test_a_controller_whose_pods_are_refused_says_so_once() -> None:
 
 @pytest.mark.parametrize(
     ("version", "note"),
-    [("1.32", "no new claims to deallocate, "), ("1.33", ""), ("1.35", "")],
+    [("1.32", "no new claims to deallocate, "), ("1.33", ""), ("1.35", ""), ("1.37", "")],
 )
 def test_dynamic_resources_post_filter_note(version: str, note: str) -> None:
     sim = simulate(

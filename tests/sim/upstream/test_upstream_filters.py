@@ -7,8 +7,9 @@ simulator's :class:`~kgpu.sim.scheduler.Scheduler` over those nodes and pods, ru
 PreFilter, then the named plugin's Filter on each node (as the upstream test calls that plugin
 alone), and compares. ``kubernetesVersion`` is the release whose wording the table expects;
 ``alsoAt`` re-runs the table at another release with the reasons rewritten as that release
-words them, and a case's ``wantAt`` gives its expectation at a release that decides it
-differently. ``skipped`` lists the cases of the table that cannot be expressed here, and why.
+words them, and a case's ``wantAt`` gives its expectation from a release that decides it
+differently (holding for later releases too, until a newer ``wantAt`` entry). Every table runs
+at 1.36 and 1.37, the newest releases, besides the ones it was written for. ``skipped`` lists the cases of the table that cannot be expressed here, and why.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 import yaml
 
 from kgpu.node.selectors import parse_taints
-from kgpu.sim.kubeversion import parse_version
+from kgpu.sim.kubeversion import DEFAULT_VERSION, parse_version
 from kgpu.sim.podspec import pod_requirements
 from kgpu.sim.quantity import to_units
 from kgpu.sim.scheduler import FILTER_ORDER, Scheduler
@@ -48,7 +49,7 @@ def _runs() -> list[Any]:
     out = []
     for path in FILES:
         data = _load(path)
-        versions = [(str(data.get("kubernetesVersion", "1.35")), None)]
+        versions = [(str(data.get("kubernetesVersion", DEFAULT_VERSION)), None)]
         versions += [(str(v), rw) for v, rw in (data.get("alsoAt") or {}).items()]
         for case in data["cases"]:
             for version, rewrite in versions:
@@ -95,6 +96,16 @@ def _expected(want: Any, nodes: list[SimNode]) -> dict[str, Obj | None]:
     return {n.name: want.get(n.name) for n in nodes}
 
 
+def _want_at(case: Obj, version: str) -> Any:
+    """The case's expectation at ``version``: the newest ``wantAt`` entry not after it, else
+    ``want``."""
+    at = parse_version(version)
+    earlier = [k for k in case.get("wantAt") or {} if parse_version(str(k)) <= at]
+    if not earlier:
+        return case.get("want")
+    return case["wantAt"][max(earlier, key=lambda k: parse_version(str(k)))]
+
+
 def _rewrite(reasons: list[str], rule: Obj | None) -> list[str]:
     if rule is None:
         return reasons
@@ -125,7 +136,7 @@ def test_upstream_filter_case(table: Obj, case: Obj, version: str, rewrite: Obj 
         sched.assume(rec, where)
     pod = _record(case.get("pod") or {}, 10_000)
     cycle = sched.cycle(pod.req)
-    want = _expected((case.get("wantAt") or {}).get(version, case.get("want")), nodes)
+    want = _expected(_want_at(case, version), nodes)
     got: dict[str, Obj | None] = {}
     for node in nodes:
         verdict = sched.node_verdict(pod, node, cycle, table.get("plugin"))
@@ -149,5 +160,7 @@ def test_every_table_says_what_it_skips() -> None:
     assert len(FILES) >= 6
     for path in FILES:
         data = _load(path)
+        runs = {str(data.get("kubernetesVersion")), *map(str, data.get("alsoAt") or {})}
+        assert {"1.36", "1.37"} <= runs, f"{path}: not run at the newest releases"
         for item in data.get("skipped") or []:
             assert item.get("name") and item.get("why"), f"{path}: {item}"
