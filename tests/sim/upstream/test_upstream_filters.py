@@ -9,7 +9,8 @@ alone), and compares. ``kubernetesVersion`` is the release whose wording the tab
 ``alsoAt`` re-runs the table at another release with the reasons rewritten as that release
 words them, and a case's ``wantAt`` gives its expectation from a release that decides it
 differently (holding for later releases too, until a newer ``wantAt`` entry). Every table runs
-at 1.36 and 1.37, the newest releases, besides the ones it was written for. ``skipped`` lists the cases of the table that cannot be expressed here, and why.
+at 1.36 and 1.37, the newest releases, besides the ones it was written for. ``skipped`` lists
+the cases of the table that cannot be expressed here, and why.
 """
 
 from __future__ import annotations
