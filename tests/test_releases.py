@@ -3,7 +3,10 @@ defaults and locks, the API versions it serves, and the supported window."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from kgpu import releases
 from kgpu.dra.features import DEFAULT, FeatureGateError, Features
@@ -91,3 +94,36 @@ def test_every_allocator_gate_is_in_the_table() -> None:
     assert set(GATES) <= set(releases.GATES)
     assert set(releases.RELEASES) == set(releases.MODELLED)
     assert set(releases.SUPPORTED) <= set(releases.MODELLED)
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _gate_rows() -> list[str]:
+    rows = []
+    for name, gate in releases.GATES.items():
+        cells = []
+        for minor in releases.MODELLED:
+            state = gate.at(minor)
+            if state is None:
+                cells.append("—")
+                continue
+            text = f"{'on' if state.default else 'off'} ({state.stage}"
+            text += ", locked)" if state.locked else ")"
+            cells.append(text + ("*" if minor > gate.read_to else ""))
+        rows.append(f"| `{name}` | {gate.component} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def test_the_docs_table_is_the_modules() -> None:
+    text = (REPO / "docs" / "releases.md").read_text()
+    block = text.split("<!-- gates-table")[1].split("<!-- /gates-table -->")[0]
+    rows = [line for line in block.splitlines() if line.startswith("| `")]
+    assert rows == _gate_rows()
+
+
+def test_the_window_is_stated_where_users_read_it() -> None:
+    chart = yaml.safe_load((REPO / "deploy" / "helm" / "kgpu" / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == f">=1.{releases.SUPPORTED[0]}.0-0"
+    readme = (REPO / "README.md").read_text()
+    assert f"Kubernetes {releases.window()}" in readme.replace("–", "-")

@@ -62,6 +62,8 @@ class Gate:
     component: str
     what: str
     history: tuple[tuple[int, bool, str, bool], ...]
+    #: the newest release whose source was read for this gate; later ones repeat its state
+    read_to: int = 37
 
     def at(self, minor: int) -> GateState | None:
         """The gate in release ``1.<minor>``; None when that release does not have it."""
@@ -75,8 +77,10 @@ class Gate:
         return self.history[0][0]
 
 
-def _g(name: str, component: str, what: str, *history: tuple[int, bool, str, bool]) -> Gate:
-    return Gate(name, component, what, history)
+def _g(
+    name: str, component: str, what: str, *history: tuple[int, bool, str, bool], read_to: int = 37
+) -> Gate:
+    return Gate(name, component, what, history, read_to)
 
 
 SCHED = "kube-scheduler"
@@ -178,6 +182,7 @@ GATES: dict[str, Gate] = {
             KUBELET,
             "the kubelet streams device health from v1alpha1.DRAResourceHealth into pod status",
             (31, False, ALPHA, False),
+            read_to=35,  # the stored sources name it up to 1.35; 1.36/1.37 repeat that
         ),
     )
 }

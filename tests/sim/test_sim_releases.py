@@ -4,6 +4,7 @@ only where ``DRAExtendedResource`` is on (1.36+ by default, or ``featureGates``)
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -94,3 +95,34 @@ def test_the_default_release_is_the_newest_and_older_ones_warn() -> None:
     assert any("outside kgpu's supported window 1.34-1.37" in w for w in old.warnings)
     new = Simulation(scenario_from_dict({"nodes": [], "kubernetesVersion": "1.36"}))
     assert not any("supported window" in w for w in new.warnings)
+
+
+def _quickstart_start(**changes: Any) -> Simulation:
+    import yaml
+
+    from kgpu.sim import quickstart
+
+    base = Path(quickstart.__file__).parent
+    data = {**yaml.safe_load((base / "quickstart.yaml").read_text()), **changes}
+    sim = Simulation(scenario_from_dict(data, base=base))
+    sim.start()  # the seed guide's first outcome is the state before any step
+    return sim
+
+
+@pytest.mark.parametrize(
+    ("changes", "pending"),
+    [
+        ({}, True),  # as shipped: 1.37 without a DRA driver
+        ({"draDriver": True, "kubernetesVersion": "1.35"}, True),  # no DRAExtendedResource
+        ({"draDriver": True}, False),  # 1.37: the driver's DeviceClass serves nvidia.com/gpu
+    ],
+)
+def test_the_quickstart_needs_no_dra_driver_only_from_1_36(
+    changes: dict[str, Any], pending: bool
+) -> None:
+    record = _quickstart_start(**changes).pods["default/gpu-operator-test"]
+    assert (record.node == "") is pending
+    if pending:
+        assert record.last_message.startswith(
+            "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+        )
