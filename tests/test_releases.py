@@ -127,3 +127,19 @@ def test_the_window_is_stated_where_users_read_it() -> None:
     assert chart["kubeVersion"] == f">=1.{releases.SUPPORTED[0]}.0-0"
     readme = (REPO / "README.md").read_text()
     assert f"Kubernetes {releases.window()}" in readme.replace("–", "-")
+
+
+def test_the_gpu_driver_says_what_the_servers_release_leaves_off() -> None:
+    from kgpu.drivers.gpu import gate_notes
+
+    notes = gate_notes("1.35", partitionable=True)
+    assert notes == [
+        "DRADeviceTaints is alpha and off by default in Kubernetes 1.35: an unhealthy GPU's taint "
+        "keeps no new claim off it unless the gate is on for kube-apiserver and kube-scheduler",
+        "DRAPartitionableDevices is alpha and off by default in Kubernetes 1.35: MIG placements' "
+        "counters are dropped and not honoured unless the gate is on for kube-apiserver and "
+        "kube-scheduler",
+    ]
+    assert len(gate_notes("v1.34.3", partitionable=False)) == 1
+    assert gate_notes("v1.36.0", partitionable=True) == []
+    assert gate_notes(None, partitionable=True) == gate_notes("not a version", True) == []

@@ -296,6 +296,20 @@ def server_release(git_version: str) -> tuple[int, str | None]:
     return nearest(minor), support_problem(minor)
 
 
+def gate_off_note(minor: int, gate: str, needs: str) -> str | None:
+    """When release ``1.<minor>`` has ``gate`` off by default: a line saying so and what it
+    takes (``needs``: what the gate's feature is used for), for a component that publishes
+    objects using the feature; None when the gate is on by default there."""
+    rel = RELEASES.get(nearest(minor) if minor not in RELEASES else minor)
+    state = rel.gate(gate) if rel is not None else None
+    if state is not None and state.default:
+        return None
+    where = f"Kubernetes 1.{minor} does not have {gate}" if state is None else (
+        f"{gate} is {state.stage} and off by default in Kubernetes 1.{minor}"
+    )
+    return f"{where}: {needs} unless the gate is on for kube-apiserver and kube-scheduler"
+
+
 def outside_window(minor: int) -> str | None:
     """Why release ``1.<minor>`` is outside the supported window, or None."""
     if minor in SUPPORTED:
@@ -320,6 +334,7 @@ __all__ = [
     "Gate",
     "GateState",
     "Release",
+    "gate_off_note",
     "nearest",
     "outside_window",
     "parse_minor",

@@ -22,6 +22,7 @@ read-only: it never changes a GPU's compute policy).
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 from collections.abc import Mapping, Sequence
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kgpu import releases
 from kgpu.dra import opaque
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.hardware.model import Gpu, Machine, MigDevice
@@ -36,6 +38,8 @@ from kgpu.kubelet.cdi import ContainerEdits, DeviceNode, Mount
 from kgpu.kubelet.dra.handler import ClaimError, ClaimInfo, OpaqueConfig, PreparedClaim
 from kgpu.kubelet.dra.handler import PreparedDevice as Prepared
 from kgpu.kubelet.nvidia_cdi import NodeDriver, mig_cap_minors
+
+log = logging.getLogger(__name__)
 
 DRIVER = "gpu.nvidia.com"
 CDI_KIND = "k8s.gpu.nvidia.com/claim"
@@ -164,6 +168,25 @@ def _choose_config(
     return None
 
 
+def gate_notes(kubernetes_version: str | None, partitionable: bool) -> list[str]:
+    """What the API server's release leaves off by default of what this driver publishes
+    (:mod:`kgpu.releases`): taints on unhealthy GPUs (``DRADeviceTaints``, on from 1.36) and,
+    with ``partitionable``, counter sets (``DRAPartitionableDevices``, on from 1.36)."""
+    if not kubernetes_version:
+        return []
+    try:
+        minor = releases.parse_minor(kubernetes_version)
+    except ValueError:
+        return []
+    wanted = [("DRADeviceTaints", "an unhealthy GPU's taint keeps no new claim off it")]
+    if partitionable:
+        wanted.append(
+            ("DRAPartitionableDevices", "MIG placements' counters are dropped and not honoured")
+        )
+    notes = (releases.gate_off_note(minor, gate, needs) for gate, needs in wanted)
+    return [n for n in notes if n]
+
+
 class GpuHandler:
     """:class:`~kgpu.kubelet.dra.handler.DriverHandler` for ``gpu.nvidia.com``.
 
@@ -199,6 +222,8 @@ class GpuHandler:
         self.dynamic_mig = dynamic_mig
         self.partitionable = partitionable
         self.kubernetes_version = kubernetes_version
+        for note in gate_notes(kubernetes_version, partitionable):
+            log.warning("gpu.nvidia.com: %s", note)
         self._lock = threading.Lock()
         self._machine = machine
         self._devices: dict[str, ResolvedDevice] | None = None
