@@ -38,9 +38,10 @@ def _slices(kubeconfig: Path) -> dict[str, list[str]]:
     return out
 
 
-@pytest.fixture(params=["1.32", "1.34"])
+@pytest.fixture(params=["1.32", "1.34", "1.37"])
 def apiserver(request: pytest.FixtureRequest) -> Iterator[FakeApiServer]:
-    """The oldest supported release (resource.k8s.io/v1beta1 only) and the first with v1."""
+    """The oldest modelled release (resource.k8s.io/v1beta1 only; outside the supported window,
+    the agent runs on as 1.34), the first with v1, and the newest."""
     server = FakeApiServer(token=TOKEN, release=request.param).start()
     try:
         yield server
