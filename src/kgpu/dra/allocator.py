@@ -1,5 +1,6 @@
-"""The structured-parameters allocator of kube-scheduler (``resource.k8s.io/v1``, Kubernetes 1.35
-with the 1.36 betas), as one pure function of a snapshot.
+"""The structured-parameters allocator of kube-scheduler (``resource.k8s.io/v1``, Kubernetes
+1.32-1.37, each feature behind its gate as the release sets it: :mod:`kgpu.releases`), as one
+pure function of a snapshot.
 
 Given the node being filtered, DeviceClasses, ResourceSlices (DeviceTaintRules merged), the
 claims already allocated and the claims of one pod, :meth:`Allocator.allocate` returns one
