@@ -126,3 +126,11 @@ def test_the_quickstart_needs_no_dra_driver_only_from_1_36(
         assert record.last_message.startswith(
             "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
         )
+
+
+def test_the_json_report_names_the_release_and_its_gates() -> None:
+    report = run(kubernetesVersion="1.35", featureGates={"DRAExtendedResource": True}).report()
+    assert report["kubernetes"]["version"] == "1.35"
+    gates = report["kubernetes"]["featureGates"]
+    assert gates["DRAExtendedResource"] is True  # the scenario's override
+    assert gates["DRAPartitionableDevices"] is False  # 1.35's default (alpha)

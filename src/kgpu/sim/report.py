@@ -125,6 +125,11 @@ def build_report(sim: SimContext) -> dict[str, Any]:
     pods = sorted(sim.pods.values(), key=lambda r: r.seq)
     out: dict[str, Any] = {
         "scenario": sim.scenario.name,
+        # the release the cluster runs and its DRA allocator gates (kgpu.releases)
+        "kubernetes": {
+            "version": str(sim.scenario.kubernetes_version),
+            "featureGates": sim.scenario.features.gates(),
+        },
         "time": sim.now,
         "nodes": [node_json(n) for n in sim.nodes],
         "pods": [pod_json(p) for p in pods],
