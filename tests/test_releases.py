@@ -70,8 +70,17 @@ def test_served_versions_and_services_per_release() -> None:
         rel = releases.release(minor)
         assert rel.resource_versions[0] == "v1" and rel.resource_default == ("v1",)
         assert rel.kubelet_services == ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+        assert "v1alpha1.DRAResourceHealth" in rel.health_services
     assert releases.release(36).taint_rule_versions[0] == "v1beta2"
     assert releases.release(37).taint_rule_versions[0] == "v1"
+    # the kubelet streams health by default from 1.36, and prefers v1 from 1.37
+    assert releases.release(35).gate("ResourceHealthStatus") == releases.GateState(
+        False, releases.ALPHA
+    )
+    assert releases.release(36).gate("ResourceHealthStatus") == releases.GateState(
+        True, releases.BETA
+    )
+    assert releases.release(37).health_services[0] == "v1.DRAResourceHealth"
 
 
 @pytest.mark.parametrize(

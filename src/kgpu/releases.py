@@ -19,9 +19,11 @@ Sources (facts only, read per release):
   ``--runtime-config`` follows KEP-3136 (beta API versions are off by default), so only ``v1``
   (1.34+) is served by default.
 * Kubelet DRA services: the kubelet's ``validateSupportedServices`` (``v1beta1.DRAPlugin`` and
-  ``v1alpha4.Node`` in 1.32-1.33, ``v1.DRAPlugin`` and ``v1beta1.DRAPlugin`` from 1.34) and the
-  DRA health stream ``v1alpha1.DRAResourceHealth`` the kubelet calls when its
-  ``ResourceHealthStatus`` gate is on (alpha, off, since 1.31).
+  ``v1alpha4.Node`` in 1.32-1.33, ``v1.DRAPlugin`` and ``v1beta1.DRAPlugin`` from 1.34) and its
+  DRA health clients, picked from the services a plugin registers (``pickHealthService``):
+  ``v1alpha1.DRAResourceHealth`` from 1.34, ``v1.DRAResourceHealth`` preferred from 1.37; the
+  kubelet opens the stream when ``ResourceHealthStatus`` is on, which it is by default from 1.36
+  (beta; kubernetes' DRA health e2e test, ``minKubeletVersionForHealth``/``...V1``).
 
 A gate a release does not have is ``None`` for that release: kube-scheduler refuses
 ``--feature-gates`` naming it, and so does kgpu. ``LockToDefault`` gates cannot be set to the
@@ -180,9 +182,9 @@ GATES: dict[str, Gate] = {
         _g(
             "ResourceHealthStatus",
             KUBELET,
-            "the kubelet streams device health from v1alpha1.DRAResourceHealth into pod status",
+            "the kubelet streams device health from a DRAResourceHealth service into pod status",
             (31, False, ALPHA, False),
-            read_to=35,  # the stored sources name it up to 1.35; 1.36/1.37 repeat that
+            (36, True, BETA, False),
         ),
     )
 }
@@ -201,8 +203,9 @@ class Release:
     taint_rule_versions: tuple[str, ...]
     #: the DRA plugin gRPC services the kubelet knows, newest (preferred) first
     kubelet_services: tuple[str, ...]
-    #: the health stream the kubelet opens when ``ResourceHealthStatus`` is on
-    health_service: str = "v1alpha1.DRAResourceHealth"
+    #: the DRA health services the kubelet can stream from (when ``ResourceHealthStatus`` is
+    #: on and the plugin registers one), preferred first
+    health_services: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -229,16 +232,24 @@ class Release:
 _BETA1_ALPHA4 = ("v1beta1.DRAPlugin", "v1alpha4.Node")
 _V1_BETA1 = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 _ALL = ("v1", "v1beta2", "v1beta1")
+_HEALTH_ALPHA = ("v1alpha1.DRAResourceHealth",)
 
 RELEASES: dict[int, Release] = {
     r.minor: r
     for r in (
         Release(32, ("v1beta1",), (), (), _BETA1_ALPHA4),
         Release(33, ("v1beta2", "v1beta1"), (), ("v1alpha3",), _BETA1_ALPHA4),
-        Release(34, _ALL, ("v1",), ("v1alpha3",), _V1_BETA1),
-        Release(35, _ALL, ("v1",), ("v1alpha3",), _V1_BETA1),
-        Release(36, _ALL, ("v1",), ("v1beta2", "v1alpha3"), _V1_BETA1),
-        Release(37, _ALL, ("v1",), ("v1", "v1beta2", "v1alpha3"), _V1_BETA1),
+        Release(34, _ALL, ("v1",), ("v1alpha3",), _V1_BETA1, _HEALTH_ALPHA),
+        Release(35, _ALL, ("v1",), ("v1alpha3",), _V1_BETA1, _HEALTH_ALPHA),
+        Release(36, _ALL, ("v1",), ("v1beta2", "v1alpha3"), _V1_BETA1, _HEALTH_ALPHA),
+        Release(
+            37,
+            _ALL,
+            ("v1",),
+            ("v1", "v1beta2", "v1alpha3"),
+            _V1_BETA1,
+            ("v1.DRAResourceHealth", *_HEALTH_ALPHA),
+        ),
     )
 }
 

@@ -34,8 +34,9 @@ log = logging.getLogger(__name__)
 PLUGIN_TYPE = "DRAPlugin"
 #: Newest first: the kubelet takes the first entry it supports. Every modelled release's kubelet
 #: (:mod:`kgpu.releases`: ``v1beta1`` in 1.32-1.33, ``v1`` from 1.34, still ``v1beta1`` too in
-#: 1.37) finds one of these; kgpu does not serve ``v1alpha4.Node`` (1.31's) nor, yet, the
-#: ``v1alpha1.DRAResourceHealth`` stream that kubelets with ResourceHealthStatus (alpha) open.
+#: 1.37) finds one of these. kgpu does not serve ``v1alpha4.Node`` (1.31's) nor, yet, a
+#: ``DRAResourceHealth`` service: the kubelet picks one only from the registered services, so a
+#: 1.36+ kubelet (ResourceHealthStatus on) opens no health stream to kgpu's drivers.
 SUPPORTED_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 
 
