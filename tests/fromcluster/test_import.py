@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from kgpu.cli import app
@@ -19,6 +20,7 @@ from kgpu.testing.apiserver import RELEASES
 from .cluster import event_for, recorded, serve
 
 runner = CliRunner()
+DATA = Path(__file__).resolve().parents[1] / "data" / "fromcluster"
 
 
 def _sim(*args: str) -> tuple[int, Any, str]:
@@ -144,3 +146,23 @@ def test_namespace_limits_the_pods(tmp_path: Path) -> None:
     assert code == 0, err
     assert [f"{p['namespace']}/{p['name']}" for p in report["pods"]] == ["web/web-0"]
     assert len(report["nodes"]) == 3
+
+
+@pytest.mark.parametrize("release", list(RELEASES))
+def test_dra_claims_stay_allocated_and_pending_claims_get_the_allocators_message(
+    tmp_path: Path, release: str
+) -> None:
+    """A DRA-only node: its GPU found from its ResourceSlice (no GFD label), the running pod
+    keeps the claim and device it holds, the Pending one gets kube-scheduler's message."""
+    data = yaml.safe_load((DATA / "dra-cluster.yaml").read_text())
+    with serve(tmp_path, release, data["objects"]) as (_, kubeconfig):
+        code, report, err = _sim("--from-cluster", "--kubeconfig", str(kubeconfig))
+    assert code == 0, err
+    pods = {p["name"]: p for p in report["pods"]}
+    assert (pods["pair"]["phase"], pods["pair"]["nodeName"]) == ("Running", "dra-0")
+    claims = {c["metadata"]["name"]: c for c in report["resourceClaims"]}
+    results = claims["pair-gpu-x7k2p"]["status"]["allocation"]["devices"]["results"]
+    assert [(r["pool"], r["device"]) for r in results] == [("dra-0", "gpu-0")]
+    messages = [e["message"] for e in report["events"] if e["object"] == "Pod/ml/pair-2"]
+    assert messages == [data["events"]["ml/pair-2"]["*"]]
+    assert report["unsupported"] == [] and report["warnings"] == []
