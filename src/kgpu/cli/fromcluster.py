@@ -166,14 +166,33 @@ def overlay(imported: Mapping[str, Any], path: Path) -> dict[str, Any]:
 
 def scenario_from_cluster(args: ClusterArgs, on_top: Path | None) -> tuple[Any, Any]:
     """(Scenario, Imported): the cluster, with the scenario file ``on_top`` laid over it."""
+    imported = import_args(args)
+    return scenario_of(imported, on_top), imported
+
+
+def scenario_of(imported: Any, on_top: Path | None = None) -> Any:
+    """The Scenario of an import. Its Pods were admitted by the API server they come from, so
+    they are not put through the schema again (at 50,000 pods that check alone would take
+    minutes); everything else, and all of ``on_top``, is checked as any scenario is. A saved
+    import is an ordinary scenario: ``kgpu sim FILE`` checks every object in it."""
+    import dataclasses
+
+    from kgpu.sim.manifests import Manifest
     from kgpu.sim.scenario import parse_scenario
 
-    imported = import_args(args)
-    data = imported.scenario
+    data = dict(imported.scenario)
+    objects = list(data.get("apply") or [])
+    pods = [o for o in objects if o.get("kind") == "Pod"]
+    data["apply"] = [o for o in objects if o.get("kind") != "Pod"]
+    before = len(data["apply"])
     if on_top is not None:
         data = overlay(data, on_top)
-        return parse_scenario(data, str(on_top), on_top.resolve().parent), imported
-    return parse_scenario(data, "--from-cluster", Path.cwd()), imported
+        scenario = parse_scenario(data, str(on_top), on_top.resolve().parent)
+    else:
+        scenario = parse_scenario(data, "--from-cluster", Path.cwd())
+    admitted = tuple(Manifest(pod, "", 0) for pod in pods)
+    apply = scenario.apply[:before] + admitted + scenario.apply[before:]
+    return dataclasses.replace(scenario, apply=apply)
 
 
 def save(imported: Any, path: Path, anonymize: bool) -> int:
@@ -207,4 +226,5 @@ __all__ = [
     "parse_machine_map",
     "save",
     "scenario_from_cluster",
+    "scenario_of",
 ]
