@@ -204,3 +204,19 @@ def test_json_lists_the_unsupported(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     unsupported = json.loads(result.stdout)["unsupported"]
     assert unsupported[0].startswith("Node odd: GPU product 'NVIDIA-B300'")
+
+
+def test_a_node_advertising_other_amounts_than_the_api_server_is_warned(tmp_path: Path) -> None:
+    """The import's own check: gpu-b says 2 GPUs (a config the import cannot see), the
+    simulated gpu-b advertises 1."""
+    objects, _ = recorded()
+    for obj in objects:
+        if obj["kind"] == "Node" and obj["metadata"]["name"] == "gpu-b":
+            obj["status"]["allocatable"]["nvidia.com/gpu"] = "2"
+    with serve(tmp_path, objects=objects) as (_, kubeconfig):
+        result = runner.invoke(app, ["sim", "--from-cluster", "--kubeconfig", str(kubeconfig)])
+    assert result.exit_code == 0, result.stderr
+    assert (
+        "warning Node gpu-b: the API server reports nvidia.com/gpu 2, the simulated node "
+        "advertises 1" in " ".join(result.stderr.split())
+    )
