@@ -11,7 +11,9 @@ fails, naming each shape, the test and the path, when one is not; grants no requ
 reported, and do not fail (a grant may serve a path the tests do not take).
 
 Who is who comes from the ``User-Agent``: ``kgpu-agent/<version>`` is the agent,
-``kgpu-controller/<identity>`` the controller (:data:`PROCESSES`); any other ``kgpu``-named
+``kgpu-controller/<identity>`` the controller, ``kgpu-sim/<version>`` ``kgpu sim --from-cluster``
+(held to the chart's read-only ClusterRole itself: people run it, not a workload)
+(:data:`PROCESSES`); any other ``kgpu``-named
 client (``kgpu/<version>`` is what a :class:`~kgpu.cluster.kube.KubeStore` sends when its
 process did not name itself) fails the run, since no ServiceAccount can be checked for it;
 every other client is test code (fixtures creating objects, ``test-admin``) and is counted
