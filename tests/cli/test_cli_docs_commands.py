@@ -25,6 +25,7 @@ NEEDS = {
     "--serve-metrics": "serves metrics until stopped",
     "--in-cluster": "needs a cluster's API server",
     "--kubeconfig": "needs a cluster's API server",
+    "--from-cluster": "needs a cluster's API server",
 }
 SYNOPSIS = re.compile(r"^\[|^[A-Z][A-Z0-9_]*(\.\.\.)?$|\|")
 

@@ -182,6 +182,17 @@ def account_grants(objects: Iterable[Obj], namespace: str, name: str) -> list[Gr
     return grants
 
 
+def role_grants(objects: Iterable[Obj], component: str) -> list[Grant] | None:
+    """The rules of the ClusterRole labelled ``component``, as granted cluster-wide to whoever
+    it is bound to (people run ``kgpu sim --from-cluster``, not a workload); None when the chart
+    renders no such role."""
+    for o in objects:
+        labels = o["metadata"].get("labels") or {}
+        if o["kind"] == "ClusterRole" and labels.get("app.kubernetes.io/component") == component:
+            return _rules(o, None, f"ClusterRole/{o['metadata']['name']}")
+    return None
+
+
 def workload_account(objects: Iterable[Obj], kind: str, component: str) -> tuple[str, str] | None:
     """The (namespace, name) of the ServiceAccount the ``kind`` labelled ``component`` runs
     as; None when the chart renders no such workload."""

@@ -11,7 +11,9 @@ fails, naming each shape, the test and the path, when one is not; grants no requ
 reported, and do not fail (a grant may serve a path the tests do not take).
 
 Who is who comes from the ``User-Agent``: ``kgpu-agent/<version>`` is the agent,
-``kgpu-controller/<identity>`` the controller (:data:`PROCESSES`); any other ``kgpu``-named
+``kgpu-controller/<identity>`` the controller, ``kgpu-sim/<version>`` ``kgpu sim --from-cluster``
+(held to the chart's read-only ClusterRole itself: people run it, not a workload)
+(:data:`PROCESSES`); any other ``kgpu``-named
 client (``kgpu/<version>`` is what a :class:`~kgpu.cluster.kube.KubeStore` sends when its
 process did not name itself) fails the run, since no ServiceAccount can be checked for it;
 every other client is test code (fixtures creating objects, ``test-admin``) and is counted
@@ -36,7 +38,15 @@ import yaml
 
 from kgpu.testing.apiserver.ledger import Ledger, Tally, Use, close_ledger, open_ledger
 
-from .grants import Atom, Grant, account_grants, atom_covers, discovery_allows, workload_account
+from .grants import (
+    Atom,
+    Grant,
+    account_grants,
+    atom_covers,
+    discovery_allows,
+    role_grants,
+    workload_account,
+)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -57,6 +67,9 @@ class Process:
 PROCESSES = {
     "kgpu-agent": Process("agent", "DaemonSet", "agent"),
     "kgpu-controller": Process("controller", "Deployment", "controller"),
+    # kgpu sim --from-cluster / kgpu explain: run by a person, held against the read-only
+    # ClusterRole itself (whoever it is bound to gets its rules cluster-wide)
+    "kgpu-sim": Process("simulator import", "ClusterRole", "from-cluster"),
 }
 #: Values sets the roles are rendered with: every switchable part on, with the chart's own
 #: names and with every name changed (a binding that misses a renamed account shows).
@@ -163,7 +176,12 @@ def check(
             continue
         for client, process in PROCESSES.items():
             shapes = {u: t for u, t in mine.items() if u.client == client}
-            account = workload_account(objects, process.kind, process.component)
+            if process.kind == "ClusterRole":
+                found = role_grants(objects, process.component)
+                account = None if found is None else ("", f"ClusterRole {process.component}")
+            else:
+                account = workload_account(objects, process.kind, process.component)
+                found = None
             if account is None:
                 if shapes:
                     out.failures.append(
@@ -172,7 +190,7 @@ def check(
                         f"{_requests(sum(t.count for t in shapes.values()))}"
                     )
                 continue
-            grants = account_grants(objects, *account)
+            grants = found if found is not None else account_grants(objects, *account)
             used: set[tuple[Grant, Atom]] = set()
             for use, tally in sorted(shapes.items()):
                 hits = {

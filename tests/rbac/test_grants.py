@@ -169,9 +169,9 @@ def test_everything_used_is_granted_and_the_rest_is_reported_unused() -> None:
     assert out.failures == []
     assert out.notes == [
         "checked 5 requests (3 distinct) by kgpu's processes (5 by the agent, 0 by the "
-        "controller) against the chart's roles for 2 values sets (every-part, "
-        "every-part-renamed); 7 requests by test code not checked; no request by the "
-        "controller in this run"
+        "controller, 0 by the simulator import) against the chart's roles for 2 values sets "
+        "(every-part, every-part-renamed); 7 requests by test code not checked; no request by "
+        "the controller or the simulator import in this run"
     ]
     assert "agent: watch nodes (core) cluster-wide (every values set)" in out.unused
     assert "agent: list nodes (core) cluster-wide (every values set)" not in out.unused
@@ -202,12 +202,12 @@ def test_a_request_no_rule_allows_fails_naming_the_rule_the_test_and_the_path() 
 def test_a_kgpu_client_that_names_no_process_fails_the_run() -> None:
     uses = {
         Use("kgpu", "list", "", "nodes"): Tally(4, "kgpu/0.1.0", "/api/v1/nodes", "t::a"),
-        Use("kgpu-sim", "get", url="/version"): Tally(1, "kgpu-sim/0.1.0", "/version", "t::b"),
+        Use("kgpu-tool", "get", url="/version"): Tally(1, "kgpu-tool/0.1.0", "/version", "t::b"),
     }
     render = _render(OBJECTS)
     out = check(uses, render)
     assert [f.split(",")[0] for f in out.failures] == [
-        "UNATTRIBUTED  1 request by user agent 'kgpu-sim/0.1.0'",
+        "UNATTRIBUTED  1 request by user agent 'kgpu-tool/0.1.0'",
         "UNATTRIBUTED  4 requests by user agent 'kgpu/0.1.0'",
     ]
     assert "list nodes (core) cluster-wide" in out.failures[1] and "in t::a" in out.failures[1]
@@ -230,7 +230,7 @@ def test_without_helm_the_check_is_skipped_saying_why_and_fails_under_ci() -> No
     assert out.failures == []
     assert out.skipped == (
         "helm is not available (npm is not installed): 2 requests (2 by the agent, 0 by the "
-        "controller) not checked"
+        "controller, 0 by the simulator import) not checked"
     )
     out = check(uses, None, "npm is not installed", ci=True)
     assert out.failures == [
@@ -246,3 +246,27 @@ def test_a_process_the_chart_does_not_deploy_fails() -> None:
         "NO WORKLOAD  the chart renders no DaemonSet for the agent with values 'every-part', "
         "yet it made 1 request"
     )
+
+
+def test_the_simulator_import_is_held_to_the_read_only_cluster_role() -> None:
+    """``kgpu sim --from-cluster`` runs as a person, not a workload: its requests are held to
+    the ClusterRole labelled ``from-cluster`` itself, granted cluster-wide."""
+    role = _role("ClusterRole", "from-cluster", [_rule([""], ["nodes", "pods"], ["list"])])
+    role["metadata"]["labels"]["app.kubernetes.io/component"] = "from-cluster"
+    sim = "kgpu-sim"
+
+    def tally() -> Tally:
+        return Tally(1, "kgpu-sim/0.1.0", "/api/v1/pods", "tests/x.py::test_y", frozenset({""}))
+
+    uses = {
+        Use(sim, "list", "", "nodes"): tally(),
+        Use(sim, "list", "", "pods", "", "ml"): tally(),
+        Use(sim, "get", "", "pods", "", "ml"): tally(),
+    }
+    out = check(uses, _render([*OBJECTS, role]))
+    assert len(out.failures) == 1
+    assert out.failures[0].startswith(
+        "NOT GRANTED  simulator import: get pods (core) in namespace ml is not allowed"
+    )
+    missing = check({Use(sim, "list", "", "nodes"): tally()}, _render(OBJECTS))
+    assert missing.failures[0].startswith("NO WORKLOAD  the chart renders no ClusterRole")

