@@ -191,7 +191,7 @@ def test_gpu_count_picks_the_machine_and_a_mismatch_is_said() -> None:
 def test_version_outside_the_modelled_releases_is_said() -> None:
     out = fromcluster.import_cluster(_objects(server_version="v1.31.4-eks-abc"))
     assert out.scenario["kubernetesVersion"] == "1.32"
-    assert "Kubernetes 1.31; kgpu models 1.32 to 1.35: simulating 1.32" in out.warnings[0]
+    assert "Kubernetes 1.31; kgpu models 1.32 to 1.37: simulating 1.32" in out.warnings[0]
 
 
 def test_json_lists_the_unsupported(tmp_path: Path) -> None:
