@@ -54,6 +54,7 @@ from kgpu.drivers.component import Component
 from kgpu.drivers.deviceplugin import DevicePluginComponent
 from kgpu.drivers.migmanager import MigManager, withhold
 from kgpu.drivers.mps import MpsComponent
+from kgpu.drivers.ownership import GpuOwnership
 from kgpu.errors import FieldError, KgpuError
 from kgpu.hardware.backend import Backend, BackendError, XidEvent
 from kgpu.hardware.model import NVML_SOURCE, Machine
@@ -129,6 +130,10 @@ class Agent:
         self.mps: MpsComponent | None = None
         self.mig_manager: MigManager | None = None
         self.features: FeaturesComponent | None = None
+        # one owner per GPU: the ledger both kubelet APIs share, when both run
+        self.ownership: GpuOwnership | None = (
+            GpuOwnership() if options.device_plugin and options.dra is not False else None
+        )
         self.node_watch: NodeWatch | None = None
         self.health_server: HealthServer | None = None
         self.kubernetes_version: str | None = None
@@ -533,6 +538,7 @@ class Agent:
             view=lambda: self._served,
             refresh=self.request_refresh,
             components=lambda: list(self.components),
+            ownership=self.ownership,
         )
         for make in self._factories:
             try:

@@ -51,6 +51,7 @@ from kgpu.hardware.model import Gpu, Machine, MigDevice
 from kgpu.node.ids import replica_id
 from kgpu.node.labels import GPU_RESOURCE, mig_resource_name, node_labels
 from kgpu.node.model import AdvertisedDevice, GpuPlan, NodeView, Refusal, ResourceView
+from kgpu.node.ownership import resolve_policy
 from kgpu.node.sharing import CONFIGURED_MODES, Sharing, SharingMode, config_problems
 
 
@@ -517,6 +518,7 @@ def _build(
 
     plans = _gpu_plans(machine, resources)
     labels = node_labels(machine, resources, strategy, config)
+    ownership = resolve_policy(config.gpu_ownership, machine, file=source, entry=entry_name)
     return NodeView(
         machine=machine,
         resources=tuple(resources),
@@ -534,6 +536,7 @@ def _build(
         shared_devices_allocation_policy=config.shared_devices_allocation_policy,
         cdi_annotation_prefix=config.cdi_annotation_prefix,
         allocate_envs=config.allocate_envs,
+        gpu_ownership=ownership,
     )
 
 

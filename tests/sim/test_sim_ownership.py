@@ -1,0 +1,127 @@
+"""One owner per GPU in the simulator: the device plugin and the DRA driver of one node never
+hand out the same GPU (issue 21), shown the way a user sees it: NVIDIA_VISIBLE_DEVICES of the
+pods, node capacity, ResourceSlices and events."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from kgpu.sim.scenario import scenario_from_dict
+from kgpu.sim.simulation import Simulation
+from kgpu.testing.manifests import claim_template, deployment
+
+API = "resource.k8s.io/v1"
+
+
+def claim_pod(name: str, template: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
+            "containers": [
+                {"name": "c", "image": "x", "resources": {"claims": [{"name": "gpus"}]}}
+            ],
+        },
+    }
+
+
+def dp_pod(name: str, gpus: int = 1) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+            ]
+        },
+    }
+
+
+def gpus_in_use(sim: Simulation) -> dict[str, set[str]]:
+    """GPU UUID (from NVIDIA_VISIBLE_DEVICES, replica suffix and MIG parent resolved) -> pods."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for rec in sim.pods.values():
+        if rec.phase != "Running":
+            continue
+        node = sim.node(rec.node)
+        assert node.machine is not None
+        for env in rec.env.values():
+            for ref in filter(None, env.get("NVIDIA_VISIBLE_DEVICES", "").split(",")):
+                found = node.machine.by_uuid(ref.split("::")[0])
+                gpu = getattr(found, "parent_uuid", None) or found.uuid
+                out[gpu].add(rec.key)
+    return out
+
+
+def start(machine: str, extra: dict[str, Any] | None = None) -> Simulation:
+    sim = Simulation(
+        scenario_from_dict({"nodes": [{"name": "n0", "machine": machine}], **(extra or {})})
+    )
+    sim.start()
+    return sim
+
+
+def test_dgx_h100_deployment_and_four_gpu_claim_never_share_a_gpu() -> None:
+    """The issue's case: 8 device-plugin pods of 1 GPU and a claim for 4 GPUs on one DGX H100
+    (8 GPUs). Before the ledger all 9 pods ran and 4 GPUs were in two pods at once."""
+    sim = start("dgx-h100")
+    sim.apply(claim_template("four", 4))
+    sim.apply(claim_pod("trainer", "four"))
+    sim.apply(deployment("web", 8, {"nvidia.com/gpu": 1}))
+    sim.settle()
+    used = gpus_in_use(sim)
+    shared = {g: pods for g, pods in used.items() if len(pods) > 1}
+    assert not shared, f"GPUs in two pods at once: {shared}"
+    running = sorted(k for k, r in sim.pods.items() if r.phase == "Running")
+    assert "default/trainer" in running  # the claim got its 4 GPUs (slices came first)
+    assert len(running) == 5  # and 4 of the 8 replicas; the other 4 wait
+    node = sim.node("n0")
+    assert node.allocatable["nvidia.com/gpu"] == 4  # the claim's GPUs left the device plugin
+    assert node.capacity["nvidia.com/gpu"] == 4
+    assert not sim.context.ownership_dirty
+    from kgpu.sim import ownership
+
+    assert ownership.problems(sim.context) == []
+
+
+@pytest.mark.parametrize("machine", ["a40", "rtx-2080ti"])
+def test_single_gpu_node_device_plugin_first_then_claim_waits(machine: str) -> None:
+    extra: dict[str, Any] = {}
+    sim = start(machine, extra)
+    if machine == "rtx-2080ti":  # time-sliced: the replicas and the GPU are one GPU
+        sim.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "dp"},
+                "data": {
+                    "ts": "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                    "    - name: nvidia.com/gpu\n      replicas: 4\n"
+                },
+            }
+        )
+        sim.label_node("n0", {"nvidia.com/device-plugin.config": "ts"})
+    sim.apply(dp_pod("dp"))
+    sim.settle()
+    sim.apply(claim_template("one", 1))
+    sim.apply(claim_pod("dra", "one"))
+    sim.settle()
+    assert sim.pods["default/dp"].phase == "Running"
+    assert sim.pods["default/dra"].phase == "Pending"
+    slices = sim.context.store.list(API, "ResourceSlice")
+    assert all(not (s["spec"].get("devices") or []) for s in slices)  # the GPU is not offered
+    # the device plugin pod ends: the GPU goes back to DRA and the claim pod starts
+    sim.delete_pod("default/dp")
+    sim.settle()
+    assert sim.pods["default/dra"].phase == "Running"
+    node = sim.node("n0")
+    assert node.allocatable["nvidia.com/gpu"] == 0  # the claim holds it now
+    from kgpu.sim import ownership
+
+    assert ownership.problems(sim.context) == []
