@@ -5,6 +5,7 @@ pods, node capacity, ResourceSlices and events."""
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from kgpu.sim.simulation import Simulation
 from kgpu.testing.manifests import claim_template, deployment
 
 API = "resource.k8s.io/v1"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ownership" / "migrate-dgx-to-dra.yaml"
 
 
 def claim_pod(name: str, template: str) -> dict[str, Any]:
@@ -122,6 +124,48 @@ def test_single_gpu_node_device_plugin_first_then_claim_waits(machine: str) -> N
     assert sim.pods["default/dra"].phase == "Running"
     node = sim.node("n0")
     assert node.allocatable["nvidia.com/gpu"] == 0  # the claim holds it now
+    from kgpu.sim import ownership
+
+    assert ownership.problems(sim.context) == []
+
+
+def test_migration_example_moves_gpus_to_dra_only_as_their_pods_end(tmp_path: Path) -> None:
+    """examples/ownership/migrate-dgx-to-dra.yaml, step by step: a policy change takes no GPU
+    from a running pod; each GPU reaches DRA once its device-plugin pod is gone."""
+    from kgpu.sim.scenario import load_scenario
+
+    scenario = load_scenario(EXAMPLE)
+    sim = Simulation(scenario, work_dir=tmp_path / "work")
+    sim.start()
+    node = sim.node("dgx-0")
+
+    def running() -> list[str]:
+        return sorted(r.name for r in sim.pods.values() if r.phase == "Running")
+
+    def offered() -> list[str]:
+        return sorted(
+            d["name"]
+            for s in sim.context.store.list(API, "ResourceSlice")
+            for d in s["spec"].get("devices") or []
+        )
+
+    legacy = [f"legacy-{i}" for i in range(8)]
+    assert running() == legacy and offered() == []
+    seen = []
+    for step in scenario.steps:
+        sim.step(step)
+        seen.append((running(), node.allocatable["nvidia.com/gpu"], offered()))
+    # the policy changed with every GPU in use: nothing moved
+    assert seen[0] == (legacy, 8, [])
+    assert seen[1] == (legacy, 8, [])  # train-a waits
+    # GPUs 4-7 freed: they leave the device plugin and train-a gets them through its claim
+    assert seen[2] == ([*legacy[:4], "train-a"], 4, ["gpu-4", "gpu-5", "gpu-6", "gpu-7"])
+    assert seen[3][:2] == ([*legacy[:4], "train-a"], 4)  # "dra" for all: GPUs 0-3 still held
+    assert seen[5] == (["train-a", "train-b"], 0, [f"gpu-{i}" for i in range(8)])
+    assert sim.pods["default/train-b"].env["train"]["NVIDIA_VISIBLE_DEVICES"] == ",".join(
+        g.uuid
+        for g in sorted(node.machine.gpus, key=lambda g: g.index)[:4]  # type: ignore[union-attr]
+    )
     from kgpu.sim import ownership
 
     assert ownership.problems(sim.context) == []

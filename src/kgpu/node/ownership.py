@@ -74,8 +74,9 @@ class Holding:
         ``DRA claim ns/name (device gpu-0)``."""
         if self.api == DRA:
             return f"DRA claim {self.pod or self.holder} (device {self.device})"
-        who = f"pod {self.pod}, " if self.pod else ""
-        return f"the device plugin ({who}{self.resource} device {self.device})"
+        parts = [f"pod {self.pod}"] if self.pod else []
+        parts.append(f"{self.resource} device {self.device}" if self.resource else self.device)
+        return f"the device plugin ({', '.join(parts)})"
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from kgpu.config.plugin import (
     DEFAULT_PLUGIN_CONFIG,
     MIG_STRATEGIES,
     DevicePluginConfig,
+    GpuOwnership,
     ReplicatedResource,
     ReplicatedResources,
     is_gpu_index,
@@ -518,7 +519,10 @@ def _build(
 
     plans = _gpu_plans(machine, resources)
     labels = node_labels(machine, resources, strategy, config)
-    ownership = resolve_policy(config.gpu_ownership, machine, file=source, entry=entry_name)
+    section = config.gpu_ownership  # the config's own, else the chart's node-wide policy
+    if "gpu_ownership" not in config.model_fields_set and configs.gpu_ownership:
+        section = GpuOwnership(default=configs.gpu_ownership)  # type: ignore[arg-type]
+    ownership = resolve_policy(section, machine, file=source, entry=entry_name)
     return NodeView(
         machine=machine,
         resources=tuple(resources),
