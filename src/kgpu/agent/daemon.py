@@ -703,6 +703,8 @@ class Agent:
             "nodeFeatures": self.features.target if self.features is not None else None,
             "cdiSpec": str(spec) if (spec := self._cdi_spec()) is not None else None,
             "kubernetesVersion": self.kubernetes_version,
+            # one owner per GPU: per GPU, its policy, the APIs offering it and its holder
+            "gpuOwnership": self._ownership_status(served),
             # upstream environment variables that set something, and those kgpu does not use
             "environment": dict(self.options.environment),
             "environmentUnused": list(self.options.environment_notes),
@@ -714,6 +716,23 @@ class Agent:
             "reloads": self.reloads,
             "updated": time.time(),
         }
+
+    def _ownership_status(self, served: NodeView | None) -> list[dict[str, Any]]:
+        ownership = self.ownership
+        if ownership is None or served is None:
+            return []
+        from kgpu.node.ownership import offers
+
+        return [
+            {
+                "gpu": o.index,
+                "uuid": o.uuid,
+                "policy": o.mode,
+                "offeredBy": list(o.offered_by),
+                "heldBy": o.holder,
+            }
+            for o in offers(served, ownership.ledger(), ownership.policy())
+        ]
 
     def _cdi_spec(self) -> Path | None:
         return self.device_plugin.cdi_spec if self.device_plugin is not None else None
