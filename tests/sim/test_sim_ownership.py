@@ -169,3 +169,34 @@ def test_migration_example_moves_gpus_to_dra_only_as_their_pods_end(tmp_path: Pa
     from kgpu.sim import ownership
 
     assert ownership.problems(sim.context) == []
+
+
+@pytest.mark.parametrize("claim_first", [True, False])
+def test_the_race_ends_with_one_holder_and_the_loser_told_who_holds_it(claim_first: bool) -> None:
+    """A claim pod and a device-plugin pod scheduled onto the only GPU in the same moment:
+    the later one to reach the kubelet fails, as the kubelet reports it."""
+    sim = start("a40")
+    sim.apply(claim_template("one", 1))
+    pods = [claim_pod("dra", "one"), dp_pod("dp")]
+    for pod in pods if claim_first else reversed(pods):
+        sim.apply(pod)
+    sim.settle()
+    events = {(e.reason, e.object): e.message for e in sim.context.events}
+    if claim_first:
+        assert sim.pods["default/dra"].phase == "Running"
+        dp = sim.pods["default/dp"]
+        assert dp.phase == "Failed"  # admitted against allocatable the kubelet had not lowered
+        assert dp.obj["status"]["reason"] == "UnexpectedAdmissionError"
+        message = events[("UnexpectedAdmissionError", "Pod/default/dp")]
+        assert "is held by DRA claim default/dra-gpus-" in message, message
+    else:
+        assert sim.pods["default/dp"].phase == "Running"
+        assert sim.pods["default/dra"].phase == "Pending"  # the kubelet retries the prepare
+        message = events[("FailedPrepareDynamicResources", "Pod/default/dra")]
+        assert "is held by the device plugin (pod default/dp, nvidia.com/gpu device GPU-" in (
+            message
+        ), message
+    from kgpu.sim import ownership
+
+    assert ownership.problems(sim.context) == []
+    assert len(gpus_in_use(sim)) == 1 and all(len(p) == 1 for p in gpus_in_use(sim).values())
