@@ -203,6 +203,7 @@ class GpuHandler:
         self.node_name = node_name
         self.ownership = ownership
         self._withheld: dict[str, str] = {}  # what the last slices left out (GPU UUID -> why)
+        self._slices: tuple[tuple[object, ...], list[Obj]] | None = None
         self.node_driver = node_driver  # the driver's files for the specs (None: simulated)
         self.plugin_dir = plugin_dir
         # where sharing plans create their per-claim directories (MPS pipes, shm, logs); the
@@ -259,15 +260,20 @@ class GpuHandler:
         from kgpu.dra.slices import DEFAULT_KUBERNETES_VERSION, resource_slices
 
         version = self.kubernetes_version or DEFAULT_KUBERNETES_VERSION
-        slices = resource_slices(
-            self._machine,
-            node_name,
-            partitionable=self.partitionable,
-            kubernetes_version=version,
-            unhealthy=self._unhealthy,
-        )
+        key = (node_name, self._machine, tuple(sorted(self._unhealthy.items())), version)
+        cached = self._slices
+        if cached is None or cached[0] != key:  # built once per hardware and health state:
+            slices = resource_slices(  # an ownership change only filters them
+                self._machine,
+                node_name,
+                partitionable=self.partitionable,
+                kubernetes_version=version,
+                unhealthy=self._unhealthy,
+            )
+            self._slices = cached = (key, slices)
+        slices = cached[1]
         if self.ownership is None:
-            return slices
+            return list(slices)
         withheld = self.ownership.dra_withheld(self._machine)
         self._withheld = withheld
         return withhold_devices(slices, withheld, withhold_method(version))
@@ -384,7 +390,7 @@ class GpuHandler:
                     "dynamic": d.dynamic,
                 }
                 for _, d in resolved
-            }
+            },
         }
         if sharing_state:
             state["sharing"] = sharing_state

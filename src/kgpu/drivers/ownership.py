@@ -155,6 +155,13 @@ class GpuOwnership:
             for container in pod.containers:
                 for _resource, device_id in container.device_ids():
                     listed[device_id] = f"{pod.namespace}/{pod.name}"
+        self.observe_listed(listed, fetched_at)
+
+    def observe_listed(self, listed: Mapping[str, str], fetched_at: float) -> None:
+        """:meth:`observe_pod_resources` with the answer already reduced to device id ->
+        ``namespace/name`` (the simulator's kubelet has it that way)."""
+        if not listed and not self.device_plugin_holdings():
+            return
         self._apply(lambda ledger: own.release_absent(ledger, listed, fetched_at, self.grace_s))
 
     def restore_device_plugin(self, entries: Sequence[CheckpointEntry], view: NodeView) -> None:
@@ -224,7 +231,7 @@ class GpuOwnership:
                 if error is None or error is own.OwnershipConflict:
                     raise
                 raise error(str(exc)) from None
-            if after == before:
+            if after is before or after == before:
                 return
             self._ledger = after
         self._changed()

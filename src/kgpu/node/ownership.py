@@ -153,14 +153,19 @@ def release_absent(
     unless it was allocated less than ``grace_s`` before the fetch began (the kubelet records
     an allocation only after Allocate returns). Listed ids get their pod's name."""
     out = []
+    changed = False
     for h in ledger.holdings():
         if h.api != DEVICE_PLUGIN:
             out.append(h)
         elif h.device in listed:
-            out.append(h if h.pod == listed[h.device] else replace(h, pod=listed[h.device]))
+            if h.pod != listed[h.device]:
+                h, changed = replace(h, pod=listed[h.device]), True
+            out.append(h)
         elif h.at + grace_s > fetched_at:
             out.append(h)
-    return _rebuild(out)
+        else:
+            changed = True
+    return _rebuild(out) if changed else ledger
 
 
 def problems(ledger: Ledger) -> list[str]:
@@ -301,13 +306,9 @@ def device_plugin_view(view: NodeView, ledger: Ledger, policy: Policy) -> NodeVi
     allocatable alert and to KEP-4680's device health in pod status. Either way the scheduler
     sees the lower allocatable."""
     dra_held = ledger.held_by(DRA)
+    if not dra_held and _offers_everything(policy):
+        return view  # the common case, kept cheap: nothing to drop
     mine = ledger.devices(DEVICE_PLUGIN)
-    if (
-        not dra_held
-        and not mine
-        and all(policy.allows(DEVICE_PLUGIN, g.uuid) for g in view.machine.gpus)
-    ):
-        return view
     resources = []
     changed = False
     for res in view.resources:
@@ -320,6 +321,14 @@ def device_plugin_view(view: NodeView, ledger: Ledger, policy: Policy) -> NodeVi
         changed |= len(kept) != len(res.devices)
         resources.append(replace(res, devices=kept) if len(kept) != len(res.devices) else res)
     return replace(view, resources=tuple(resources)) if changed else view
+
+
+def _offers_everything(policy: Policy) -> bool:
+    """Whether the device plugin may offer every GPU under ``policy`` (cheap: no GPU walk)."""
+    if DEVICE_PLUGIN not in policy.apis:
+        return False
+    modes = {policy.default, *(m for _, m in policy.modes)}
+    return all(m in (SHARED, DEVICE_PLUGIN) or m not in policy.apis for m in modes)
 
 
 def dra_withheld(machine: Machine, ledger: Ledger, policy: Policy) -> dict[str, str]:

@@ -326,8 +326,27 @@ def refresh_dirty(ctx: SimContext) -> bool:
     for name in names:
         node = ctx.node_by_name.get(name)
         if node is not None:
-            refresh_node(ctx, node)
+            _refresh_ownership(ctx, node)
     return True
+
+
+def _refresh_ownership(ctx: SimContext, node: SimNode) -> None:
+    """What a ledger change moves: the device plugin's list as the kubelet takes it in (the
+    Node is written again only when capacity or allocatable changed) and the DRA driver's
+    slices (republished only when what they withhold changed)."""
+    listed = sim_ownership.listed(node)
+    if listed is not node.listed:
+        node.listed = listed
+        cap, alloc = advertised(node.capacity, listed)
+        if cap != node.capacity or alloc != node.allocatable:
+            node.capacity, node.allocatable = cap, alloc
+            _publish(ctx, node)
+            ctx.scheduler.upsert_node(node)
+            ctx.epoch += 1
+    for plugin in ctx.kubelet_plugins:
+        owners = getattr(plugin, "node_ownership", None)
+        if owners is not None:
+            owners(node.name, ctx.store)
 
 
 def restart_agent(ctx: SimContext, node: SimNode) -> None:

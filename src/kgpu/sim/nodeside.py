@@ -21,7 +21,7 @@ from kgpu.hardware.backend import XidEvent
 from kgpu.hardware.model import Machine
 from kgpu.hardware.profiles import load_machine
 from kgpu.kubelet.deviceplugin.servicer import DevicePluginServicer
-from kgpu.kubelet.podresources import CheckpointEntry, ContainerResources, PodResources
+from kgpu.kubelet.podresources import CheckpointEntry
 from kgpu.kubelet.proto.deviceplugin.v1beta1 import api_pb2
 from kgpu.node.health import HealthState, on_event
 from kgpu.node.model import AdvertisedDevice, NodeView
@@ -115,26 +115,11 @@ def servicers_for(node: SimNode) -> dict[str, DevicePluginServicer]:
     }
 
 
-def pod_resources(node: SimNode) -> list[PodResources]:
-    """What the node's kubelet answers to PodResources ``List`` for device-plugin devices:
-    every pod holding ids, one entry per pod (the ledger needs only ids and the pod)."""
-    by_pod: dict[str, list[str]] = {}
-    for device_id, pod in node.device_owner.items():
-        by_pod.setdefault(pod, []).append(device_id)
-    out = []
-    for pod, ids in sorted(by_pod.items()):
-        namespace, _, name = pod.partition("/")
-        out.append(
-            PodResources(namespace, name, (ContainerResources("", (("", tuple(ids)),)),))
-        )
-    return out
-
-
 def observe_pod_resources(node: SimNode) -> None:
     """The agent's PodResources round, at once (the agent asks every few seconds): ids the
     kubelet no longer holds leave the ledger, held ones get their pod's name."""
     if node.ownership is not None:
-        node.ownership.observe_pod_resources(pod_resources(node), node.ownership.now())
+        node.ownership.observe_listed(node.device_owner, node.ownership.now())
 
 
 def restore_device_plugin(node: SimNode) -> None:
