@@ -31,6 +31,7 @@ from kgpu.drivers.dra import DraComponent
 from kgpu.drivers.metrics import MetricsComponent
 from kgpu.drivers.migmanager import MIG_STATE_LABEL, MigManagerOptions, mig_manager
 from kgpu.drivers.mps import MpsComponent
+from kgpu.drivers.ownership import GpuOwnership
 from kgpu.hardware.backend import Backend
 from kgpu.kubelet.nvidia_cdi import NodeDriver
 from kgpu.metrics.counters import DEFAULT as DEFAULT_COUNTERS
@@ -59,6 +60,9 @@ class AgentContext:
     # rebuild and re-serve it soon
     refresh: Callable[[], None] = lambda: None
     components: Callable[[], list[Component]] = field(default=lambda: [])  # started so far
+    # the node's one ledger of who holds each GPU, shared by the device plugin and the DRA
+    # driver (None unless both run)
+    ownership: GpuOwnership | None = None
 
 
 ComponentFactory = Callable[[AgentContext], Component | None]
@@ -84,6 +88,7 @@ def device_plugin(ctx: AgentContext) -> Component | None:
         on_change=ctx.on_change,
         cdi_root=ctx.options.cdi_root,
         driver=ctx.driver,
+        ownership=ctx.ownership,
     )
 
 
@@ -133,6 +138,7 @@ def dra(ctx: AgentContext) -> Component | None:
         store=ctx.store(),
         kubernetes_version=ctx.kubernetes_version,
         driver=ctx.driver,
+        ownership=ctx.ownership,
     )
 
 
@@ -190,6 +196,7 @@ def load_dra(
     store: ObjectStore | None = None,
     kubernetes_version: str | None = None,
     driver: Callable[[], NodeDriver | None] | None = None,
+    ownership: GpuOwnership | None = None,
 ) -> Component:
     from kgpu.kubelet.nvidia_cdi import for_backend
 
@@ -202,4 +209,5 @@ def load_dra(
         driver_factories=(compute_domain_driver,),
         kubernetes_version=kubernetes_version,
         node_driver_for=(lambda _backend: driver()) if driver is not None else for_backend,
+        ownership=ownership,
     )

@@ -54,6 +54,7 @@ from kgpu.drivers.component import Component
 from kgpu.drivers.deviceplugin import DevicePluginComponent
 from kgpu.drivers.migmanager import MigManager, withhold
 from kgpu.drivers.mps import MpsComponent
+from kgpu.drivers.ownership import GpuOwnership
 from kgpu.errors import FieldError, KgpuError
 from kgpu.hardware.backend import Backend, BackendError, XidEvent
 from kgpu.hardware.model import NVML_SOURCE, Machine
@@ -129,6 +130,10 @@ class Agent:
         self.mps: MpsComponent | None = None
         self.mig_manager: MigManager | None = None
         self.features: FeaturesComponent | None = None
+        # one owner per GPU: the ledger both kubelet APIs share, when both run
+        self.ownership: GpuOwnership | None = (
+            GpuOwnership() if options.device_plugin and options.dra is not False else None
+        )
         self.node_watch: NodeWatch | None = None
         self.health_server: HealthServer | None = None
         self.kubernetes_version: str | None = None
@@ -545,6 +550,7 @@ class Agent:
             view=lambda: self._served,
             refresh=self.request_refresh,
             components=lambda: list(self.components),
+            ownership=self.ownership,
         )
         for make in self._factories:
             try:
@@ -710,6 +716,8 @@ class Agent:
             "cdiSpec": str(spec) if (spec := self._cdi_spec()) is not None else None,
             "kubernetesVersion": self.kubernetes_version,
             "release": self.release,
+            # one owner per GPU: per GPU, its policy, the APIs offering it and its holder
+            "gpuOwnership": self._ownership_status(served),
             # upstream environment variables that set something, and those kgpu does not use
             "environment": dict(self.options.environment),
             "environmentUnused": list(self.options.environment_notes),
@@ -721,6 +729,23 @@ class Agent:
             "reloads": self.reloads,
             "updated": time.time(),
         }
+
+    def _ownership_status(self, served: NodeView | None) -> list[dict[str, Any]]:
+        ownership = self.ownership
+        if ownership is None or served is None:
+            return []
+        from kgpu.node.ownership import offers
+
+        return [
+            {
+                "gpu": o.index,
+                "uuid": o.uuid,
+                "policy": o.mode,
+                "offeredBy": list(o.offered_by),
+                "heldBy": o.holder,
+            }
+            for o in offers(served, ownership.ledger(), ownership.policy())
+        ]
 
     def _cdi_spec(self) -> Path | None:
         return self.device_plugin.cdi_spec if self.device_plugin is not None else None

@@ -15,6 +15,7 @@ import typer
 
 from kgpu.cli.output import output_option
 from kgpu.cli.plain import add_row, cell, warn
+from kgpu.node import ownership
 
 #: the label the MIG manager writes once a layout is applied
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
@@ -33,7 +34,10 @@ def plan_json(
     """The ``-o json`` document (keys: resources, labels, devices, warnings, gpus: the node as
     its GPUs are; refused when the device plugin refuses a resource; migPending when the GPUs
     lack the desired MIG layout, with migManager: the manager's plan and the same document for
-    the node after it)."""
+    the node after it). Resources and devices are what the device plugin lists: without the
+    GPUs ``gpuOwnership`` gives to DRA."""
+    whole = view
+    view = listed(view)
     devices = [
         {
             "id": d.id,
@@ -59,6 +63,7 @@ def plan_json(
                     "pipeDirectory": d.mps.pipe_directory,
                 }
     gpus = []
+    offers = {o.index: o for o in ownership.offers(whole)}
     for g in view.gpus:
         entry: dict[str, Any] = {
             "index": g.index,
@@ -69,6 +74,9 @@ def plan_json(
             "sharing": str(g.sharing),
             "replicas": g.replicas,
         }
+        if g.index in offers:  # gpuOwnership: which kubelet API offers it while it is free
+            entry["gpuOwnership"] = offers[g.index].mode
+            entry["offeredBy"] = list(offers[g.index].offered_by)
         if g.index in mps:
             entry["mps"] = mps[g.index]
         gpus.append(entry)
@@ -98,6 +106,11 @@ def plan_json(
     if slices is not None:
         out["resourceSlices"] = slices
     return out
+
+
+def listed(view: NodeView) -> NodeView:
+    """What the device plugin lists of ``view`` on a node where nothing is held yet."""
+    return ownership.device_plugin_view(view, ownership.EMPTY, ownership.policy_of(view))
 
 
 def describe_gpu(view: NodeView, index: int) -> str:
@@ -184,14 +197,24 @@ def _print_view(view: NodeView, console: Any, suffix: str = "") -> None:
     (`` after the MIG manager applies X``)."""
     from rich.table import Table
 
-    console.print(_resource_table(view, f"Resources{suffix}"))
+    console.print(_resource_table(listed(view), f"Resources{suffix}"))
     gpus = Table(title=f"GPUs{suffix}")
-    for col in ("GPU", "PRODUCT", "GETS"):
+    for col in ("GPU", "PRODUCT", "GETS", "OFFERED BY"):
         gpus.add_column(col, overflow="fold")
+    offers = {o.index: o for o in ownership.offers(view)}
     for g in view.gpus:
-        add_row(gpus, str(g.index), g.product, describe_gpu(view, g.index))
+        offer = offers.get(g.index)
+        by = (
+            " + ".join(ownership.API_TITLES[api] for api in offer.offered_by)
+            if offer is not None
+            else ""
+        )
+        gets = describe_gpu(view, g.index)
+        if offer is not None and offer.offered_by == (ownership.DRA,):
+            gets = "whole, or its MIG devices -> gpu.nvidia.com claims (DRA)"
+        add_row(gpus, str(g.index), g.product, gets, by)
     console.print(gpus)
-    console.print(_device_table(view, f"Devices{suffix}", console.width >= 120))
+    console.print(_device_table(listed(view), f"Devices{suffix}", console.width >= 120))
     labels = Table(title=f"Labels{suffix}")
     # a label key is what users paste into nodeSelectors: whole, on one line; values fold
     longest = max((len(k) for k in view.labels), default=5)
@@ -287,8 +310,11 @@ def _print_tables(
 
 def _resource_slices(view: NodeView, node_name: str) -> list[Any]:
     from kgpu.dra.slices import resource_slices
+    from kgpu.dra.withhold import OMIT, withhold_devices
 
-    return list(resource_slices(view.machine, node_name))
+    # without the GPUs gpuOwnership gives to the device plugin
+    withheld = ownership.dra_withheld(view.machine, ownership.EMPTY, ownership.policy_of(view))
+    return withhold_devices(resource_slices(view.machine, node_name), withheld, OMIT)
 
 
 def register(app: typer.Typer) -> None:

@@ -18,14 +18,19 @@ from typing import Any
 
 from kgpu.config.fields import load_yaml_documents, load_yaml_mapping, read_problem
 from kgpu.config.migparted import MigConfig, builtin_mig_configs, parse_mig_parted
-from kgpu.config.plugin import MIG_STRATEGIES, DevicePluginConfig, parse_plugin_config
+from kgpu.config.plugin import (
+    GPU_OWNERSHIP_MODES,
+    MIG_STRATEGIES,
+    DevicePluginConfig,
+    parse_plugin_config,
+)
 from kgpu.errors import FieldError, FieldProblem, join_path
 from kgpu.userfiles import read_text
 
 PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 
-_PLUGIN_KEYS = {"version", "flags", "sharing", "resources", "imex"}
+_PLUGIN_KEYS = {"version", "flags", "sharing", "resources", "imex", "gpuOwnership"}
 _OPERATOR_KEYS = {
     "migManager",
     "mig",
@@ -69,6 +74,8 @@ class ConfigSet:
     default_mig_config: str | None = None
     default_mig_source: str = ""  # the Helm values file that set default_mig_config
     mig_strategy: str | None = None  # from GPU Operator Helm values (overrides config files)
+    # the chart's devicePlugin.gpuOwnership: the policy of configs that set no gpuOwnership
+    gpu_ownership: str | None = None
     warnings: tuple[str, ...] = ()
     kinds: tuple[tuple[str, str], ...] = ()  # (file, what it was recognised as)
 
@@ -91,6 +98,7 @@ class _Builder:
         self.default_mig: str | None = None
         self.default_mig_source = ""
         self.strategy: str | None = None
+        self.gpu_ownership: str | None = None
         self.warnings: list[str] = []
         self.kinds: list[tuple[str, str]] = []
 
@@ -136,6 +144,7 @@ class _Builder:
             default_mig_config=self.default_mig,
             default_mig_source=self.default_mig_source,
             mig_strategy=self.strategy,
+            gpu_ownership=self.gpu_ownership,
             warnings=tuple(self.warnings),
             kinds=tuple(self.kinds),
         )
@@ -151,7 +160,9 @@ def classify(doc: Any) -> str:
     if "mig-configs" in doc:
         return "mig-parted"
     keys = set(doc)
-    if keys & {"sharing", "flags"} or (keys and keys <= _PLUGIN_KEYS and "version" in keys):
+    if keys & {"sharing", "flags", "gpuOwnership"} or (
+        keys and keys <= _PLUGIN_KEYS and "version" in keys
+    ):
         return "plugin-config"
     if keys & {"migManager", "devicePlugin"} or len(keys & _OPERATOR_KEYS) >= 2:
         return "operator-values"
@@ -286,6 +297,19 @@ def _add_operator_values(builder: _Builder, doc: dict[str, Any], *, file: str) -
     if isinstance(dp_default, str) and dp_default:
         builder.default_plugin = dp_default
         builder.default_plugin_source = file
+    owners = _get(doc, "devicePlugin", "gpuOwnership")
+    if owners is not None:  # kgpu's chart value: the node-wide policy
+        if owners not in GPU_OWNERSHIP_MODES:
+            problems.append(
+                FieldProblem(
+                    f"unknown mode {owners!r}: allowed {', '.join(GPU_OWNERSHIP_MODES)} (a "
+                    "per-GPU split goes in a device-plugin config's gpuOwnership.gpus)",
+                    "devicePlugin.gpuOwnership",
+                    file,
+                )
+            )
+        else:
+            builder.gpu_ownership = str(owners)
     if problems:
         raise FieldError(problems)
 

@@ -34,6 +34,8 @@ DEFAULT_MPS_ROOT = "/run/nvidia/mps"
 DEFAULT_CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 #: Replicas per GPU (time-slicing, MPS): far above what GPU memory allows (MPS: 48 clients)
 MAX_REPLICAS = 1024
+#: Who may offer a GPU (``gpuOwnership``): both kubelet APIs, first come first served, or one.
+GPU_OWNERSHIP_MODES = ("shared", "devicePlugin", "dra")
 
 _MIG_RESOURCE = re.compile(r"^mig-(\d+c\.)?\d+g\.\d+gb(\.[a-z]+)*$")
 
@@ -352,6 +354,57 @@ class Imex(StrictModel):
         return value
 
 
+def _ownership_mode(value: Any) -> Any:
+    if isinstance(value, str) and value not in GPU_OWNERSHIP_MODES:
+        raise ValueError(
+            f"unknown mode {value!r} (allowed: {', '.join(GPU_OWNERSHIP_MODES)})"
+        )
+    return value
+
+
+class OwnershipRule(StrictModel):
+    """One entry of ``gpuOwnership.gpus``: the GPUs ``devices`` selects (as the sharing
+    config's ``devices``: ``all``, a count, or GPU indices and UUIDs) go to ``owner``."""
+
+    devices: DeviceSelection
+    owner: Literal["shared", "devicePlugin", "dra"]
+
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _devices(cls, value: Any) -> DeviceSelection:
+        selection = parse_devices(value)
+        for i, ref in enumerate(selection.refs):
+            if is_mig_index(ref) or is_mig_uuid(ref):
+                raise ValueError(
+                    f"devices[{i}]: {ref!r} is a MIG device; ownership is per physical GPU "
+                    "(a MIG device belongs to its GPU's owner): name the GPU's index or UUID"
+                )
+        return selection
+
+    @field_validator("owner", mode="before")
+    @classmethod
+    def _owner(cls, value: Any) -> Any:
+        return _ownership_mode(value)
+
+
+class GpuOwnership(StrictModel):
+    """``gpuOwnership`` (kgpu's own section): which kubelet API offers each GPU of the node.
+
+    ``default`` applies to every GPU no ``gpus`` entry selects; the first entry that selects a
+    GPU decides it. ``shared`` lets both the device plugin and the DRA driver offer a GPU,
+    first come first served; ``devicePlugin`` and ``dra`` offer it through that API only. The
+    plain form ``gpuOwnership: dra`` is ``{default: dra}``. Whatever the policy, a GPU held by
+    one API is never offered by the other (:mod:`kgpu.node.ownership`)."""
+
+    default: Literal["shared", "devicePlugin", "dra"] = "shared"
+    gpus: list[OwnershipRule] = Field(default_factory=list)
+
+    @field_validator("default", mode="before")
+    @classmethod
+    def _default(cls, value: Any) -> Any:
+        return _ownership_mode(value)
+
+
 class DevicePluginConfig(StrictModel):
     """A whole device-plugin config (one file, or one entry of a ConfigMap)."""
 
@@ -360,6 +413,15 @@ class DevicePluginConfig(StrictModel):
     resources: Resources | None = None
     sharing: Sharing = Field(default_factory=Sharing)
     imex: Imex | None = None
+    gpu_ownership: GpuOwnership = Field(default_factory=GpuOwnership, alias="gpuOwnership")
+
+    @field_validator("gpu_ownership", mode="before")
+    @classmethod
+    def _ownership_shorthand(cls, value: Any) -> Any:
+        """``gpuOwnership: dra`` means ``gpuOwnership: {default: dra}``."""
+        if isinstance(value, str):
+            return {"default": _ownership_mode(value)}
+        return value
 
     @field_validator("version", mode="after")
     @classmethod

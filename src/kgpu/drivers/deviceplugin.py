@@ -23,6 +23,15 @@ survived). Each resource is then registered again at once, its backoff reset.
 
 Logging follows states, not attempts: a resource logs when it is registered, when it starts
 failing (with the reason) and when it waits for a kubelet, never once per retry.
+
+With a :class:`~kgpu.drivers.ownership.GpuOwnership` (the node's one ledger, shared with the
+DRA driver) the servers list and allocate from the ledger's view (devices of GPUs a DRA claim
+holds, and free devices the ``gpuOwnership`` policy gives to DRA, are dropped from
+ListAndWatch), Allocate holds its ids in the ledger before answering, the kubelet's device
+checkpoint rebuilds those holdings at start, and a background thread asks PodResources, only
+while the device plugin holds something, which of them the kubelet still has (the device-plugin
+API has no release call). A ledger change wakes every ListAndWatch stream; the reconciler
+compares only the unfiltered view, so no server restarts when a claim comes or goes.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -39,6 +48,7 @@ from typing import Any
 
 import grpc
 
+from kgpu.drivers.ownership import GpuOwnership
 from kgpu.kubelet.deviceplugin.registration import (
     DEVICE_PLUGINS_DIR,
     KUBELET_SOCKET,
@@ -48,6 +58,7 @@ from kgpu.kubelet.deviceplugin.registration import (
 )
 from kgpu.kubelet.deviceplugin.server import PluginServer
 from kgpu.kubelet.nvidia_cdi import NodeDriver, write_device_plugin_spec
+from kgpu.kubelet.podresources import PodResources, PodResourcesClient, read_device_checkpoint
 from kgpu.kubelet.sockets import Identity, identity, unix_target
 from kgpu.node.model import NodeView, ResourceView
 
@@ -101,8 +112,17 @@ class DevicePluginComponent:
         rng: random.Random | None = None,
         cdi_root: Path | None = None,
         driver: Callable[[], NodeDriver | None] | None = None,
+        ownership: GpuOwnership | None = None,
+        pod_resources: Callable[[], Sequence[PodResources]] | None = None,
+        release_poll_s: float = 5.0,
     ) -> None:
         self.kubelet_root = Path(kubelet_root)
+        # the node's ledger shared with the DRA driver (None: this component owns every GPU)
+        self.ownership = ownership
+        self._pod_resources = pod_resources
+        self._pr_client: PodResourcesClient | None = None
+        self.release_poll_s = release_poll_s
+        self._release_thread: threading.Thread | None = None
         # the CDI spec behind cdi-annotations/cdi-cri names goes here (None: not written)
         self.cdi_root = Path(cdi_root) if cdi_root is not None else None
         self._driver = driver or (lambda: None)
@@ -135,6 +155,8 @@ class DevicePluginComponent:
     # -- Component protocol --------------------------------------------------------------------
 
     def on_view(self, view: NodeView) -> None:
+        if self.ownership is not None:
+            self.ownership.set_view(view)
         self._write_cdi_spec(view)  # before any Allocate can hand out a name it defines
         old = self._view
         changed = old is None or [shape(r) for r in old.resources] != [
@@ -175,9 +197,62 @@ class DevicePluginComponent:
         """Serve every resource now (registration follows in the background)."""
         self._stopping.clear()
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="dp-register")
+        if self.ownership is not None:
+            self._start_ownership(self.ownership)
         self._reconcile()
         self._thread = threading.Thread(target=self._run, name="dp-reconcile", daemon=True)
         self._thread.start()
+
+    # -- the shared ledger ---------------------------------------------------------------------
+
+    def _start_ownership(self, ownership: GpuOwnership) -> None:
+        """Holdings from the kubelet's checkpoint, streams woken on every ledger change, and
+        the thread that releases what PodResources no longer lists."""
+        view = self._view
+        if view is not None:
+            ownership.restore_device_plugin(read_device_checkpoint(self.kubelet_root), view)
+        ownership.subscribe(self._notify_streams)
+        self._release_thread = threading.Thread(
+            target=self._release_loop, name="dp-podresources", daemon=True
+        )
+        self._release_thread.start()
+
+    def _notify_streams(self) -> None:
+        for server in self._servers:
+            server.notify()
+
+    def _offered(self) -> NodeView:
+        """What the servers list and allocate from: the view less what the ledger withholds."""
+        view = self._current()
+        return view if self.ownership is None else self.ownership.device_plugin_view(view)
+
+    def _list_pods(self) -> Sequence[PodResources]:
+        if self._pod_resources is not None:
+            return self._pod_resources()
+        if self._pr_client is None:
+            self._pr_client = PodResourcesClient.for_kubelet_root(self.kubelet_root)
+        return self._pr_client.list()
+
+    def release_once(self) -> bool:
+        """One PodResources round (the thread's, callable from tests); True if it answered."""
+        ownership = self.ownership
+        if ownership is None or not ownership.device_plugin_holdings():
+            return False
+        started = ownership.now()
+        try:
+            pods = self._list_pods()
+        except Exception as exc:  # the kubelet restarting: keep the holdings, ask again
+            log.debug("PodResources List failed: %s", exc)
+            return False
+        ownership.observe_pod_resources(pods, started)
+        return True
+
+    def _release_loop(self) -> None:
+        while not self._stopping.wait(self.release_poll_s):
+            try:
+                self.release_once()
+            except Exception:  # never let it die: the next round tries again
+                log.exception("releasing device-plugin holdings")
 
     def stop(self) -> None:
         self._stopping.set()
@@ -185,6 +260,12 @@ class DevicePluginComponent:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+        if self._release_thread is not None:
+            self._release_thread.join(timeout=5)
+            self._release_thread = None
+        if self._pr_client is not None:
+            self._pr_client.close()
+            self._pr_client = None
         with self._lock:
             channels = list(self._channels)
         for channel in channels:  # a hung Register returns at once
@@ -335,7 +416,9 @@ class DevicePluginComponent:
 
     def _serve(self, name: str, resource: ResourceView, now: float) -> bool:
         """Serve ``name`` (lock held); False when it could not be (tried again next tick)."""
-        server = PluginServer(name, self._current, self.kubelet_root, driver=self._driver)
+        server = PluginServer(
+            name, self._offered, self.kubelet_root, driver=self._driver, guard=self.ownership
+        )
         try:
             server.start()
         except Exception as exc:

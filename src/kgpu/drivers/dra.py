@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kgpu.drivers.gpu import GpuHandler
+from kgpu.drivers.ownership import GpuOwnership
 from kgpu.drivers.publish import SlicePublisher, publish_slices
 from kgpu.hardware.backend import Backend
 from kgpu.hardware.model import Machine
@@ -73,7 +74,11 @@ class DraComponent:
         watch_interval_s: float = 0.2,
         kubernetes_version: str | None = None,
         node_driver_for: Callable[[Backend], NodeDriver | None] = nvidia_cdi.for_backend,
+        ownership: GpuOwnership | None = None,
     ) -> None:
+        # the node's ledger shared with the device plugin: GPUs it holds are not published,
+        # and the slices are republished when that changes
+        self.ownership = ownership
         self.kubelet_root = Path(kubelet_root)
         self.cdi_root = Path(cdi_root)
         self.node_name = node_name
@@ -94,6 +99,7 @@ class DraComponent:
         self._stop = threading.Event()
         self._watch_interval = watch_interval_s
         self._watcher: threading.Thread | None = None
+        self._republish = threading.Event()  # the ledger changed: check the GPU slices
         self.publisher: SlicePublisher | None = None
         self._first_machine: Machine | None = None  # from a view given before start
 
@@ -135,6 +141,7 @@ class DraComponent:
                 partitionable=self.partitionable,
                 node_driver=self._node_driver_for(self.backend),
                 kubernetes_version=self.kubernetes_version,
+                ownership=self.ownership,
             )
             machine = self.gpu.machine
             for factory in self.driver_factories:
@@ -149,11 +156,25 @@ class DraComponent:
                     server.stop()
                 self.servers.clear()
                 raise
+            if self.ownership is not None:
+                # republished from the watcher thread: a listener runs inside Allocate and
+                # NodePrepareResources, which must not wait on the API server
+                self.ownership.subscribe(self._republish.set)
             self._stop.clear()
             self._watcher = threading.Thread(
                 target=self._watch, name="dra-registration", daemon=True
             )
             self._watcher.start()
+
+    def _ownership_changed(self) -> None:
+        """The ledger or policy changed: republish the GPU slices if what they withhold did."""
+        gpu = self.gpu
+        if gpu is None or not gpu.ownership_changed():
+            return
+        try:
+            self._publish(gpu)
+        except Exception:  # a store error: the next change or view publishes again
+            log.exception("republishing %s slices after an ownership change", gpu.driver)
 
     def on_view(self, view: NodeView) -> None:
         if self.gpu is None:  # not started: start publishes from this view's machine
@@ -161,7 +182,7 @@ class DraComponent:
             return
         changed = self.gpu.update_machine(view.machine)
         # unhealthy devices are published tainted (NVIDIA's NVMLDeviceHealthCheck)
-        if self.gpu.set_health(dict(view.unhealthy)) or changed:
+        if self.gpu.set_health(dict(view.unhealthy)) or changed or self.gpu.ownership_changed():
             self._publish(self.gpu)
         self._sync_logged()
 
@@ -188,6 +209,9 @@ class DraComponent:
     def _watch(self) -> None:
         failing: dict[str, str] = {}  # driver -> the error last logged (once, not every tick)
         while not self._stop.wait(self._watch_interval):
+            if self._republish.is_set():
+                self._republish.clear()
+                self._ownership_changed()
             for server in list(self.servers.values()):
                 try:
                     redone = server.ensure_serving()

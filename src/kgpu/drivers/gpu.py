@@ -18,6 +18,13 @@ configs over class configs, last one wins. What a sharing strategy adds is its m
 ``<plugin dir>/mps/<claimUID>-<hash>/``, mounts them and sets the client-side limits;
 time-slicing records its interval in the claim's checkpoint state (the agent's backend is
 read-only: it never changes a GPU's compute policy).
+
+With the node's ownership ledger (:class:`~kgpu.drivers.ownership.GpuOwnership`, shared with
+the device plugin) the handler publishes no device of a GPU the device plugin holds or the
+policy gives it (:mod:`kgpu.dra.withhold` says how, by Kubernetes version), holds a claim's
+GPUs in the ledger when it prepares it (a GPU the device plugin took in the meantime fails the
+claim, naming the holder), releases them when it unprepares it, and rebuilds its holdings from
+the checkpoint's state on restart.
 """
 
 from __future__ import annotations
@@ -32,12 +39,15 @@ from typing import Any
 
 from kgpu import releases
 from kgpu.dra import opaque
+from kgpu.dra.withhold import withhold_devices, withhold_method
+from kgpu.drivers.ownership import GpuOwnership
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.hardware.model import Gpu, Machine, MigDevice
 from kgpu.kubelet.cdi import ContainerEdits, DeviceNode, Mount
 from kgpu.kubelet.dra.handler import ClaimError, ClaimInfo, OpaqueConfig, PreparedClaim
 from kgpu.kubelet.dra.handler import PreparedDevice as Prepared
 from kgpu.kubelet.nvidia_cdi import NodeDriver, mig_cap_minors
+from kgpu.node.ownership import OwnershipConflict
 
 log = logging.getLogger(__name__)
 
@@ -211,8 +221,12 @@ class GpuHandler:
         partitionable: bool = False,
         node_driver: NodeDriver | None = None,
         kubernetes_version: str | None = None,
+        ownership: GpuOwnership | None = None,
     ) -> None:
         self.node_name = node_name
+        self.ownership = ownership
+        self._withheld: dict[str, str] = {}  # what the last slices left out (GPU UUID -> why)
+        self._slices: tuple[tuple[object, ...], list[Obj]] | None = None
         self.node_driver = node_driver  # the driver's files for the specs (None: simulated)
         self.plugin_dir = plugin_dir
         # where sharing plans create their per-claim directories (MPS pipes, shm, logs); the
@@ -253,6 +267,11 @@ class GpuHandler:
     def machine(self) -> Machine:
         return self._machine
 
+    @property
+    def unhealthy(self) -> dict[str, str]:
+        """The unhealthy devices the slices taint (UUID -> reason)."""
+        return dict(self._unhealthy)
+
     def devices(self) -> dict[str, ResolvedDevice]:
         with self._lock:
             if self._devices is None:
@@ -265,16 +284,50 @@ class GpuHandler:
     def resource_slices(self, node_name: str) -> list[Obj]:
         from kgpu.dra.slices import DEFAULT_KUBERNETES_VERSION, resource_slices
 
-        return resource_slices(
-            self._machine,
-            node_name,
-            partitionable=self.partitionable,
-            kubernetes_version=self.kubernetes_version or DEFAULT_KUBERNETES_VERSION,
-            unhealthy=self._unhealthy,
-        )
+        version = self.kubernetes_version or DEFAULT_KUBERNETES_VERSION
+        key = (node_name, self._machine, tuple(sorted(self._unhealthy.items())), version)
+        cached = self._slices
+        if cached is None or cached[0] != key:  # built once per hardware and health state:
+            slices = resource_slices(  # an ownership change only filters them
+                self._machine,
+                node_name,
+                partitionable=self.partitionable,
+                kubernetes_version=version,
+                unhealthy=self._unhealthy,
+            )
+            self._slices = cached = (key, slices)
+        slices = cached[1]
+        if self.ownership is None:
+            return list(slices)
+        withheld = self.ownership.dra_withheld(self._machine)
+        self._withheld = withheld
+        return withhold_devices(slices, withheld, withhold_method(version))
+
+    def ownership_changed(self) -> bool:
+        """Whether the GPUs to withhold differ from those the last slices withheld (the
+        slices must be republished)."""
+        if self.ownership is None:
+            return False
+        return self.ownership.dra_withheld(self._machine) != self._withheld
 
     def restore(self, states: Mapping[str, Mapping[str, Any]]) -> None:
-        """Nothing to rebuild: everything a GPU claim holds is on disk and in its state."""
+        """Everything a GPU claim holds is on disk and in its state; the ownership ledger gets
+        each prepared claim's GPUs back."""
+        if self.ownership is None:
+            return
+        self.ownership.restore_claims(
+            {
+                uid: (
+                    str(state.get("claim") or uid),
+                    [
+                        (str(name), str(dev.get("parentUUID", "")))
+                        for name, dev in (state.get("devices") or {}).items()
+                        if isinstance(dev, Mapping)
+                    ],
+                )
+                for uid, state in states.items()
+            }
+        )
 
     def prepare(self, claim: ClaimInfo) -> PreparedClaim:
         configs = [(c, opaque.parse_config(c.parameters, c.path)) for c in claim.configs]
@@ -294,6 +347,15 @@ class GpuHandler:
                     f"node {self.node_name}"
                 )
             resolved.append((result, known[name]))
+        if self.ownership is not None:  # one owner per GPU: held before any side effect
+            try:
+                self.ownership.hold_claim(
+                    claim.uid,
+                    f"{claim.namespace}/{claim.name}",
+                    [(device.name, device.gpu.uuid) for _, device in resolved],
+                )
+            except OwnershipConflict as exc:
+                raise ClaimError(str(exc)) from None
 
         groups: dict[int, list[tuple[Mapping[str, Any], ResolvedDevice]]] = {}
         chosen: dict[int, tuple[OpaqueConfig, opaque.DeviceConfig] | None] = {}
@@ -344,6 +406,7 @@ class GpuHandler:
                     )
                 )
         state: Obj = {
+            "claim": f"{claim.namespace}/{claim.name}",
             "devices": {
                 d.name: {
                     "uuid": d.uuid,
@@ -352,7 +415,7 @@ class GpuHandler:
                     "dynamic": d.dynamic,
                 }
                 for _, d in resolved
-            }
+            },
         }
         if sharing_state:
             state["sharing"] = sharing_state
@@ -372,7 +435,9 @@ class GpuHandler:
 
     def unprepare(self, claim_uid: str, state: Mapping[str, Any] | None) -> None:
         """Remove the claim's MPS directories (by uid prefix, so an incomplete preparation
-        whose state was never recorded is cleaned up too)."""
+        whose state was never recorded is cleaned up too) and free its GPUs in the ledger."""
+        if self.ownership is not None and claim_uid:
+            self.ownership.release_claim(claim_uid)
         if not claim_uid or not self.mps_root.is_dir():
             return
         for path in self.mps_root.iterdir():

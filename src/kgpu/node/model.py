@@ -114,6 +114,9 @@ class NodeView:
     allocate_envs: tuple[tuple[str, str], ...] = ()
     # (GPU or MIG UUID, why) of every Unhealthy device: the DRA driver taints them
     unhealthy: tuple[tuple[str, str], ...] = ()
+    # (GPU UUID, gpuOwnership mode) of every GPU: which kubelet API may offer it while it is
+    # free (:mod:`kgpu.node.ownership`); empty means every GPU is shared
+    gpu_ownership: tuple[tuple[str, str], ...] = ()
 
     def resource(self, name: str) -> ResourceView:
         for res in self.resources:

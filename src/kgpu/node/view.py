@@ -40,6 +40,7 @@ from kgpu.config.plugin import (
     DEFAULT_PLUGIN_CONFIG,
     MIG_STRATEGIES,
     DevicePluginConfig,
+    GpuOwnership,
     ReplicatedResource,
     ReplicatedResources,
     is_gpu_index,
@@ -51,6 +52,7 @@ from kgpu.hardware.model import Gpu, Machine, MigDevice
 from kgpu.node.ids import replica_id
 from kgpu.node.labels import GPU_RESOURCE, mig_resource_name, node_labels
 from kgpu.node.model import AdvertisedDevice, GpuPlan, NodeView, Refusal, ResourceView
+from kgpu.node.ownership import resolve_policy
 from kgpu.node.sharing import CONFIGURED_MODES, Sharing, SharingMode, config_problems
 
 
@@ -517,6 +519,10 @@ def _build(
 
     plans = _gpu_plans(machine, resources)
     labels = node_labels(machine, resources, strategy, config)
+    section = config.gpu_ownership  # the config's own, else the chart's node-wide policy
+    if "gpu_ownership" not in config.model_fields_set and configs.gpu_ownership:
+        section = GpuOwnership(default=configs.gpu_ownership)  # type: ignore[arg-type]
+    ownership = resolve_policy(section, machine, file=source, entry=entry_name)
     return NodeView(
         machine=machine,
         resources=tuple(resources),
@@ -534,6 +540,7 @@ def _build(
         shared_devices_allocation_policy=config.shared_devices_allocation_policy,
         cdi_annotation_prefix=config.cdi_annotation_prefix,
         allocate_envs=config.allocate_envs,
+        gpu_ownership=ownership,
     )
 
 

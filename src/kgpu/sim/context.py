@@ -105,6 +105,9 @@ class SimContext:
         #: pods reserved on a node whose PreBind waits (DRA binding conditions), by key
         self.prebinding: dict[str, tuple[PodRecord, SimNode]] = {}
         self.mig_wakes: dict[str, float] = {}  # node -> when its MIG manager wants a call
+        # nodes whose ownership ledger changed since their kubelet last took in the device
+        # plugin's list and their DRA driver last published (kgpu.sim.ownership)
+        self.ownership_dirty: set[str] = set()
         self.seq = itertools.count()  # pod creation order
         self.ip_seq = itertools.count()  # node join order, for addresses
         self.epoch = 0

@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from kgpu.dra.api import RESOURCE_API
+from kgpu.dra.withhold import OWNER_TAINT_KEY
 from kgpu.drivers.dra import publish
 from kgpu.drivers.gpu import DRIVER, GpuHandler, visible_uuids
+from kgpu.drivers.ownership import GpuOwnership
 from kgpu.hardware.model import Machine
 from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
 from kgpu.kubelet.dra.plugin import DraPlugin
@@ -52,6 +54,92 @@ class DraKubeletPlugin:
         self.plugins: dict[str, DraPlugin] = {}
         self.handlers: dict[str, GpuHandler] = {}
         self._pods: dict[PodKey, list[ClaimRef]] = {}
+        self.ownership: dict[str, GpuOwnership] = {}  # node -> the agent's ledger
+
+    # -- one owner per GPU (kgpu.sim.ownership) ------------------------------------------------
+    def attach_ownership(self, node_name: str, ownership: GpuOwnership) -> None:
+        """The node's agent ledger, shared with its device plugin (a restart brings a new one)."""
+        self.ownership[node_name] = ownership
+        handler = self.handlers.get(node_name)
+        if handler is not None:
+            handler.ownership = ownership
+
+    def node_ownership(self, node_name: str, store: ObjectStore) -> None:
+        """The ledger or policy changed: republish when what the slices withhold did."""
+        handler = self.handlers.get(node_name)
+        if handler is not None and handler.ownership_changed():
+            publish(store, handler, node_name)
+
+    def restart_node(self, node_name: str, store: ObjectStore) -> None:
+        """The agent restarts: the driver comes back from its checkpoint (which gives the new
+        ledger its claims back, :meth:`GpuHandler.restore`)."""
+        old = self.handlers.get(node_name)
+        if old is None:
+            return
+        plugin_dir = self.work_dir / node_name / "plugins" / DRIVER
+        handler = GpuHandler(
+            old.machine,
+            node_name,
+            plugin_dir,
+            dynamic_mig=True,
+            partitionable=self.partitionable,
+            ownership=self.ownership.get(node_name),
+        )
+        handler.set_health(old.unhealthy)
+        self.handlers[node_name] = handler
+        self.plugins[node_name] = DraPlugin(handler, plugin_dir, self.cdi_root(node_name), store)
+        publish(store, handler, node_name)  # a starting agent publishes its slices
+
+    def prepared_gpus(self, node_name: str) -> dict[str, str]:
+        """GPU UUID -> claim uid of every claim prepared on the node (its checkpoint)."""
+        plugin = self.plugins.get(node_name)
+        if plugin is None:
+            return {}
+        out: dict[str, str] = {}
+        for uid, record in plugin.prepared().items():
+            for dev in (record.handler_state.get("devices") or {}).values():
+                out[str(dev.get("parentUUID"))] = uid
+        return out
+
+    def offer_gaps(self, node_name: str, store: ObjectStore) -> list[str]:
+        """GPUs the driver would publish, that the ledger does not withhold, missing from the
+        node's published slices (a GPU left unoffered after its holder is gone)."""
+        handler = self.handlers.get(node_name)
+        if handler is None:
+            return []
+        from kgpu.dra.slices import resource_slices
+
+        def gpus(slices: list[Obj]) -> set[str]:
+            out = set()
+            for slice_ in slices:
+                for dev in slice_["spec"].get("devices") or []:
+                    if any(t.get("key") == OWNER_TAINT_KEY for t in dev.get("taints") or []):
+                        continue
+                    attrs = dev.get("attributes") or {}
+                    for name in ("parentUUID", "uuid"):
+                        value = (attrs.get(name) or {}).get("string")
+                        if value is not None:
+                            out.add(str(value))
+                            break
+            return out
+
+        would = gpus(
+            resource_slices(handler.machine, node_name, partitionable=self.partitionable)
+        ) & {g.uuid for g in handler.machine.gpus}
+        withheld = handler.ownership.dra_withheld(handler.machine) if handler.ownership else {}
+        published = gpus(
+            [
+                s
+                for s in store.list(RESOURCE_API, "ResourceSlice")
+                if (s.get("spec") or {}).get("nodeName") == node_name
+                and (s.get("spec") or {}).get("driver") == DRIVER
+            ]
+        )
+        index = {g.uuid: g.index for g in handler.machine.gpus}
+        return [
+            f"GPU {index[g]} is free but no ResourceSlice offers it"
+            for g in sorted(would - set(withheld) - published, key=index.__getitem__)
+        ]
 
     def cdi_root(self, node_name: str) -> Path:
         return self.work_dir / node_name / "cdi"
@@ -68,6 +156,7 @@ class DraKubeletPlugin:
                 plugin_dir,
                 dynamic_mig=True,
                 partitionable=self.partitionable,
+                ownership=self.ownership.get(node_name),
             )
             self.handlers[node_name] = handler
             self.plugins[node_name] = DraPlugin(

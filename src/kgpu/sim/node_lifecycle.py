@@ -17,6 +17,7 @@ from kgpu.errors import FieldError, KgpuError
 from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.node.selectors import Taint, parse_taints, tolerates
 from kgpu.sim import node_mig, nodeside
+from kgpu.sim import ownership as sim_ownership
 from kgpu.sim.context import SimContext
 from kgpu.sim.node_status import (
     advertised,
@@ -66,7 +67,7 @@ def add_group_node(ctx: SimContext, group: str) -> str:
 
 def _new_node(ctx: SimContext, spec: NodeSpec, name: str, ip: str, group: str = "") -> SimNode:
     machine = nodeside.machine_for(spec.machine, name, spec.clique) if spec.machine else None
-    return SimNode(
+    node = SimNode(
         name=name,
         machine=machine,
         view=None,
@@ -82,6 +83,9 @@ def _new_node(ctx: SimContext, spec: NodeSpec, name: str, ip: str, group: str = 
         capacity=host_capacity(spec, machine),
         group=group or spec.name,
     )
+    if machine is not None and ip:  # a member of the cluster (not a template): its agent's ledger
+        sim_ownership.attach(ctx, node)
+    return node
 
 
 def _join(ctx: SimContext, spec: NodeSpec, name: str, group: str = "") -> None:
@@ -122,6 +126,10 @@ def refresh_node(ctx: SimContext, node: SimNode, *, register: bool = False) -> N
         health = getattr(plugin, "node_health", None)
         if health is not None:
             health(node.name, unhealthy, ctx.store)
+        owners = getattr(plugin, "node_ownership", None)  # and leaves out what it does not own
+        if owners is not None:
+            owners(node.name, ctx.store)
+    ctx.ownership_dirty.discard(node.name)
 
 
 def _advertise(ctx: SimContext, node: SimNode, *, template: bool = False) -> None:
@@ -148,7 +156,11 @@ def _advertise(ctx: SimContext, node: SimNode, *, template: bool = False) -> Non
         node.view = None
     node.machine = hardware
     node.labels = node_labels(node.name, base, node.view, node.scenario_labels)
-    cap, alloc = advertised(node.capacity, node.view)
+    if node.ownership is not None and not template:
+        node.ownership.set_view(node.view)
+    # what the kubelet takes in from ListAndWatch: the view less what the ledger withholds
+    node.listed = sim_ownership.listed(node)
+    cap, alloc = advertised(node.capacity, node.listed)
     if template or node.view is None:  # a template node serves nothing
         node.servicers = {}
     elif set(node.servicers) != {r.name for r in node.view.resources}:
@@ -192,6 +204,8 @@ def set_device_plugin(ctx: SimContext, running: bool) -> None:
     ctx.device_plugin = running
     for node in ctx.nodes:
         node.device_plugin = running
+        if node.ownership is not None:
+            node.ownership.set_apis(sim_ownership.apis(node))
         refresh_node(ctx, node)
 
 
@@ -297,3 +311,58 @@ def delete_node(ctx: SimContext, name: str) -> None:
         ctx.store.delete("v1", "Node", name)
     ctx.epoch += 1
     ctx.emit("Normal", "RemovingNode", f"Node/{name}", f"Node {name} event: Removing Node {name}")
+
+
+# -- one owner per GPU (kgpu.sim.ownership) ------------------------------------------------
+
+
+def refresh_dirty(ctx: SimContext) -> bool:
+    """Nodes whose ledger changed: the kubelet takes in the new list (capacity, allocatable),
+    the DRA driver republishes. True when any node was refreshed."""
+    if not ctx.ownership_dirty:
+        return False
+    names = sorted(ctx.ownership_dirty)
+    ctx.ownership_dirty.clear()
+    for name in names:
+        node = ctx.node_by_name.get(name)
+        if node is not None:
+            _refresh_ownership(ctx, node)
+    return True
+
+
+def _refresh_ownership(ctx: SimContext, node: SimNode) -> None:
+    """What a ledger change moves: the device plugin's list as the kubelet takes it in (the
+    Node is written again only when capacity or allocatable changed) and the DRA driver's
+    slices (republished only when what they withhold changed)."""
+    listed = sim_ownership.listed(node)
+    if listed is not node.listed:
+        node.listed = listed
+        cap, alloc = advertised(node.capacity, listed)
+        if cap != node.capacity or alloc != node.allocatable:
+            node.capacity, node.allocatable = cap, alloc
+            _publish(ctx, node)
+            ctx.scheduler.upsert_node(node)
+            ctx.epoch += 1
+    for plugin in ctx.kubelet_plugins:
+        owners = getattr(plugin, "node_ownership", None)
+        if owners is not None:
+            owners(node.name, ctx.store)
+
+
+def restart_agent(ctx: SimContext, node: SimNode) -> None:
+    """The node's agent restarts: a new ledger, device-plugin holdings from the kubelet's
+    checkpoint, claim holdings from the DRA driver's checkpoint, servicers served again."""
+    if node.machine is None:
+        return
+    sim_ownership.attach(ctx, node)
+    assert node.ownership is not None
+    node.ownership.set_view(node.view)
+    # the agent's component order: the device plugin (its holdings from the kubelet's
+    # checkpoint) starts before the DRA driver publishes
+    nodeside.restore_device_plugin(node)
+    for plugin in ctx.kubelet_plugins:
+        restart = getattr(plugin, "restart_node", None)
+        if restart is not None:
+            restart(node.name, ctx.store)
+    node.servicers = nodeside.servicers_for(node)
+    refresh_node(ctx, node)

@@ -21,6 +21,7 @@ from kgpu.hardware.backend import XidEvent
 from kgpu.hardware.model import Machine
 from kgpu.hardware.profiles import load_machine
 from kgpu.kubelet.deviceplugin.servicer import DevicePluginServicer
+from kgpu.kubelet.podresources import CheckpointEntry
 from kgpu.kubelet.proto.deviceplugin.v1beta1 import api_pb2
 from kgpu.node.health import HealthState, on_event
 from kgpu.node.model import AdvertisedDevice, NodeView
@@ -97,15 +98,45 @@ def xid_health(
 
 
 def servicers_for(node: SimNode) -> dict[str, DevicePluginServicer]:
-    """One device-plugin servicer per advertised resource, reading the node's current view."""
+    """One device-plugin servicer per advertised resource, reading the node's current view
+    less what the ownership ledger withholds, and holding what it allocates there (as the
+    agent's device-plugin component wires them)."""
     if node.view is None:
         return {}
+    ownership = node.ownership
 
     def current() -> NodeView:
         assert node.view is not None
-        return node.view
+        return node.view if ownership is None else ownership.device_plugin_view(node.view)
 
-    return {res.name: DevicePluginServicer(res.name, current) for res in node.view.resources}
+    return {
+        res.name: DevicePluginServicer(res.name, current, guard=ownership)
+        for res in node.view.resources
+    }
+
+
+def observe_pod_resources(node: SimNode) -> None:
+    """The agent's PodResources round, at once (the agent asks every few seconds): ids the
+    kubelet no longer holds leave the ledger, held ones get their pod's name."""
+    if node.ownership is not None:
+        node.ownership.observe_listed(node.device_owner, node.ownership.now())
+
+
+def restore_device_plugin(node: SimNode) -> None:
+    """An agent starting: its device-plugin holdings from the kubelet's device checkpoint."""
+    if node.ownership is None or node.view is None:
+        return
+    by_pod: dict[str, list[str]] = {}
+    for device_id, pod in node.device_owner.items():
+        by_pod.setdefault(pod, []).append(device_id)
+    resource_of = {d.id: r.name for r in node.view.resources for d in r.devices}
+    entries = [
+        CheckpointEntry(pod, "", resource_of.get(i, ""), (i,))
+        for pod, ids in sorted(by_pod.items())
+        for i in ids
+    ]
+    node.ownership.restore_device_plugin(entries, node.view)
+    observe_pod_resources(node)
 
 
 def mps_daemons(view: NodeView | None) -> list[MpsDaemon]:
@@ -169,7 +200,12 @@ def allocate_devices(node: SimNode, resource: str, size: int) -> DeviceGrant:
     servicer = node.servicers.get(resource)
     if servicer is None or node.view is None:
         raise AdmissionError(f"Resource {resource} is not served by any device plugin on this node")
-    res = node.view.resource(resource)
+    # the kubelet admits against the list it last took in, which may be behind the plugin
+    known = node.listed if node.listed is not None else node.view
+    try:
+        res = known.resource(resource)
+    except KeyError:
+        res = node.view.resource(resource)
     available = [d.id for d in res.devices if d.healthy and d.id not in node.device_owner]
     if len(available) < size:
         raise AdmissionError(

@@ -189,6 +189,7 @@ def start_pod(ctx: SimContext, rec: PodRecord, node: SimNode) -> bool:
             envs[cname] = env
     except (nodeside.AdmissionError, KgpuError) as exc:
         _give_back(node, owned)
+        nodeside.observe_pod_resources(node)  # what Allocate held for it is free again
         ctx.to_admit.pop(rec.key, None)
         rec.phase = "Failed"
         rec.failed_at = ctx.now
@@ -207,12 +208,16 @@ def start_pod(ctx: SimContext, rec: PodRecord, node: SimNode) -> bool:
     node.allocations[rec.key] = {
         c: [i for i in ids if i in node.device_owner] for c, ids in granted.items()
     }
+    if owned:
+        nodeside.observe_pod_resources(node)  # the agent learns the pod behind its ids
     for plugin in ctx.kubelet_plugins:
         try:
             extra = plugin.prepare(rec.obj, node.name, ctx.store)
         except KgpuError as exc:
             _give_back(node, owned)
             node.allocations.pop(rec.key, None)
+            if owned:
+                nodeside.observe_pod_resources(node)
             message = f"Failed to prepare dynamic resources: {exc}"
             rec.failed_epoch = ctx.epoch
             if message != rec.last_message:
@@ -266,10 +271,14 @@ def release(ctx: SimContext, rec: PodRecord) -> None:
     requests no longer count on the node."""
     node = ctx.node_by_name.get(rec.node)
     if node is not None:
+        given_back = False
         for ids in node.allocations.pop(rec.key, {}).values():
             for i in ids:
                 if node.device_owner.get(i) == rec.key:
                     del node.device_owner[i]
+                    given_back = True
+        if given_back:
+            nodeside.observe_pod_resources(node)
         if rec.admitted:
             for plugin in ctx.kubelet_plugins:
                 try:

@@ -22,7 +22,7 @@ from kgpu.sim.admission import AdmissionDenied
 from kgpu.sim.binding import schedule_pending
 from kgpu.sim.context import SimContext
 from kgpu.sim.controllers.manager import ControllerManager
-from kgpu.sim.node_lifecycle import refresh_node
+from kgpu.sim.node_lifecycle import refresh_dirty, refresh_node
 from kgpu.sim.plugins import Controller
 from kgpu.sim.pod_lifecycle import admit_bound, delete_pod, finish, merge_external, track_pod
 from kgpu.store import NotFound
@@ -42,9 +42,13 @@ def settle(ctx: SimContext, manager: ControllerManager, controllers: Sequence[Co
             except KgpuError as exc:
                 ctx.emit("Warning", "ReconcileError", f"Controller/{ctrl.name}", str(exc))
         progress |= sync_external(ctx)
+        # the kubelets take in their device plugins' lists as the last round's admissions and
+        # releases left them, the DRA drivers republish (after the Node labels plugins wrote
+        # were taken in: the Node is written again)
+        progress |= refresh_dirty(ctx)
         progress |= schedule_pending(ctx)
         progress |= admit_bound(ctx)
-        if not progress and not ctx.store.pending():
+        if not progress and not ctx.store.pending() and not ctx.ownership_dirty:
             return
     ctx.warnings.append(f"the cluster did not settle within {MAX_ROUNDS} rounds")
 

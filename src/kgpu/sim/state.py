@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kgpu.drivers.migmanager import MigManager
+from kgpu.drivers.ownership import GpuOwnership
 from kgpu.hardware.model import Machine
 from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.node.health import HealthState
@@ -113,6 +114,11 @@ class SimNode:
     device_owner: dict[str, str] = field(default_factory=dict)  # device id -> pod key
     mps: list[MpsDaemon] = field(default_factory=list)
     servicers: dict[str, Any] = field(default_factory=dict)  # resource -> device-plugin servicer
+    # the node agent's one ledger of who holds each GPU (device plugin or DRA claim)
+    ownership: GpuOwnership | None = None
+    # the device plugin's list as the kubelet last took it in (ListAndWatch): what it admits
+    # pods against until the next refresh
+    listed: NodeView | None = None
     obj: Obj = field(default_factory=dict)  # the Node object as last written
     info: NodeInfo | None = None
     class_id: int = -1  # static-filter class (labels, taints, unschedulable)

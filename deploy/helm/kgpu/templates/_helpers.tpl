@@ -75,7 +75,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- if and .Values.migManager.config.create .Values.migManager.config.data }}
 {{- $_ := set $mig "data" .Values.migManager.config.data }}
 {{- end }}
-{{- $settings := dict "mig" (dict "strategy" .Values.mig.strategy) "devicePlugin" (dict "config" $dp) "migManager" (dict "config" $mig) }}
+{{- $settings := dict "mig" (dict "strategy" .Values.mig.strategy) "devicePlugin" (dict "config" $dp "gpuOwnership" (.Values.devicePlugin.gpuOwnership | default "shared")) "migManager" (dict "config" $mig) }}
 {{- toYaml $settings }}
 {{- end }}
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 
 from kgpu.kubelet.deviceplugin.registration import DEVICE_PLUGINS_DIR, KUBELET_SOCKET, register
-from kgpu.kubelet.deviceplugin.servicer import DevicePluginServicer
+from kgpu.kubelet.deviceplugin.servicer import AllocateGuard, DevicePluginServicer
 from kgpu.kubelet.nvidia_cdi import NodeDriver
 from kgpu.kubelet.proto.deviceplugin.v1beta1 import api_pb2_grpc
 from kgpu.kubelet.sockets import Identity, identity, serve_unix, wait_listening
@@ -42,13 +42,14 @@ class PluginServer:
         *,
         max_workers: int = 4,
         driver: Callable[[], NodeDriver | None] | None = None,
+        guard: AllocateGuard | None = None,
     ) -> None:
         self.resource = resource
         self.kubelet_root = Path(kubelet_root)
         self.plugin_dir = self.kubelet_root / DEVICE_PLUGINS_DIR
         self.endpoint = socket_name(resource)
         self.socket_path = self.plugin_dir / self.endpoint
-        self.servicer = DevicePluginServicer(resource, view, driver)
+        self.servicer = DevicePluginServicer(resource, view, driver, guard)
         self._max_workers = max_workers
         self._server: grpc.Server | None = None
         self._identity: Identity | None = None

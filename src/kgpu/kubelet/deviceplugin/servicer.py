@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
 
 import grpc
 
@@ -58,6 +58,17 @@ def device_list(res: ResourceView | None) -> list[api_pb2.Device]:
     return out
 
 
+class AllocateGuard(Protocol):
+    """Who else may hold the node's devices (:class:`kgpu.drivers.ownership.GpuOwnership`):
+    Allocate reserves the ids there before answering, and cancels them when it refuses."""
+
+    def reserve(self, resource: str, ids: Sequence[str]) -> None:
+        """Hold ``ids``, or raise :class:`AllocationError` saying who holds them."""
+        ...
+
+    def cancel(self, resource: str, ids: Sequence[str]) -> None: ...
+
+
 class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
     """Serves one resource of the node view returned by ``view``."""
 
@@ -66,9 +77,11 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         resource: str,
         view: Callable[[], NodeView],
         driver: Callable[[], NodeDriver | None] | None = None,
+        guard: AllocateGuard | None = None,
     ) -> None:
         self.resource = resource
         self._view = view
+        self._guard = guard
         # the node's driver, for the device nodes passDeviceSpecs adds (None: a simulated node)
         self._driver = driver or (lambda: None)
         self._cond = threading.Condition()
@@ -166,9 +179,15 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         return response
 
     def Allocate(self, request: api_pb2.AllocateRequest, context: Any) -> api_pb2.AllocateResponse:
-        view = self._view()
         response = api_pb2.AllocateResponse()
+        reserved: list[str] = []
         try:
+            if self._guard is not None:  # one owner per GPU: held here before anyone sees it
+                for creq in request.container_requests:
+                    ids = list(creq.devices_ids)
+                    self._guard.reserve(self.resource, ids)
+                    reserved += ids
+            view = self._view()
             for creq in request.container_requests:
                 alloc = container_allocation(view, self.resource, list(creq.devices_ids))
                 out = response.container_responses.add()
@@ -196,6 +215,8 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
                     )
         except AllocationError as exc:
             log.warning("refused Allocate for %s: %s", self.resource, exc)
+            if self._guard is not None and reserved:
+                self._guard.cancel(self.resource, reserved)
             _refuse(context, exc)
         return response
 
