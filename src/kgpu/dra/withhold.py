@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kgpu import releases
 from kgpu.dra.slices import kubernetes_minor
 
 Obj = dict[str, Any]
@@ -28,17 +29,22 @@ OMIT = "omit"
 TAINT = "taint"
 OWNER_TAINT_KEY = "gpu.nvidia.com/owner"
 OWNER_TAINT_VALUE = "device-plugin"
-#: The first release whose schedulers honour device taints by default.
-TAINTS_BY_DEFAULT_SINCE = (1, 36)
 
 
 def withhold_method(kubernetes_version: str) -> str:
     """``omit`` or ``taint`` for an API server of ``kubernetes_version`` (``v1.35.2``)."""
     try:
-        minor = kubernetes_minor(kubernetes_version)
+        major, minor = kubernetes_minor(kubernetes_version)
     except ValueError:
         return OMIT  # an unknown version: the way every release honours
-    return TAINT if minor >= TAINTS_BY_DEFAULT_SINCE else OMIT
+    if major != 1:
+        return OMIT
+    # schedulers honour device taints where the release has DRADeviceTaints on by default
+    # (kgpu.releases, read from upstream's feature specs); outside the modelled releases, the
+    # nearest one decides
+    modelled = min(max(minor, releases.MODELLED[0]), releases.MODELLED[-1])
+    state = releases.release(modelled).gate("DRADeviceTaints")
+    return TAINT if state is not None and state.default else OMIT
 
 
 def owner_taint() -> Obj:
