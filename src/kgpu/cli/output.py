@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from collections.abc import Iterable, Iterator
+from typing import Any, NoReturn, TextIO
 
 import typer
 from rich.console import Console
@@ -88,6 +89,26 @@ def plain_data(data: Any) -> Any:
 
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def stream_json(parts: Iterable[tuple[str, Any]], out: TextIO | None = None) -> None:
+    """One JSON object written key by key: a value that is an iterator is written as a list,
+    one item per line as it comes, so a report of 100,000 pods never sits in memory whole.
+    Valid JSON for any reader (``jq``, ``json.load``); one item a line for ``grep``."""
+    write = (out or sys.stdout).write
+    encode = json.JSONEncoder(default=str, ensure_ascii=True).encode
+    write("{")
+    for n, (key, value) in enumerate(parts):
+        write(("," if n else "") + "\n" + encode(key) + ": ")
+        if not isinstance(value, Iterator):
+            write(encode(value))
+            continue
+        first = True
+        for item in value:
+            write(("[\n  " if first else ",\n  ") + encode(item))
+            first = False
+        write("[]" if first else "\n]")
+    write("\n}\n")
 
 
 def print_yaml(data: Any) -> None:

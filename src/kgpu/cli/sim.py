@@ -8,6 +8,7 @@ can gate on it.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -72,13 +73,14 @@ def register(app: typer.Typer) -> None:
             fail,
             is_data,
             print_data,
+            stream_json,
             table_console,
         )
         from kgpu.cli.sim_progress import ProgressBar
         from kgpu.errors import KgpuError
         from kgpu.sim.expect import ExpectRun, load_expectations
         from kgpu.sim.quickstart import quickstart_path
-        from kgpu.sim.report import render
+        from kgpu.sim.report import render, report_parts
         from kgpu.sim.scenario import load_scenario
         from kgpu.sim.simulation import Simulation
 
@@ -105,7 +107,8 @@ def register(app: typer.Typer) -> None:
                 simulation.observers.append(lambda step: observe(simulation.context, step))
             if watch and not is_data(output):
                 out = table_console(output)
-                simulation.observers.append(lambda _step: _print_step(simulation, out))
+                printer = _StepPrinter(simulation, out, 0 if output == "wide" else None)
+                simulation.observers.append(lambda _step: printer.print_latest())
             picture = None
             with ProgressBar(simulation, sys.stderr):
                 if report_file is None:
@@ -120,14 +123,23 @@ def register(app: typer.Typer) -> None:
             fail(exc)
         try:
             if is_data(output):
-                report = simulation.report()
+                parts = list(report_parts(simulation.context))
                 if watch:
-                    report["steps"] = simulation.snapshots
+                    parts.append(("steps", iter(simulation.snapshots)))
                 if result is not None:
-                    report["expect"] = result.to_json()
-                print_data(report, output)
+                    parts.append(("expect", result.to_json()))
+                if output == "json":
+                    stream_json(parts)  # written as built: 100,000 pods never held whole
+                else:
+                    print_data(
+                        {k: list(v) if isinstance(v, Iterator) else v for k, v in parts}, output
+                    )
             else:
-                render(simulation.context, table_console(output))
+                render(
+                    simulation.context,
+                    table_console(output),
+                    cell_limit=0 if output == "wide" else None,
+                )
             if result is not None:
                 _print_expect(result)
             if report_file is not None and picture is not None:
@@ -146,12 +158,21 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
 
-def _print_step(simulation: Simulation, out: Console) -> None:
-    """--watch: the step that just ran, printed (and flushed) before the next one starts."""
-    from kgpu.sim.report import render_step
+class _StepPrinter:
+    """--watch: each step printed (and flushed) as soon as it has run. Only the latest
+    snapshot is kept once printed: a table run holds one step's picture, not every step's."""
 
-    render_step(simulation.snapshots[-1], len(simulation.snapshots) - 1, out)
-    out.file.flush()
+    def __init__(self, simulation: Simulation, out: Console, limit: int | None) -> None:
+        self.simulation, self.out, self.limit, self.printed = simulation, out, limit, 0
+
+    def print_latest(self) -> None:
+        from kgpu.sim.report import render_step
+
+        snapshots = self.simulation.snapshots
+        render_step(snapshots[-1], self.printed, self.out, cell_limit=self.limit)
+        self.printed += 1
+        del snapshots[:-1]
+        self.out.file.flush()
 
 
 def _print_expect(result: ExpectResult) -> None:
