@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 runner = CliRunner()
 
-MIG = ["-f", str(EXAMPLES / "quickstart" / "mig-configs.yaml"), "-c", "p4de-half-balanced"]
+MIG = ["-f", str(EXAMPLES / "quickstart" / "mig-configs.yaml"), "-s", "p4de-half-balanced"]
 #: Every command that prints data, with arguments that make it succeed.
 DATA_COMMANDS: dict[str, list[str]] = {
     "machines": ["machines"],

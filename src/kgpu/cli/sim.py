@@ -29,7 +29,9 @@ def register(app: typer.Typer) -> None:
         scenario: Annotated[
             Path | None,
             typer.Argument(
-                metavar="SCENARIO", help="Scenario YAML; omit to run the built-in quickstart."
+                metavar="SCENARIO",
+                help="Scenario YAML (- reads standard input); omit to run the built-in "
+                "quickstart.",
             ),
         ] = None,
         output: Annotated[str, output_option()] = "table",
@@ -87,7 +89,7 @@ def register(app: typer.Typer) -> None:
         # the simulator reports what went wrong as events; keep node code's logs off the screen
         logging.getLogger("kgpu").setLevel(logging.ERROR)
         check_output(output)
-        if scenario is not None and not scenario.is_file():
+        if scenario is not None and str(scenario) != "-" and not scenario.is_file():
             why = (
                 "is a directory; name a scenario file in it"
                 if scenario.is_dir()
