@@ -388,8 +388,13 @@ def run(data: dict[str, Any], features: Features | None = None) -> dict[str, Any
     out = []
     for claim, result in zip(claims, results, strict=True):
         meta = claim.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
         entry: dict[str, Any] = {
-            "claim": f"{meta.get('namespace') or 'default'}/{meta.get('name')}",
+            # namespace and name as every kgpu JSON names an object; claim: both, for older
+            # scripts
+            "namespace": namespace,
+            "name": meta.get("name"),
+            "claim": f"{namespace}/{meta.get('name')}",
             "results": result["devices"]["results"],
             "nodeSelector": result.get("nodeSelector"),
         }
