@@ -30,8 +30,7 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Argument(
                 metavar="SCENARIO",
-                help="Scenario YAML (- reads standard input); omit to run the built-in "
-                "quickstart.",
+                help="Scenario YAML (- reads standard input); omit to run the built-in quickstart.",
             ),
         ] = None,
         output: Annotated[str, output_option()] = "table",
