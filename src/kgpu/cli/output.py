@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from kgpu.errors import FieldError, FieldProblem, KgpuError
+from kgpu.errors import MAX_PROBLEMS_SHOWN, FieldError, FieldProblem, KgpuError, more_problems
 
 console = Console()
 err_console = Console(stderr=True)
@@ -30,11 +30,14 @@ WIDE_COLUMNS = 1000
 
 
 def fail(exc: KgpuError | str, code: int = 1) -> NoReturn:
-    """Print a user-facing error (every field problem on its own line) and exit.
+    """Print a user-facing error (each field problem on its own line, the first
+    :data:`MAX_PROBLEMS_SHOWN` of them, then how many more) and exit.
 
     The text is printed literally: it quotes the user's files, and rich would read a name such
     as ``a[/x]`` as a closing style tag and raise."""
     lines = [str(p) for p in exc.problems] if isinstance(exc, FieldError) else [str(exc)]
+    if len(lines) > MAX_PROBLEMS_SHOWN:
+        lines = [*lines[:MAX_PROBLEMS_SHOWN], more_problems(len(lines) - MAX_PROBLEMS_SHOWN)]
     for line in lines:
         err_console.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)

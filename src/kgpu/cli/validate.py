@@ -161,15 +161,19 @@ def register(app: typer.Typer) -> None:
 
         from kgpu.cli.output import console, err_console
         from kgpu.cli.plain import warn
+        from kgpu.errors import MAX_PROBLEMS_SHOWN, more_problems
         from kgpu.manifests import schema_validation_available
 
         failed = False
         for path in files:
             report = validate_path(path)
-            for problem in report.problems:
+            for problem in report.problems[:MAX_PROBLEMS_SHOWN]:
                 err_console.print(
                     f"[red]error:[/red] {escape(str(problem))}", highlight=False, soft_wrap=True
                 )
+            if len(report.problems) > MAX_PROBLEMS_SHOWN:
+                rest = more_problems(len(report.problems) - MAX_PROBLEMS_SHOWN)
+                err_console.print(f"[red]error:[/red] {escape(rest)}", highlight=False)
             if not quiet:
                 for warning in report.warnings:
                     warn(err_console, str(warning))

@@ -125,10 +125,11 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
                 join_path("nodes", i, "count"),
             )
             continue
-        for n in spec.names():
-            if n in names:
-                err.add(f"node {n!r} is defined twice", join_path("nodes", i, "name"))
-            names.add(n)
+        twice = [n for n in spec.names() if n in names]
+        if twice:  # one problem per group: a repeated group of 90,000 is not 90,000 lines
+            more = f" (and {len(twice) - 1} more of its node names)" if len(twice) > 1 else ""
+            err.add(f"node {twice[0]!r} is defined twice{more}", join_path("nodes", i, "name"))
+        names.update(spec.names())
         nodes.append(spec)
     configs: list[Path] = []
     raw_configs = data.get("configs") or []
