@@ -152,3 +152,29 @@ def test_long_names_are_cut_in_tables_and_whole_in_wide(tmp_path: Path) -> None:
     assert len(table) < 20_000, len(table)
     wide = run(["sim", str(scenario), "--watch", "-o", "wide"]).stdout
     assert wide.count("a") >= 6 * len(long)  # every step's title and the scenario's, whole
+
+
+def test_summary_counts_by_group_and_does_not_grow_with_the_cluster(tmp_path: Path) -> None:
+    outputs = []
+    for count in (5, 300):  # 40 GPUs or more: every pod Running in both
+        scenario = tmp_path / f"dgx-{count}.yaml"
+        scenario.write_text(
+            f"name: dgx\nnodes: [{{name: dgx, count: {count}, machine: dgx-h100}}, "
+            "{name: cpu, count: 2}]\napply: [pods.yaml]\n"
+        )
+        (tmp_path / "pods.yaml").write_text(
+            "apiVersion: apps/v1\nkind: Deployment\n"
+            "metadata: {name: training-run-with-a-long-name}\n"
+            "spec:\n  replicas: 40\n  selector: {matchLabels: {app: t}}\n  template:\n"
+            "    metadata: {labels: {app: t}}\n    spec:\n      containers:\n"
+            "        - name: c\n          image: i\n"
+            "          resources: {limits: {nvidia.com/gpu: 1}}\n"
+        )
+        result = run(["sim", str(scenario), "-o", "summary"], columns=80)
+        assert result.exit_code == 0, result.output
+        outputs.append(result.stdout)
+    small, large = outputs
+    assert len(large.splitlines()) == len(small.splitlines())
+    assert f"{300 * 8 - 40:,}" not in large and "nvidia.com/gpu 40/2,400" in large
+    assert "300/300" in large and "Node groups (302 nodes)" in large
+    assert re.search(r"ReplicaSet/training-run-with-a-long-name-[0-9a-f]+ +│ +40 │", large)

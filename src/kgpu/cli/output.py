@@ -60,14 +60,16 @@ def as_argument(exc: FieldError, option: str, name: str) -> FieldError:
     )
 
 
-def output_option(formats: tuple[str, ...] = OUTPUT_FORMATS) -> Any:
-    """The ``-o/--output`` option, declared alike in every command."""
+def output_option(formats: tuple[str, ...] = OUTPUT_FORMATS, extra: str = "") -> Any:
+    """The ``-o/--output`` option, declared alike in every command (``extra``: what a
+    command's own further formats do)."""
+    common = "table (fits the terminal), wide (every column, nothing folded), json or yaml"
     return typer.Option(
         "--output",
         "-o",
         metavar="|".join(formats),
-        help="table (fits the terminal), wide (every column, nothing folded), json or yaml."
-        if formats == OUTPUT_FORMATS
+        help=common + (f"; {extra}" if extra else "") + "."
+        if formats[: len(OUTPUT_FORMATS)] == OUTPUT_FORMATS
         else " or ".join(formats) + ".",
     )
 

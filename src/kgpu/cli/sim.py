@@ -14,7 +14,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kgpu.cli.output import output_option
+from kgpu.cli.output import OUTPUT_FORMATS, output_option
+
+#: ``kgpu sim``'s formats: every command's, and ``summary`` (node groups, pods per workload,
+#: events per reason: for clusters too large to print).
+SIM_FORMATS = (*OUTPUT_FORMATS, "summary")
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -33,7 +37,12 @@ def register(app: typer.Typer) -> None:
                 help="Scenario YAML (- reads standard input); omit to run the built-in quickstart.",
             ),
         ] = None,
-        output: Annotated[str, output_option()] = "table",
+        output: Annotated[
+            str,
+            output_option(
+                SIM_FORMATS, "summary (node groups, pods per workload, events per reason)"
+            ),
+        ] = "table",
         watch: Annotated[
             bool,
             typer.Option("--watch", "--steps", help="Show the cluster after every step."),
@@ -81,13 +90,13 @@ def register(app: typer.Typer) -> None:
         from kgpu.errors import KgpuError
         from kgpu.sim.expect import ExpectRun, load_expectations
         from kgpu.sim.quickstart import quickstart_path
-        from kgpu.sim.report import render, report_parts
+        from kgpu.sim.report import render, render_summary, report_parts
         from kgpu.sim.scenario import load_scenario
         from kgpu.sim.simulation import Simulation
 
         # the simulator reports what went wrong as events; keep node code's logs off the screen
         logging.getLogger("kgpu").setLevel(logging.ERROR)
-        check_output(output)
+        check_output(output, SIM_FORMATS)
         if scenario is not None and str(scenario) != "-" and not scenario.is_file():
             why = (
                 "is a directory; name a scenario file in it"
@@ -135,6 +144,8 @@ def register(app: typer.Typer) -> None:
                     print_data(
                         {k: list(v) if isinstance(v, Iterator) else v for k, v in parts}, output
                     )
+            elif output == "summary":
+                render_summary(simulation.context, table_console(output))
             else:
                 render(
                     simulation.context,

@@ -488,7 +488,9 @@ def render(
         )
     console.print(nodes)
     if len(sim.nodes) > 100:
-        console.print(f"... and {len(sim.nodes) - 100} more nodes")
+        console.print(
+            f"... and {len(sim.nodes) - 100:,} more nodes (-o summary counts them by group)"
+        )
     records = sorted(sim.pods.values(), key=lambda r: r.seq)
     console.print(_pods_table(records[:max_pods], console.width, limit))
     if len(records) > max_pods:
@@ -642,3 +644,96 @@ def _json_gpu_summary(node: dict[str, Any]) -> str:
         note = f" (cap {cap.get(r, '0')})" if cap.get(r, "0") != alloc.get(r, "0") else ""
         parts.append(f"{r} {used.get(r, '0')}/{alloc.get(r, '0')}{note}")
     return "\n".join(parts) or "-"
+
+
+# -- summary ----------------------------------------------------------------------------------
+
+#: Rows of the summary's tables at most (the rest counted): workloads, event reasons.
+SUMMARY_ROWS = 20
+
+
+def _workload(rec: PodRecord) -> str:
+    """``ReplicaSet/name`` of a pod's controller, or ``Pod`` for a bare pod."""
+    owner = next(
+        (o for o in rec.obj["metadata"].get("ownerReferences") or () if o.get("controller")), None
+    )
+    return f"{owner['kind']}/{owner['name']}" if owner else "(bare pods)"
+
+
+def render_summary(sim: SimContext, console: Console, *, cell_limit: int | None = None) -> None:
+    """``kgpu sim -o summary``: a cluster too large to print, in three short tables: node
+    groups (nodes Ready of all, GPU resources used of allocatable, pods), pods per workload and
+    phase, and events per type and reason. Its size depends on the number of groups,
+    workloads and reasons, not on the number of nodes or pods."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    limit = CELL_LIMIT if cell_limit is None else cell_limit
+
+    def fit(text: str) -> str:
+        return escape(clip(text, limit))
+
+    title = sim.scenario.name + (
+        f" — {sim.scenario.description}" if sim.scenario.description else ""
+    )
+    console.print(f"[bold]{fit(title)}[/bold] (t={time_label(sim.now)})", highlight=False)
+    groups: dict[str, list[SimNode]] = {}
+    for n in sim.nodes:
+        groups.setdefault(n.group or n.name, []).append(n)
+    table = Table(title=f"Node groups ({len(sim.nodes):,} nodes)")
+    # the names' columns as wide as their longest word, where the terminal leaves room
+    room = max(console.width - 50, 10)
+    table.add_column("GROUP", overflow="fold", min_width=min(room, _longest_word(list(groups))))
+    for name in ("MACHINE", "READY/NODES", "GPU RESOURCES USED/ALLOCATABLE", "PODS"):
+        table.add_column(name, overflow="fold")
+    for name, members in sorted(groups.items()):
+        used: Counter[str] = Counter()
+        alloc: Counter[str] = Counter()
+        for n in members:
+            for r in _extended(n):
+                used[r] += n.requested.get(r, 0)
+                alloc[r] += n.allocatable.get(r, 0)
+        machines = sorted({n.machine.profile for n in members if n.machine is not None})
+        table.add_row(
+            fit(name),
+            fit(", ".join(machines) or "-"),
+            f"{sum(1 for n in members if n.ready):,}/{len(members):,}",
+            "\n".join(fit(f"{r} {used[r]:,}/{alloc[r]:,}") for r in sorted(alloc)) or "-",
+            f"{sum(len(n.pods) for n in members):,}",
+        )
+    console.print(table)
+    by_workload: dict[str, Counter[str]] = {}
+    for rec in sim.pods.values():
+        by_workload.setdefault(_workload(rec), Counter())[rec.phase] += 1
+    # a phase column only where some pod is in it: more room for whole names
+    seen = {p for counts in by_workload.values() for p in counts}
+    phases = [p for p in ("Running", "Pending", "Succeeded", "Failed") if p in seen] or ["Running"]
+    pods = Table(title=f"Pods ({len(sim.pods):,})")
+    names = [clip(name, limit) for name in by_workload]
+    fixed = _fixed_width([len(p) for p in phases]) + 3
+    pods.add_column(
+        "WORKLOAD (CONTROLLER)",
+        overflow="fold",
+        min_width=max(min(console.width - fixed, _longest_word(names)), 10),
+    )
+    for phase in phases:
+        pods.add_column(phase.upper(), justify="right", no_wrap=True)
+    ranked = sorted(by_workload.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
+    for name, counts in ranked[:SUMMARY_ROWS]:
+        pods.add_row(fit(name), *(f"{counts[p]:,}" for p in phases))
+    console.print(pods)
+    if len(ranked) > SUMMARY_ROWS:
+        console.print(f"... and {len(ranked) - SUMMARY_ROWS:,} more workloads")
+    reasons: Counter[tuple[str, str]] = Counter()
+    for e in sim.events:
+        reasons[(e.type, e.reason)] += e.count
+    events = Table(title=f"Events ({len(sim.events):,} recorded)")
+    for name in ("TYPE", "REASON", "COUNT"):
+        events.add_column(name, overflow="fold")
+    for (type_, reason), count in reasons.most_common(SUMMARY_ROWS):
+        events.add_row(escape(type_), fit(reason), f"{count:,}")
+    console.print(events)
+    if len(reasons) > SUMMARY_ROWS:
+        console.print(f"... and {len(reasons) - SUMMARY_ROWS:,} more reasons")
+    for w in sim.warnings[:SUMMARY_ROWS]:
+        console.print(f"[yellow]warning:[/yellow] {fit(w)}", highlight=False)
