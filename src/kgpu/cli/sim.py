@@ -133,7 +133,7 @@ def register(app: typer.Typer) -> None:
             fail(exc)
         try:
             if is_data(output):
-                parts = list(report_parts(simulation.context))
+                parts = list(report_parts(simulation.context, copies=False))
                 if watch:
                     parts.append(("steps", iter(simulation.snapshots)))
                 if result is not None:
