@@ -567,16 +567,21 @@ def render_step(
     table.add_column(
         "NODE", min_width=min(limit, _longest([n["name"] for n in shown])), overflow="fold"
     )
-    table.add_column("GPU RESOURCES USED/ALLOCATABLE", overflow="fold")
+    gpus = {n["name"]: clip(_json_gpu_summary(n), limit) for n in shown}
+    names = _longest([clip(n["name"], limit) for n in shown], 4)
+    gpu_width = _longest([x for g in gpus.values() for x in g.split("\n")], 16)
+    # what is left for LABELS; a label longer than that breaks after its "=", not mid-word
+    room = console.width - _fixed_width([names, gpu_width, 4, 0])
+    table.add_column("GPU RESOURCES USED/ALLOCATABLE", overflow="fold", width=gpu_width)
     table.add_column("PODS", no_wrap=True)
-    table.add_column("LABELS", overflow="fold")
+    table.add_column("LABELS", overflow="fold", width=max(room, 8))
     for n in shown:
-        labels = {k: v for k, v in n["labels"].items() if k in STEP_LABELS}
+        labels = [clip(f"{k}={v}", limit) for k, v in n["labels"].items() if k in STEP_LABELS]
         table.add_row(
             fit(n["name"]) + ("" if n["ready"] else " (NotReady)"),
-            fit(_json_gpu_summary(n)),
+            escape(gpus[n["name"]]),
             str(len(n["pods"])),
-            "\n".join(fit(f"{k}={v}") for k, v in labels.items()),
+            "\n".join(escape(x if len(x) <= room else x.replace("=", "=\n", 1)) for x in labels),
         )
     console.print(table)
     if len(snap["nodes"]) > len(shown):
