@@ -38,6 +38,16 @@ class KgpuError(Exception):
     """Base for errors that carry a user-facing message."""
 
 
+#: Problems an error message lists at most; the rest are counted (``... and 9,000 more``), so a
+#: file with a mistake repeated 90,000 times prints a screenful, not 90,000 lines.
+MAX_PROBLEMS_SHOWN = 50
+
+
+def more_problems(count: int) -> str:
+    """The line that stands for ``count`` problems not listed."""
+    return f"... and {count:,} more problem(s) not listed (fix these first)"
+
+
 class FieldError(KgpuError):
     """One or more field-level problems in a user's input."""
 
@@ -45,7 +55,11 @@ class FieldError(KgpuError):
         self.problems: tuple[FieldProblem, ...] = (
             (problems,) if isinstance(problems, FieldProblem) else tuple(problems)
         )
-        super().__init__("\n".join(str(p) for p in self.problems))
+        shown_problems = [str(p) for p in self.problems[:MAX_PROBLEMS_SHOWN]]
+        rest = len(self.problems) - len(shown_problems)
+        if rest > 0:
+            shown_problems.append(more_problems(rest))
+        super().__init__("\n".join(shown_problems))
 
     def located(self, file: str = "", entry: str = "") -> FieldError:
         """The same problems with the file and entry filled in where they were unknown."""

@@ -29,6 +29,7 @@ import errno
 import json
 import os
 import stat
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,11 +139,39 @@ def _too_large(size: int) -> str:
     )
 
 
+#: The file name that means standard input, as in most Unix tools (``kgpu validate -``).
+STDIN = "-"
+#: How errors name standard input.
+STDIN_NAME = "<stdin>"
+
+
+def display_name(path: str | Path, shown: str | None = None) -> str:
+    """How errors name the file: ``shown`` if given, ``<stdin>`` for ``-``, else the path."""
+    if shown is not None:
+        return shown
+    target = os.fspath(path)
+    return STDIN_NAME if target == STDIN else target
+
+
+def _read_stdin(name: str) -> bytes:
+    """Standard input, at most :data:`MAX_FILE_BYTES` (read once: a second ``-`` gets
+    nothing more)."""
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        raise _fail("standard input is not readable", name)
+    data: bytes = stream.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise _fail(_too_large(len(data)), name)
+    return data
+
+
 def read_bytes(path: str | Path, *, shown: str | None = None) -> bytes:
     """The bytes of a regular file of at most :data:`MAX_FILE_BYTES`; :class:`FieldError`
     naming the file (``shown``, else the path) otherwise."""
-    name = shown if shown is not None else os.fspath(path)
     target = os.fspath(path)
+    if target == STDIN:
+        return _read_stdin(shown if shown is not None else STDIN_NAME)
+    name = shown if shown is not None else target
     if "\x00" in target:
         raise _fail("the file name contains a NUL byte", name)
     try:
@@ -210,7 +239,7 @@ def decode(data: bytes, *, file: str) -> str:
 
 def read_text(path: str | Path, *, shown: str | None = None) -> str:
     """The UTF-8 text of a user file (see :func:`read_bytes` and :func:`decode`)."""
-    name = shown if shown is not None else os.fspath(path)
+    name = display_name(path, shown)
     return decode(read_bytes(path, shown=name), file=name)
 
 
@@ -424,7 +453,7 @@ def parse_yaml_mapping(text: str, *, file: str, entry: str = "") -> dict[str, An
 
 def read_yaml(path: str | Path, *, shown: str | None = None) -> list[Any]:
     """Every document of a YAML file (see :func:`read_text` and :func:`parse_yaml`)."""
-    name = shown if shown is not None else os.fspath(path)
+    name = display_name(path, shown)
     return parse_yaml(read_text(path, shown=name), file=name)
 
 
@@ -469,7 +498,7 @@ def _check_json(data: Any, file: str) -> None:
 
 def read_json(path: str | Path, *, shown: str | None = None) -> Any:
     """A JSON file (see :func:`read_text` and :func:`parse_json`)."""
-    name = shown if shown is not None else os.fspath(path)
+    name = display_name(path, shown)
     return parse_json(read_text(path, shown=name), file=name)
 
 
@@ -478,8 +507,10 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_FILE_BYTES",
     "MAX_NODES",
+    "STDIN",
     "LimitError",
     "decode",
+    "display_name",
     "file_problem",
     "kind_problem",
     "open_problem",

@@ -49,7 +49,7 @@ def mig_file(tmp_path: Path) -> str:
 
 def test_dry_run_prints_the_plan_per_gpu_as_json(mig_file: str) -> None:
     code, out = run(
-        "mig", "apply", "-m", "a100-80gb", "-f", mig_file, "-c", "halves", "--dry-run", "-o", "json"
+        "mig", "apply", "-m", "a100-80gb", "-f", mig_file, "-s", "halves", "--dry-run", "-o", "json"
     )
     assert code == 0, out
     data = json.loads(out)
@@ -64,7 +64,7 @@ def test_dry_run_prints_the_plan_per_gpu_as_json(mig_file: str) -> None:
 
 
 def test_apply_on_a_simulated_machine_shows_the_result(mig_file: str) -> None:
-    code, out = run("mig", "apply", "-m", "a100-80gb", "-f", mig_file, "-c", "halves")
+    code, out = run("mig", "apply", "-m", "a100-80gb", "-f", mig_file, "-s", "halves")
     assert code == 0, out
     assert "Result: success" in out and "GPU 0 now: 3g.40gb, 3g.40gb" in out
     assert "the change lives only in this command" in out
@@ -84,7 +84,7 @@ def test_nvml_needs_yes_before_anything_is_opened(
 ) -> None:
     opened: list[str] = []
     monkeypatch.setattr(kgpu.hardware, "open_backend", lambda spec, **_: opened.append(spec))
-    code, out = run("mig", "apply", "-m", "nvml", "-f", mig_file, "-c", "halves")
+    code, out = run("mig", "apply", "-m", "nvml", "-f", mig_file, "-s", "halves")
     assert code == 1 and "add --yes" in out and opened == []
 
 
@@ -92,7 +92,7 @@ def test_nvml_with_yes_applies_through_nvml(mig_file: str, monkeypatch: pytest.M
     sim = SimulatedBackend(load_machine("a100-80gb"))
     fake = FakeNvml(sim)
     monkeypatch.setattr(kgpu.hardware, "open_backend", lambda spec, **_: NvmlBackend(fake))
-    code, out = run("mig", "apply", "-m", "nvml", "-f", mig_file, "-c", "halves", "--yes")
+    code, out = run("mig", "apply", "-m", "nvml", "-f", mig_file, "-s", "halves", "--yes")
     assert code == 0, out
     assert "nvmlDeviceCreateGpuInstanceWithPlacement" in fake.calls
     assert [m.profile for m in sim.snapshot().gpus[0].mig_devices] == ["3g.40gb", "3g.40gb"]
@@ -105,21 +105,21 @@ def test_a_busy_gpu_fails_with_exit_1_and_says_why(
     sim = SimulatedBackend(load_machine("a100-80gb"))
     sim.set_processes(0, [4711])
     monkeypatch.setattr(kgpu.hardware, "open_backend", lambda spec, **_: sim)
-    code, out = run("mig", "apply", "-m", "a100-80gb", "-f", mig_file, "-c", "halves")
+    code, out = run("mig", "apply", "-m", "a100-80gb", "-f", mig_file, "-s", "halves")
     assert code == 1
     assert "PID 4711" in out and "failed" in out
     assert sim.machine.gpus[0].mig_devices == ()
 
 
 def test_bad_input_names_the_file_and_the_fix(mig_file: str) -> None:
-    code, out = run("mig", "apply", "-m", "a100-80gb", "-f", mig_file, "-c", "broken")
+    code, out = run("mig", "apply", "-m", "a100-80gb", "-f", mig_file, "-s", "broken")
     assert code == 1
     assert "mig.yaml: mig-configs.broken: cannot apply mig config 'broken': GPU 0: 7g.80gb x 2" in (
         out.replace("\n", " ")
     )
-    code, out = run("mig", "apply", "-m", "a100-80gb", "-f", mig_file, "-c", "nope")
+    code, out = run("mig", "apply", "-m", "a100-80gb", "-f", mig_file, "-s", "nope")
     assert code == 1 and "names no mig-parted config" in out
     code, out = run("mig", "apply", "-m", "a100-80gb", "-f", mig_file)
-    assert code == 1 and "name one with -c" in out
-    code, out = run("mig", "apply", "-m", "no-such-machine", "-f", mig_file, "-c", "halves")
+    assert code == 1 and "name one with --selected-config" in out
+    code, out = run("mig", "apply", "-m", "no-such-machine", "-f", mig_file, "-s", "halves")
     assert code == 1 and "no-such-machine" in out

@@ -24,7 +24,15 @@ def test_plan_json_for_the_2080ti_guide(acceptance: Path) -> None:
         "--config", str(acceptance / "seed-guides/time-slicing-config-2080ti.yaml"),
         "--config-name", "2080ti-12gb",
     )  # fmt: skip
-    assert set(out) == {"resources", "labels", "devices", "warnings", "gpus"}
+    assert set(out) == {
+        "capacity",
+        "allocatable",
+        "resources",
+        "labels",
+        "devices",
+        "warnings",
+        "gpus",
+    }
     assert out["resources"] == {"nvidia.com/gpu": 6}
     assert out["labels"]["nvidia.com/gpu.product"] == "NVIDIA-GeForce-RTX-2080-Ti-SHARED"
     assert set(out["devices"][0]) == {

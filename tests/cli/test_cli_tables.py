@@ -61,7 +61,7 @@ COMMANDS: dict[str, list[str]] = {
         "p4de.24xlarge",
         "-f",
         str(EXAMPLES / "quickstart" / "mig-configs.yaml"),
-        "-c",
+        "--selected-config",
         "p4de-half-balanced",
     ],
 }

@@ -52,12 +52,12 @@ def load_input(path: Path) -> dict[str, Any]:
     types (against the official schema when kubernetes-validate is installed, and by the
     structural checks below in any case), counts below 1 and CEL that does not compile.
     """
-    from kgpu.userfiles import parse_json, parse_yaml, read_text
+    from kgpu.userfiles import display_name, parse_json, parse_yaml, read_text
 
-    file = str(path)
+    file = display_name(path)
     if path.is_dir():
         raise FieldError(FieldProblem("is a directory; kgpu allocate reads one file", file=file))
-    text = read_text(path)  # regular files only, bounded, UTF-8 (FieldError naming the file)
+    text = read_text(path, shown=file)  # regular files or - (stdin), bounded, UTF-8
     if path.suffix == ".json":
         data = parse_json(text, file=file)
     else:
@@ -71,6 +71,12 @@ def load_input(path: Path) -> dict[str, Any]:
                 )
             )
         data = docs[0] if docs else None
+    return check_input(data, file)
+
+
+def check_input(data: Any, file: str) -> dict[str, Any]:
+    """:func:`load_input`'s checks on a document already read (``kgpu validate`` reads it
+    once, standard input included)."""
     problems: list[FieldProblem] = []
     if not isinstance(data, dict):
         raise FieldError(
@@ -392,8 +398,13 @@ def run(data: dict[str, Any], features: Features | None = None) -> dict[str, Any
     out = []
     for claim, result in zip(claims, results, strict=True):
         meta = claim.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
         entry: dict[str, Any] = {
-            "claim": f"{meta.get('namespace') or 'default'}/{meta.get('name')}",
+            # namespace and name as every kgpu JSON names an object; claim: both, for older
+            # scripts
+            "namespace": namespace,
+            "name": meta.get("name"),
+            "claim": f"{namespace}/{meta.get('name')}",
             "results": result["devices"]["results"],
             "nodeSelector": result.get("nodeSelector"),
         }

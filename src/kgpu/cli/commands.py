@@ -28,14 +28,42 @@ def _flags_without_type(params: list[Any]) -> list[Any]:
     return params
 
 
+#: Below this terminal width help is printed as plain text: rich's option table cut long
+#: option names (``--fail-on-init-er…``) and help text to fit 80 columns.
+RICH_HELP_MIN_WIDTH = 120
+
+
+def _format_help(command: Any, base: Any, ctx: Any, formatter: Any) -> None:
+    """``base.format_help`` (Typer's), plain on narrow terminals: every option name whole,
+    its help wrapped at word boundaries beside or under it (Typer prints plain help when the
+    command has no rich markup mode)."""
+    import shutil
+
+    if shutil.get_terminal_size().columns >= RICH_HELP_MIN_WIDTH:
+        base.format_help(command, ctx, formatter)
+        return
+    saved = command.rich_markup_mode
+    command.rich_markup_mode = None
+    try:
+        base.format_help(command, ctx, formatter)
+    finally:
+        command.rich_markup_mode = saved
+
+
 class KgpuCommand(TyperCommand):
     def get_params(self, ctx: Any) -> list[Any]:
         return _flags_without_type(super().get_params(ctx))
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _format_help(self, TyperCommand, ctx, formatter)
 
 
 class KgpuGroup(TyperGroup):
     def get_params(self, ctx: Any) -> list[Any]:
         return _flags_without_type(super().get_params(ctx))
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _format_help(self, TyperGroup, ctx, formatter)
 
 
 class KgpuTyper(typer.Typer):

@@ -160,18 +160,28 @@ def register(app: typer.Typer) -> None:
             ),
         ],
         file: Annotated[
-            list[Path],
+            list[Path] | None,
             typer.Option(
                 "--config-file",
                 "-f",
                 help="mig-parted config, ConfigMap or GPU Operator Helm values (repeatable).",
             ),
-        ],
+        ] = None,
+        config_file: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--config",
+                "-c",
+                help="Same as --config-file, as in plan and agent (repeatable). A value that "
+                "is no file but a config name is still taken as --selected-config, with a "
+                "warning: that older meaning of -c goes in a later release.",
+            ),
+        ] = None,
         config: Annotated[
             str | None,
             typer.Option(
                 "--selected-config",
-                "-c",
+                "-s",
                 help="The mig-parted config to apply (default: Helm values' "
                 "migManager.config.default). The GPU Operator's defaults are built in.",
             ),
@@ -204,6 +214,7 @@ def register(app: typer.Typer) -> None:
         from kgpu.hardware.backend import MigBackend
 
         check_output(output)
+        files, config = _config_files(file or [], config_file or [], config)
         if machine == "nvml" and not dry_run and not yes:
             fail(
                 "--machine nvml changes the MIG layout of this host's GPUs: add --yes to do it, "
@@ -212,13 +223,13 @@ def register(app: typer.Typer) -> None:
         if wait < 0:
             fail("--wait must be >= 0")
         try:
-            configs = load_config_files(file)
+            configs = load_config_files(files)
             selected = select_mig_config(configs, {}, config)
             if selected is None:
                 raise FieldError(
                     FieldProblem(
-                        "no mig-parted config selected: name one with -c (the files set no "
-                        "migManager.config.default)",
+                        "no mig-parted config selected: name one with --selected-config (the "
+                        "files set no migManager.config.default)",
                         path="--selected-config",
                     )
                 )
@@ -256,3 +267,30 @@ def register(app: typer.Typer) -> None:
             _print(data, table_console(output))
         if attempt is not None and attempt.state == "failed":
             raise typer.Exit(1)
+
+
+def _config_files(
+    files: list[Path], values: list[str], selected: str | None
+) -> tuple[list[Path], str | None]:
+    """``-f`` and ``-c`` files together, and the selected config. ``-c`` meant the config
+    name here (and a file in plan and agent); a ``-c`` value that is no file and looks like a
+    name (no ``/``, no .yaml/.yml/.json) is still read that way, with a warning, once."""
+    from kgpu.cli.output import err_console
+    from kgpu.cli.plain import fail, warn
+
+    out = list(files)
+    for value in values:
+        path = Path(value)
+        looks_like_name = "/" not in value and path.suffix not in (".yaml", ".yml", ".json")
+        if value != "-" and not path.exists() and looks_like_name and selected is None:
+            warn(
+                err_console,
+                f"-c {value}: -c names a config file now, as in plan and agent; taking "
+                f"{value!r} as the config name this time (write --selected-config {value})",
+            )
+            selected = value
+            continue
+        out.append(path)
+    if not out:
+        fail("name a mig-parted config, ConfigMap or Helm values file with -f/--config-file FILE")
+    return out, selected

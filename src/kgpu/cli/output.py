@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from collections.abc import Iterable, Iterator
+from typing import Any, NoReturn, TextIO
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from kgpu.errors import FieldError, FieldProblem, KgpuError
+from kgpu.errors import MAX_PROBLEMS_SHOWN, FieldError, FieldProblem, KgpuError, more_problems
 
 console = Console()
 err_console = Console(stderr=True)
@@ -29,11 +30,14 @@ WIDE_COLUMNS = 1000
 
 
 def fail(exc: KgpuError | str, code: int = 1) -> NoReturn:
-    """Print a user-facing error (every field problem on its own line) and exit.
+    """Print a user-facing error (each field problem on its own line, the first
+    :data:`MAX_PROBLEMS_SHOWN` of them, then how many more) and exit.
 
     The text is printed literally: it quotes the user's files, and rich would read a name such
     as ``a[/x]`` as a closing style tag and raise."""
     lines = [str(p) for p in exc.problems] if isinstance(exc, FieldError) else [str(exc)]
+    if len(lines) > MAX_PROBLEMS_SHOWN:
+        lines = [*lines[:MAX_PROBLEMS_SHOWN], more_problems(len(lines) - MAX_PROBLEMS_SHOWN)]
     for line in lines:
         err_console.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
@@ -56,14 +60,16 @@ def as_argument(exc: FieldError, option: str, name: str) -> FieldError:
     )
 
 
-def output_option(formats: tuple[str, ...] = OUTPUT_FORMATS) -> Any:
-    """The ``-o/--output`` option, declared alike in every command."""
+def output_option(formats: tuple[str, ...] = OUTPUT_FORMATS, extra: str = "") -> Any:
+    """The ``-o/--output`` option, declared alike in every command (``extra``: what a
+    command's own further formats do)."""
+    common = "table (fits the terminal), wide (every column, nothing folded), json or yaml"
     return typer.Option(
         "--output",
         "-o",
         metavar="|".join(formats),
-        help="table (fits the terminal), wide (every column, nothing folded), json or yaml."
-        if formats == OUTPUT_FORMATS
+        help=common + (f"; {extra}" if extra else "") + "."
+        if formats[: len(OUTPUT_FORMATS)] == OUTPUT_FORMATS
         else " or ".join(formats) + ".",
     )
 
@@ -88,6 +94,26 @@ def plain_data(data: Any) -> Any:
 
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def stream_json(parts: Iterable[tuple[str, Any]], out: TextIO | None = None) -> None:
+    """One JSON object written key by key: a value that is an iterator is written as a list,
+    one item per line as it comes, so a report of 100,000 pods never sits in memory whole.
+    Valid JSON for any reader (``jq``, ``json.load``); one item a line for ``grep``."""
+    write = (out or sys.stdout).write
+    encode = json.JSONEncoder(default=str, ensure_ascii=True).encode
+    write("{")
+    for n, (key, value) in enumerate(parts):
+        write(("," if n else "") + "\n" + encode(key) + ": ")
+        if not isinstance(value, Iterator):
+            write(encode(value))
+            continue
+        first = True
+        for item in value:
+            write(("[\n  " if first else ",\n  ") + encode(item))
+            first = False
+        write("[]" if first else "\n]")
+    write("\n}\n")
 
 
 def print_yaml(data: Any) -> None:

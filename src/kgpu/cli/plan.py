@@ -31,7 +31,8 @@ def plan_json(
     preview: MigPreview | None = None,
     after: NodeView | None = None,
 ) -> dict[str, Any]:
-    """The ``-o json`` document (keys: resources, labels, devices, warnings, gpus: the node as
+    """The ``-o json`` document (keys: capacity, allocatable, resources, labels, devices,
+    warnings, gpus: the node as
     its GPUs are; refused when the device plugin refuses a resource; migPending when the GPUs
     lack the desired MIG layout, with migManager: the manager's plan and the same document for
     the node after it). Resources and devices are what the device plugin lists: without the
@@ -81,7 +82,11 @@ def plan_json(
             entry["mps"] = mps[g.index]
         gpus.append(entry)
     out: dict[str, Any] = {
-        "resources": view.counts(),
+        # as a Node's status has them (quantities are strings in the Kubernetes API), the
+        # same keys and shapes as a node in kgpu sim -o json
+        "capacity": {r.name: str(r.count) for r in view.resources},
+        "allocatable": {r.name: str(sum(d.healthy for d in r.devices)) for r in view.resources},
+        "resources": view.counts(),  # capacity again, as numbers (kept for older scripts)
         "labels": dict(sorted(view.labels.items())),
         "devices": devices,
         "warnings": list(view.warnings),
@@ -317,6 +322,10 @@ def _resource_slices(view: NodeView, node_name: str) -> list[Any]:
     return withhold_devices(resource_slices(view.machine, node_name), withheld, OMIT)
 
 
+#: The machine ``kgpu plan`` plans without ``--machine`` (the seed guides' first GPU node).
+DEFAULT_MACHINE = "rtx-2080ti"
+
+
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan(
@@ -326,9 +335,9 @@ def register(app: typer.Typer) -> None:
                 "--machine",
                 "-m",
                 help="Machine profile (see `kgpu machines`), a recorded snapshot .json, or "
-                "nvml for this host's GPUs.",
+                f"nvml for this host's GPUs. Without it: {DEFAULT_MACHINE}, said on stderr.",
             ),
-        ] = "rtx-2080ti",
+        ] = "",
         config: Annotated[
             list[Path] | None,
             typer.Option(
@@ -396,6 +405,13 @@ def register(app: typer.Typer) -> None:
         from kgpu.node.view import build_node_view
 
         check_output(output)
+        if not machine:
+            machine = DEFAULT_MACHINE
+            typer.echo(
+                f"note: no --machine; planning the {DEFAULT_MACHINE} profile (kgpu machines "
+                "lists the others)",
+                err=True,
+            )
         try:
             labels = parse_label_args(label or [])
             if mig_strategy is not None and mig_strategy not in MIG_STRATEGIES:

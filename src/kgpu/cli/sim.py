@@ -8,13 +8,18 @@ can gate on it.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kgpu.cli.fromcluster import FromCluster, InCluster, Kubeconfig, MachineMap, Namespaces
-from kgpu.cli.output import output_option
+from kgpu.cli.output import OUTPUT_FORMATS, output_option
+
+#: ``kgpu sim``'s formats: every command's, and ``summary`` (node groups, pods per workload,
+#: events per reason: for clusters too large to print).
+SIM_FORMATS = (*OUTPUT_FORMATS, "summary")
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -31,10 +36,16 @@ def register(app: typer.Typer) -> None:
         scenario: Annotated[
             Path | None,
             typer.Argument(
-                metavar="SCENARIO", help="Scenario YAML; omit to run the built-in quickstart."
+                metavar="SCENARIO",
+                help="Scenario YAML (- reads standard input); omit to run the built-in quickstart.",
             ),
         ] = None,
-        output: Annotated[str, output_option()] = "table",
+        output: Annotated[
+            str,
+            output_option(
+                SIM_FORMATS, "summary (node groups, pods per workload, events per reason)"
+            ),
+        ] = "table",
         watch: Annotated[
             bool,
             typer.Option("--watch", "--steps", help="Show the cluster after every step."),
@@ -97,24 +108,25 @@ def register(app: typer.Typer) -> None:
             fail,
             is_data,
             print_data,
+            stream_json,
             table_console,
         )
         from kgpu.cli.sim_progress import ProgressBar
         from kgpu.errors import KgpuError
         from kgpu.sim.expect import ExpectRun, load_expectations
         from kgpu.sim.quickstart import quickstart_path
-        from kgpu.sim.report import render
+        from kgpu.sim.report import render, render_summary, report_parts
         from kgpu.sim.scenario import load_scenario
         from kgpu.sim.simulation import Simulation
 
         # the simulator reports what went wrong as events; keep node code's logs off the screen
         logging.getLogger("kgpu").setLevel(logging.ERROR)
-        check_output(output)
+        check_output(output, SIM_FORMATS)
         cluster = ClusterArgs(
             kubeconfig, in_cluster, tuple(namespace or ()), tuple(machine_map or ())
         )
         _check_cluster_flags(from_cluster, cluster, save_file, anonymize)
-        if scenario is not None and not scenario.is_file():
+        if scenario is not None and str(scenario) != "-" and not scenario.is_file():
             why = (
                 "is a directory; name a scenario file in it"
                 if scenario.is_dir()
@@ -141,7 +153,8 @@ def register(app: typer.Typer) -> None:
                 simulation.observers.append(lambda step: observe(simulation.context, step))
             if watch and not is_data(output):
                 out = table_console(output)
-                simulation.observers.append(lambda _step: _print_step(simulation, out))
+                printer = _StepPrinter(simulation, out, 0 if output == "wide" else None)
+                simulation.observers.append(lambda _step: printer.print_latest())
             picture = None
             with ProgressBar(simulation, sys.stderr):
                 if report_file is None:
@@ -158,17 +171,33 @@ def register(app: typer.Typer) -> None:
             fail(exc)
         try:
             if is_data(output):
-                report = simulation.report()
+                parts = list(report_parts(simulation.context, copies=False))
                 if imported is not None:
-                    report["unsupported"] = [*imported.unsupported, *report["unsupported"]]
-                    report["warnings"] = [*imported.warnings, *report.get("warnings", [])]
+                    extra = {
+                        "unsupported": imported.unsupported,
+                        "warnings": imported.warnings,
+                    }
+                    parts = [
+                        (k, iter([*extra[k], *v]) if k in extra else v) for k, v in parts
+                    ]
                 if watch:
-                    report["steps"] = simulation.snapshots
+                    parts.append(("steps", iter(simulation.snapshots)))
                 if result is not None:
-                    report["expect"] = result.to_json()
-                print_data(report, output)
+                    parts.append(("expect", result.to_json()))
+                if output == "json":
+                    stream_json(parts)  # written as built: 100,000 pods never held whole
+                else:
+                    print_data(
+                        {k: list(v) if isinstance(v, Iterator) else v for k, v in parts}, output
+                    )
+            elif output == "summary":
+                render_summary(simulation.context, table_console(output))
             else:
-                render(simulation.context, table_console(output))
+                render(
+                    simulation.context,
+                    table_console(output),
+                    cell_limit=0 if output == "wide" else None,
+                )
                 if imported is not None:
                     _print_import(imported)
             if result is not None:
@@ -237,12 +266,21 @@ def _print_import(imported: Imported) -> None:
         err_console.print(f"[yellow]warning[/yellow] {cell(line)}", highlight=False, soft_wrap=True)
 
 
-def _print_step(simulation: Simulation, out: Console) -> None:
-    """--watch: the step that just ran, printed (and flushed) before the next one starts."""
-    from kgpu.sim.report import render_step
+class _StepPrinter:
+    """--watch: each step printed (and flushed) as soon as it has run. Only the latest
+    snapshot is kept once printed: a table run holds one step's picture, not every step's."""
 
-    render_step(simulation.snapshots[-1], len(simulation.snapshots) - 1, out)
-    out.file.flush()
+    def __init__(self, simulation: Simulation, out: Console, limit: int | None) -> None:
+        self.simulation, self.out, self.limit, self.printed = simulation, out, limit, 0
+
+    def print_latest(self) -> None:
+        from kgpu.sim.report import render_step
+
+        snapshots = self.simulation.snapshots
+        render_step(snapshots[-1], self.printed, self.out, cell_limit=self.limit)
+        self.printed += 1
+        del snapshots[:-1]
+        self.out.file.flush()
 
 
 def _print_expect(result: ExpectResult) -> None:

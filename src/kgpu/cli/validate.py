@@ -51,10 +51,11 @@ def validate_expect(path: Path, doc: dict[str, Any]) -> FileReport:
     from kgpu.errors import FieldError
     from kgpu.manifests import FileReport
     from kgpu.sim.expect.schema import parse_expectations
+    from kgpu.userfiles import display_name
 
-    report = FileReport(str(path))
+    report = FileReport(display_name(path))
     try:
-        expect = parse_expectations(doc, str(path), None)
+        expect = parse_expectations(doc, display_name(path), None)
     except FieldError as exc:
         report.problems.extend(exc.problems)
         return report
@@ -71,15 +72,16 @@ def validate_scenario(path: Path, doc: dict[str, Any]) -> FileReport:
     from kgpu.errors import FieldError, FieldProblem, KgpuError
     from kgpu.manifests import FileReport
     from kgpu.sim.scenario import parse_scenario
+    from kgpu.userfiles import display_name
 
-    report = FileReport(str(path))
+    report = FileReport(display_name(path))
     try:
-        scenario = parse_scenario(doc, str(path), path.resolve().parent)
+        scenario = parse_scenario(doc, display_name(path), path.resolve().parent)
     except FieldError as exc:
         report.problems.extend(exc.problems)
         return report
     except KgpuError as exc:
-        report.problems.append(FieldProblem(str(exc), file=str(path)))
+        report.problems.append(FieldProblem(str(exc), file=display_name(path)))
         return report
     nodes = sum(spec.count for spec in scenario.nodes)
     report.ok.append(
@@ -89,24 +91,55 @@ def validate_scenario(path: Path, doc: dict[str, Any]) -> FileReport:
     return report
 
 
+def looks_like_allocate_input(docs: list[Any]) -> bool:
+    """A ``kgpu allocate`` input: one mapping with ``node`` and its lists of objects."""
+    from kgpu.cli.allocate import KEYS
+
+    doc = _one_mapping(docs)
+    return doc is not None and "node" in doc and set(doc) <= set(KEYS)
+
+
+def validate_allocate_input(path: Path, doc: dict[str, Any]) -> FileReport:
+    """Check a ``kgpu allocate`` input with the checks ``kgpu allocate`` runs before
+    allocating (shapes, the official schema, CEL that compiles)."""
+    from kgpu.cli.allocate import check_input
+    from kgpu.errors import FieldError
+    from kgpu.manifests import FileReport
+    from kgpu.userfiles import display_name
+
+    report = FileReport(display_name(path))
+    try:
+        data = check_input(doc, display_name(path))
+    except FieldError as exc:
+        report.problems.extend(exc.problems)
+        return report
+    report.ok.append(
+        f"kgpu allocate input for node {data['node']['name']} ({len(data['claims'])} claim(s) "
+        f"to allocate, {len(data['slices'])} slice(s), {len(data['classes'])} class(es))"
+    )
+    return report
+
+
 def validate_path(path: Path) -> FileReport:
     """One file, read and parsed once (:mod:`kgpu.userfiles`), checked as what it is: an
     expect file, a scenario, or configs and manifests."""
     from kgpu.errors import FieldError
     from kgpu.manifests import FileReport, validate_documents
-    from kgpu.userfiles import read_yaml
+    from kgpu.userfiles import display_name, read_yaml
 
     try:
         docs = read_yaml(path)
     except FieldError as exc:
-        report = FileReport(str(path))
+        report = FileReport(display_name(path))
         report.problems.extend(exc.problems)
         return report
     if looks_like_expect(docs):
         return validate_expect(path, docs[0])
     if looks_like_scenario(docs):
         return validate_scenario(path, docs[0])
-    return validate_documents(docs, file=str(path))
+    if looks_like_allocate_input(docs):
+        return validate_allocate_input(path, docs[0])
+    return validate_documents(docs, file=display_name(path))
 
 
 def register(app: typer.Typer) -> None:
@@ -117,7 +150,8 @@ def register(app: typer.Typer) -> None:
             typer.Argument(
                 help="YAML files: device-plugin configs, ConfigMaps, mig-parted "
                 "configs, GPU Operator Helm values, Kubernetes manifests (multi-document is fine), "
-                "kgpu sim scenarios and expect files."
+                "kgpu sim scenarios, expect files and kgpu allocate inputs; - reads standard "
+                "input."
             ),
         ],
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print errors only.")] = False,
@@ -127,15 +161,19 @@ def register(app: typer.Typer) -> None:
 
         from kgpu.cli.output import console, err_console
         from kgpu.cli.plain import warn
+        from kgpu.errors import MAX_PROBLEMS_SHOWN, more_problems
         from kgpu.manifests import schema_validation_available
 
         failed = False
         for path in files:
             report = validate_path(path)
-            for problem in report.problems:
+            for problem in report.problems[:MAX_PROBLEMS_SHOWN]:
                 err_console.print(
                     f"[red]error:[/red] {escape(str(problem))}", highlight=False, soft_wrap=True
                 )
+            if len(report.problems) > MAX_PROBLEMS_SHOWN:
+                rest = more_problems(len(report.problems) - MAX_PROBLEMS_SHOWN)
+                err_console.print(f"[red]error:[/red] {escape(rest)}", highlight=False)
             if not quiet:
                 for warning in report.warnings:
                     warn(err_console, str(warning))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -102,6 +102,9 @@ class SimContext:
         #: heap of clock times at which something is due (a controller's delay, a timeout):
         #: advancing the clock settles the cluster at each, in order
         self.wakeups: list[float] = []
+        #: Called after each moment ``advance`` settles (the clock at that moment): the HTML
+        #: report samples the cluster there, so its plots show what happened when it did.
+        self.moment_observers: list[Callable[[], None]] = []
         #: pods reserved on a node whose PreBind waits (DRA binding conditions), by key
         self.prebinding: dict[str, tuple[PodRecord, SimNode]] = {}
         self.mig_wakes: dict[str, float] = {}  # node -> when its MIG manager wants a call

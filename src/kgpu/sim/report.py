@@ -12,7 +12,7 @@ Kubernetes API.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,7 @@ from kgpu.sim.context import SimContext, time_string
 from kgpu.sim.plugins import Event
 from kgpu.sim.quantity import format_units
 from kgpu.sim.state import PodRecord, SimNode
+from kgpu.store import list_read_only
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -121,30 +122,40 @@ def event_json(e: Event) -> dict[str, Any]:
     return out
 
 
-def build_report(sim: SimContext) -> dict[str, Any]:
-    pods = sorted(sim.pods.values(), key=lambda r: r.seq)
-    out: dict[str, Any] = {
-        "scenario": sim.scenario.name,
-        # the release the cluster runs and its DRA allocator gates (kgpu.releases)
-        "kubernetes": {
-            "version": str(sim.scenario.kubernetes_version),
-            "featureGates": sim.scenario.features.gates(),
-        },
-        "time": sim.now,
-        "nodes": [node_json(n) for n in sim.nodes],
-        "pods": [pod_json(p) for p in pods],
-        "events": [event_json(e) for e in sim.events],
+def report_parts(sim: SimContext, *, copies: bool = True) -> Iterator[tuple[str, Any]]:
+    """The report's top-level keys in order, each with its value; a list comes as an iterator
+    of its items, built one at a time, so ``kgpu sim -o json`` can write 100,000 pods without
+    holding their JSON in memory (:func:`build_report` collects the same into one dict).
+    ``copies=False``: claims, slices and domains are the store's own objects, for a writer
+    that only serializes them (12,500 ResourceSlices read, not copied)."""
+    yield "scenario", sim.scenario.name
+    # the release the cluster runs and its DRA allocator gates (kgpu.releases)
+    yield "kubernetes", {
+        "version": str(sim.scenario.kubernetes_version),
+        "featureGates": sim.scenario.features.gates(),
     }
+    yield "time", sim.now
+    yield "nodes", (node_json(n) for n in sim.nodes)
+    yield "pods", (pod_json(p) for p in sorted(sim.pods.values(), key=lambda r: r.seq))
+    yield "events", (event_json(e) for e in sim.events)
     for key, api, kind in (
         ("resourceClaims", RESOURCE_API, "ResourceClaim"),
         ("resourceSlices", RESOURCE_API, "ResourceSlice"),
         ("computeDomains", "resource.nvidia.com/v1beta1", "ComputeDomain"),
     ):
         # always present (possibly empty): tools read these keys without checking for them
-        out[key] = sim.store.list(api, kind)
-    out["unsupported"] = list(sim.unsupported)
-    out["warnings"] = list(sim.warnings)
-    return out
+        found = sim.store.list(api, kind) if copies else list_read_only(sim.store, api, kind)
+        yield key, iter(found)
+    yield "unsupported", iter(list(sim.unsupported))
+    yield "warnings", iter(list(sim.warnings))
+
+
+def build_report(sim: SimContext) -> dict[str, Any]:
+    """The whole report as one dict (the keys and shapes of :func:`report_parts`)."""
+    return {
+        key: list(value) if isinstance(value, Iterator) else value
+        for key, value in report_parts(sim)
+    }
 
 
 # -- events -----------------------------------------------------------------------------------
@@ -213,53 +224,24 @@ def gpu_summary(node: SimNode) -> str:
     return "\n".join(parts) or "-"
 
 
-def step_snapshot(sim: SimContext, title: str, earlier: list[dict[str, Any]]) -> dict[str, Any]:
-    """A compact picture of the cluster after one step, for ``--watch`` (``earlier``: the
-    snapshots of the steps before, whose events it does not repeat)."""
+def step_snapshot(sim: SimContext, title: str, seen: int) -> dict[str, Any]:
+    """The cluster after one step, for ``--watch``: nodes, pods and events in the same shapes
+    as the final report's (:func:`node_json`, :func:`pod_json`, :func:`event_json`), so one
+    script reads both. ``seen``: how many event occurrences the earlier steps showed (this one's
+    ``events`` are the occurrences since, quiet ones counted in ``quietEvents``)."""
     phases = Counter(r.phase for r in sim.pods.values())
-    seen = sum(len(s["newEvents"]) for s in earlier) + sum(s["quietEvents"] for s in earlier)
     fresh = sim.event_log[seen:]  # occurrences: a repeat the recorder counted shows here
     shown = [e for e in fresh if e.reason not in QUIET_REASONS]
     return {
-        "newEvents": [
-            {"type": e.type, "reason": e.reason, "object": e.object, "message": e.message}
-            for e in shown
-        ],
-        "quietEvents": len(fresh) - len(shown),
         "title": title,
         "time": sim.now,
-        "nodes": [
-            {
-                "name": n.name,
-                "gpus": gpu_summary(n),
-                "pods": len(n.pods),
-                "ready": n.ready,
-                "labels": {
-                    k: v
-                    for k, v in n.labels.items()
-                    if k
-                    in (
-                        "nvidia.com/gpu.product",
-                        "nvidia.com/device-plugin.config",
-                        "nvidia.com/mig.config",
-                        "nvidia.com/mig.config.state",
-                        "nvidia.com/gpu.sharing-strategy",
-                    )
-                },
-            }
-            for n in sim.nodes
-        ],
-        "phases": dict(phases),
-        "pods": [
-            {
-                "name": r.key,
-                "phase": r.phase,
-                "node": r.node or "-",
-                "devices": sum(len(v) for v in r.devices.values()),
-            }
-            for r in sorted(sim.pods.values(), key=lambda r: r.seq)
-        ][:50],
-        "events": len(sim.events),
+        "timestamp": time_string(sim.now),
+        "phases": dict(sorted(phases.items())),
+        "nodes": [node_json(n) for n in sim.nodes],
+        "pods": [pod_json(r) for r in sorted(sim.pods.values(), key=lambda r: r.seq)],
+        "events": [event_json(e) for e in shown],
+        "quietEvents": len(fresh) - len(shown),
+        "eventsSeen": len(sim.event_log),
     }
 
 
@@ -271,6 +253,12 @@ def _fixed_width(widths: list[int]) -> int:
     """Characters a rich table with these content widths takes: one space of padding on each
     side of a cell, a border between cells and at both ends."""
     return sum(w + 3 for w in widths) + 1
+
+
+def _longest_word(values: list[str]) -> int:
+    """The longest run of characters without a space in ``values``: what a column must hold
+    for wrapping at word boundaries to never cut an id."""
+    return max((len(w) for v in values for w in v.split()), default=0)
 
 
 def _longest(values: list[str], floor: int = 0) -> int:
@@ -292,7 +280,7 @@ def _device_lines(rec: PodRecord, full: bool) -> list[str]:
     return lines
 
 
-def _pods_table(records: list[PodRecord], width: int) -> Any:
+def _pods_table(records: list[PodRecord], width: int, limit: int = 0) -> Any:
     """Pods with their whole names, in the widest layout that fits ``width``: PHASE, NODE and
     DEVICES columns; devices under the name; or, when even PHASE and NODE leave too little room
     for the name, one column with phase, node and devices under it. From
@@ -304,11 +292,13 @@ def _pods_table(records: list[PodRecord], width: int) -> Any:
     from rich.table import Table
 
     full = width >= FULL_IDS_WIDTH
-    devices = {r.key: _device_lines(r, full) for r in records}
+    devices = {r.key: [clip(d, limit) for d in _device_lines(r, full)] for r in records}
     lines = [line for ls in devices.values() for line in ls]
-    where_width = _longest([r.node or "-" for r in records], 4)
+    names = {r.key: clip(r.key, limit) for r in records}
+    nodes = {r.key: clip(r.node or "-", limit) for r in records}
+    where_width = _longest(list(nodes.values()), 4)
     phase_width = len("Succeeded")
-    pod_width = _longest([r.key for r in records], 3)
+    pod_width = _longest(list(names.values()), 3)
     room = width - _fixed_width([pod_width, phase_width, where_width])
     longest = _longest(lines, 0)
     # whole ids that would fold in a DEVICES column read better under the pod's name
@@ -336,20 +326,20 @@ def _pods_table(records: list[PodRecord], width: int) -> Any:
         phase = f"[{color}]{escape(r.phase)}[/{color}]"
         if layout == 4:
             table.add_row(
-                escape(r.key),
+                escape(names[r.key]),
                 phase,
-                escape(r.node or "-"),
+                escape(nodes[r.key]),
                 escape("\n".join(devices[r.key]) or "-"),
             )
             continue
         under_lines = [escape(d) for d in devices[r.key]]
         if layout == 1:
-            under_lines.insert(0, f"{phase} on {escape(r.node or '-')}")
-        cell = escape(r.key) + "".join(f"\n  [dim]{line}[/dim]" for line in under_lines)
+            under_lines.insert(0, f"{phase} on {escape(nodes[r.key])}")
+        cell = escape(names[r.key]) + "".join(f"\n  [dim]{line}[/dim]" for line in under_lines)
         if layout == 1:
             table.add_row(cell)
         else:
-            table.add_row(cell, phase, escape(r.node or "-"))
+            table.add_row(cell, phase, escape(nodes[r.key]))
     return table
 
 
@@ -401,62 +391,87 @@ def _domains_table(rows: list[dict[str, str]]) -> Any:
     return table
 
 
-def _events_table(groups: list[EventGroup], width: int) -> Any:
-    """Events, objects whole on one line where the terminal leaves the message 24 columns."""
+def _events_table(groups: list[EventGroup], width: int, limit: int = 0) -> Any:
+    """Events in the widest layout that keeps every id whole: TYPE, REASON, OBJECT and
+    MESSAGE columns, MESSAGE given at least half the room and its longest word (a UUID stays
+    on one line); where OBJECT would then cut an object's name, the object goes above its
+    message in one column. Text wraps at spaces; only a word wider than the whole table
+    folds."""
     from rich.markup import escape
     from rich.table import Table
 
     rows = [
-        (g.type, g.reason + (f" (x{g.count})" if g.count > len(g.objects) else ""), g.who(), g)
+        (
+            g.type,
+            clip(g.reason, limit) + (f" (x{g.count})" if g.count > len(g.objects) else ""),
+            clip(g.who(), limit),
+            clip(g.message, limit),
+        )
         for g in groups
     ]
     reasons = _longest([r[1] for r in rows], 6)
     who = _longest([r[2] for r in rows], 6)
-    messages = _longest([r[3].message for r in rows], 7)
+    texts = [r[3] for r in rows]
+    messages = _longest(texts, 7)
     table = Table(title="Events")
     # explicit widths: rich, given a minimum width for OBJECT, drew tables wider than the
-    # terminal; when even that does not fit, rich shares the width out (objects fold)
+    # terminal
     room = width - _fixed_width([len("Warning"), reasons, 0, 0])
-    obj = min(who, room - 24)
-    fixed = obj >= 10
-    table.add_column("TYPE", no_wrap=True, width=len("Warning") if fixed else None)
-    table.add_column("REASON", overflow="fold", width=reasons if fixed else None)
-    table.add_column("OBJECT", overflow="fold", width=obj if fixed else None)
-    table.add_column("MESSAGE", overflow="fold", width=min(messages, room - obj) if fixed else None)
-    for type_, reason, who_cell, g in rows:
+    wanted = max(min(messages, max(24, room // 2)), min(_longest_word(texts), room - 10))
+    obj = min(who, room - wanted)
+    table.add_column("TYPE", no_wrap=True, width=len("Warning"))
+    table.add_column("REASON", overflow="fold", width=reasons)
+    if obj >= _longest_word([r[2] for r in rows]):
+        table.add_column("OBJECT", overflow="fold", width=obj)
+        table.add_column("MESSAGE", overflow="fold", width=max(min(messages, room - obj), 1))
+    else:
+        table.add_column("OBJECT: MESSAGE", overflow="fold", width=max(room + 3, 1))
+    for type_, reason, who_cell, message in rows:
         color = "red" if type_ == "Warning" else "white"
-        table.add_row(
-            f"[{color}]{escape(type_)}[/{color}]",
-            escape(reason),
-            escape(who_cell),
-            escape(g.message),
-        )
+        cells = [f"[{color}]{escape(type_)}[/{color}]", escape(reason)]
+        if len(table.columns) == 4:
+            cells += [escape(who_cell), escape(message)]
+        else:
+            cells.append(f"[bold]{escape(who_cell)}[/bold]\n{escape(message)}")
+        table.add_row(*cells)
     return table
 
 
-def render(sim: SimContext, console: Console, *, max_pods: int = 40, max_events: int = 25) -> None:
+def render(
+    sim: SimContext,
+    console: Console,
+    *,
+    max_pods: int = 40,
+    max_events: int = 25,
+    cell_limit: int | None = None,
+) -> None:
     """The human summary: nodes like ``kubectl describe node``, pods, ComputeDomains, events.
 
     Names (nodes, pods) are never cut: at 80 columns ``default/time-slicing-ver…`` left every
     pod of a Deployment looking the same. Their columns keep their width; the others fold, and
     when too little room is left for the pods' DEVICES column, devices go under the pod name.
-    Text from the scenario is printed literally, not as rich markup."""
+    Text from the scenario is printed literally, not as rich markup. Cells longer than
+    ``cell_limit`` (default :data:`CELL_LIMIT`, 0: no limit, as ``-o wide``) are cut with a
+    marker."""
     from rich.markup import escape
     from rich.table import Table
 
+    limit = CELL_LIMIT if cell_limit is None else cell_limit
     title = sim.scenario.name + (
         f" — {sim.scenario.description}" if sim.scenario.description else ""
     )
-    console.print(f"[bold]{escape(title)}[/bold] (t={sim.now:g}s)", highlight=False)
+    console.print(
+        f"[bold]{escape(clip(title, limit))}[/bold] (t={time_label(sim.now)})", highlight=False
+    )
     shown_nodes = sim.nodes[:100]
-    node_width = _longest([n.name for n in shown_nodes], 4)
+    node_width = _longest([clip(n.name, limit) for n in shown_nodes], 4)
     nodes = Table(title="Nodes")
     nodes.add_column("NODE", min_width=node_width, overflow="fold")
     nodes.add_column("CONFIG", overflow="fold")
     nodes.add_column("GPU RESOURCES USED/ALLOCATABLE", overflow="fold")
     nodes.add_column("PODS", no_wrap=True)
     for n in shown_nodes:
-        head = escape(n.name) + ("" if n.ready else " [red](NotReady)[/red]")
+        head = escape(clip(n.name, limit)) + ("" if n.ready else " [red](NotReady)[/red]")
         if n.machine is not None:
             head += f"\n[dim]{escape(n.machine.profile)}[/dim]"
         product = n.labels.get("nvidia.com/gpu.product")
@@ -476,15 +491,17 @@ def render(sim: SimContext, console: Console, *, max_pods: int = 40, max_events:
         )
         nodes.add_row(
             head,
-            escape(config),
-            escape(gpu_summary(n)) + mps,
+            escape(clip(config, limit)),
+            escape(clip(gpu_summary(n), limit)) + mps,
             f"{len(n.pods)}/{n.allocatable.get('pods', 0)}",
         )
     console.print(nodes)
     if len(sim.nodes) > 100:
-        console.print(f"... and {len(sim.nodes) - 100} more nodes")
+        console.print(
+            f"... and {len(sim.nodes) - 100:,} more nodes (-o summary counts them by group)"
+        )
     records = sorted(sim.pods.values(), key=lambda r: r.seq)
-    console.print(_pods_table(records[:max_pods], console.width))
+    console.print(_pods_table(records[:max_pods], console.width, limit))
     if len(records) > max_pods:
         phases = Counter(r.phase for r in records)
         console.print(
@@ -495,7 +512,7 @@ def render(sim: SimContext, console: Console, *, max_pods: int = 40, max_events:
     if domains:
         console.print(_domains_table(domains))
     groups = fold_events(sim.events)
-    console.print(_events_table(groups[-max_events:], console.width))
+    console.print(_events_table(groups[-max_events:], console.width, limit))
     earlier = len(groups) - max_events
     console.print(
         f"({len(sim.events)} events in all"
@@ -503,7 +520,7 @@ def render(sim: SimContext, console: Console, *, max_pods: int = 40, max_events:
         + "; -o json lists every one)"
     )
     for w in sim.warnings:
-        console.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {escape(clip(w, limit))}", highlight=False)
 
 
 def _used(node: SimNode, resource: str) -> str:
@@ -532,31 +549,54 @@ def render_steps(snapshots: list[dict[str, Any]], console: Console) -> None:
         render_step(snap, i, console)
 
 
-def render_step(snap: dict[str, Any], i: int, console: Console) -> None:
+def render_step(
+    snap: dict[str, Any], i: int, console: Console, *, cell_limit: int | None = None
+) -> None:
     """Snapshot ``i`` (0: the initial state, then ``steps[i - 1]``) as :func:`render_steps`
-    shows it; ``kgpu sim --watch`` prints each as soon as its step has run."""
+    shows it; ``kgpu sim --watch`` prints each as soon as its step has run.
+
+    Cells longer than ``cell_limit`` (default :data:`CELL_LIMIT`; ``-o wide`` passes none)
+    are cut with a marker saying how much is left out, so what a step prints grows with the
+    cluster, not with the length of a name in the scenario."""
     from rich.markup import escape
     from rich.table import Table
 
+    limit = CELL_LIMIT if cell_limit is None else cell_limit
+
+    def fit(text: str) -> str:
+        return escape(clip(text, limit))
+
     where = snap["title"] if i == 0 else f"steps[{i - 1}]  {snap['title']}"
-    table = Table(title=escape(f"{where}  t={snap['time']:g}s"))
-    shown = snap["nodes"][:50]
-    table.add_column("NODE", min_width=_longest([n["name"] for n in shown]), overflow="fold")
-    table.add_column("GPU RESOURCES USED/ALLOCATABLE", overflow="fold")
+    table = Table(title=fit(f"{where}  t={time_label(snap['time'])}"))
+    shown = snap["nodes"][:STEP_NODE_ROWS]
+    table.add_column(
+        "NODE", min_width=min(limit, _longest([n["name"] for n in shown])), overflow="fold"
+    )
+    gpus = {n["name"]: clip(_json_gpu_summary(n), limit) for n in shown}
+    names = _longest([clip(n["name"], limit) for n in shown], 4)
+    gpu_width = _longest([x for g in gpus.values() for x in g.split("\n")], 16)
+    # what is left for LABELS; a label longer than that breaks after its "=", not mid-word
+    room = console.width - _fixed_width([names, gpu_width, 4, 0])
+    table.add_column("GPU RESOURCES USED/ALLOCATABLE", overflow="fold", width=gpu_width)
     table.add_column("PODS", no_wrap=True)
-    table.add_column("LABELS", overflow="fold")
+    table.add_column("LABELS", overflow="fold", width=max(room, 8))
     for n in shown:
+        labels = [clip(f"{k}={v}", limit) for k, v in n["labels"].items() if k in STEP_LABELS]
         table.add_row(
-            escape(n["name"] + ("" if n["ready"] else " (NotReady)")),
-            escape(n["gpus"]),
-            str(n["pods"]),
-            escape("\n".join(f"{k}={v}" for k, v in n["labels"].items())),
+            fit(n["name"]) + ("" if n["ready"] else " (NotReady)"),
+            escape(gpus[n["name"]]),
+            str(len(n["pods"])),
+            "\n".join(escape(x if len(x) <= room else x.replace("=", "=\n", 1)) for x in labels),
         )
     console.print(table)
+    if len(snap["nodes"]) > len(shown):
+        console.print(f"... and {len(snap['nodes']) - len(shown)} more nodes")
     console.print(
         "pods: " + (", ".join(f"{k} {v}" for k, v in sorted(snap["phases"].items())) or "none")
     )
-    groups = fold_events(Event(**e) for e in snap["newEvents"])
+    groups = fold_events(
+        Event(e["type"], e["reason"], e["object"], e["message"]) for e in snap["events"]
+    )
     head, tail = STEP_EVENT_ROWS
     hidden = len(groups) - head - tail
     rows: list[EventGroup | None] = (
@@ -570,7 +610,144 @@ def render_step(snap: dict[str, Any], i: int, console: Console) -> None:
         times = f" (x{g.count})" if g.count > 1 else ""
         console.print(
             f"  [{color}]{escape(g.type)} {escape(g.reason)}[/{color}]{times} "
-            f"{escape(g.who())}: {escape(g.message)}",
+            f"{fit(g.who())}: {fit(g.message)}",
             soft_wrap=True,
             highlight=False,
         )
+
+
+#: Rows of nodes one ``--watch`` step shows at most (the count of the rest follows).
+STEP_NODE_ROWS = 50
+#: The node labels a ``--watch`` step shows: what the GPU stack set.
+STEP_LABELS = (
+    "nvidia.com/gpu.product",
+    "nvidia.com/device-plugin.config",
+    "nvidia.com/mig.config",
+    "nvidia.com/mig.config.state",
+    "nvidia.com/gpu.sharing-strategy",
+)
+#: Table cells (names, messages) longer than this are cut with a marker in ``table`` output;
+#: ``-o wide`` and ``-o json`` keep them whole.
+CELL_LIMIT = 200
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters, the cut marked with how many were left out
+    (``...[+1234 chars]``); ``limit`` 0 or less keeps it whole."""
+    if limit <= 0 or len(text) <= limit:
+        return text
+    marker = f"...[+{len(text) - limit} chars]"
+    return text[:limit] + marker
+
+
+def time_label(seconds: float) -> str:
+    """A moment of the simulated clock for people: ``0s``, ``45s``, ``15m15s``, ``1h2m3s``."""
+    whole = int(seconds)
+    h, rem = divmod(whole, 3600)
+    m, s = divmod(rem, 60)
+    frac = seconds - whole
+    sec = f"{s + frac:g}s" if frac else f"{s}s"
+    return (f"{h}h" if h else "") + (f"{m}m" if h or m else "") + sec
+
+
+def _json_gpu_summary(node: dict[str, Any]) -> str:
+    """:func:`gpu_summary` read back from a node as :func:`node_json` wrote it."""
+    cap, alloc, used = node["capacity"], node["allocatable"], node["allocated"]
+    parts = []
+    for r in sorted((set(cap) | set(used)) - set(HOST_RESOURCES)):
+        note = f" (cap {cap.get(r, '0')})" if cap.get(r, "0") != alloc.get(r, "0") else ""
+        parts.append(f"{r} {used.get(r, '0')}/{alloc.get(r, '0')}{note}")
+    return "\n".join(parts) or "-"
+
+
+# -- summary ----------------------------------------------------------------------------------
+
+#: Rows of the summary's tables at most (the rest counted): workloads, event reasons.
+SUMMARY_ROWS = 20
+
+
+def _workload(rec: PodRecord) -> str:
+    """``ReplicaSet/name`` of a pod's controller, or ``Pod`` for a bare pod."""
+    owner = next(
+        (o for o in rec.obj["metadata"].get("ownerReferences") or () if o.get("controller")), None
+    )
+    return f"{owner['kind']}/{owner['name']}" if owner else "(bare pods)"
+
+
+def render_summary(sim: SimContext, console: Console, *, cell_limit: int | None = None) -> None:
+    """``kgpu sim -o summary``: a cluster too large to print, in three short tables: node
+    groups (nodes Ready of all, GPU resources used of allocatable, pods), pods per workload and
+    phase, and events per type and reason. Its size depends on the number of groups,
+    workloads and reasons, not on the number of nodes or pods."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    limit = CELL_LIMIT if cell_limit is None else cell_limit
+
+    def fit(text: str) -> str:
+        return escape(clip(text, limit))
+
+    title = sim.scenario.name + (
+        f" — {sim.scenario.description}" if sim.scenario.description else ""
+    )
+    console.print(f"[bold]{fit(title)}[/bold] (t={time_label(sim.now)})", highlight=False)
+    groups: dict[str, list[SimNode]] = {}
+    for n in sim.nodes:
+        groups.setdefault(n.group or n.name, []).append(n)
+    table = Table(title=f"Node groups ({len(sim.nodes):,} nodes)")
+    # the names' columns as wide as their longest word, where the terminal leaves room
+    room = max(console.width - 50, 10)
+    table.add_column("GROUP", overflow="fold", min_width=min(room, _longest_word(list(groups))))
+    for name in ("MACHINE", "READY/NODES", "GPU RESOURCES USED/ALLOCATABLE", "PODS"):
+        table.add_column(name, overflow="fold")
+    for name, members in sorted(groups.items()):
+        used: Counter[str] = Counter()
+        alloc: Counter[str] = Counter()
+        for n in members:
+            for r in _extended(n):
+                used[r] += n.requested.get(r, 0)
+                alloc[r] += n.allocatable.get(r, 0)
+        machines = sorted({n.machine.profile for n in members if n.machine is not None})
+        table.add_row(
+            fit(name),
+            fit(", ".join(machines) or "-"),
+            f"{sum(1 for n in members if n.ready):,}/{len(members):,}",
+            "\n".join(fit(f"{r} {used[r]:,}/{alloc[r]:,}") for r in sorted(alloc)) or "-",
+            f"{sum(len(n.pods) for n in members):,}",
+        )
+    console.print(table)
+    by_workload: dict[str, Counter[str]] = {}
+    for rec in sim.pods.values():
+        by_workload.setdefault(_workload(rec), Counter())[rec.phase] += 1
+    # a phase column only where some pod is in it: more room for whole names
+    seen = {p for counts in by_workload.values() for p in counts}
+    phases = [p for p in ("Running", "Pending", "Succeeded", "Failed") if p in seen] or ["Running"]
+    pods = Table(title=f"Pods ({len(sim.pods):,})")
+    names = [clip(name, limit) for name in by_workload]
+    fixed = _fixed_width([len(p) for p in phases]) + 3
+    pods.add_column(
+        "WORKLOAD (CONTROLLER)",
+        overflow="fold",
+        min_width=max(min(console.width - fixed, _longest_word(names)), 10),
+    )
+    for phase in phases:
+        pods.add_column(phase.upper(), justify="right", no_wrap=True)
+    ranked = sorted(by_workload.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
+    for name, counts in ranked[:SUMMARY_ROWS]:
+        pods.add_row(fit(name), *(f"{counts[p]:,}" for p in phases))
+    console.print(pods)
+    if len(ranked) > SUMMARY_ROWS:
+        console.print(f"... and {len(ranked) - SUMMARY_ROWS:,} more workloads")
+    reasons: Counter[tuple[str, str]] = Counter()
+    for e in sim.events:
+        reasons[(e.type, e.reason)] += e.count
+    events = Table(title=f"Events ({len(sim.events):,} recorded)")
+    for name in ("TYPE", "REASON", "COUNT"):
+        events.add_column(name, overflow="fold")
+    for (type_, reason), count in reasons.most_common(SUMMARY_ROWS):
+        events.add_row(escape(type_), fit(reason), f"{count:,}")
+    console.print(events)
+    if len(reasons) > SUMMARY_ROWS:
+        console.print(f"... and {len(reasons) - SUMMARY_ROWS:,} more reasons")
+    for w in sim.warnings[:SUMMARY_ROWS]:
+        console.print(f"[yellow]warning:[/yellow] {fit(w)}", highlight=False)

@@ -38,7 +38,7 @@ from kgpu.sim.scenario_parts import (
 from kgpu.sim.steps import STEP_TYPES, Step, read_step
 from kgpu.sim.steps.nodes import AddNodesStep
 from kgpu.sim.steps.objects import ApplyStep, ScaleStep
-from kgpu.userfiles import read_yaml
+from kgpu.userfiles import display_name, read_yaml
 
 TOP_KEYS = (
     "name",
@@ -135,10 +135,11 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
                 join_path("nodes", i, "count"),
             )
             continue
-        for n in spec.names():
-            if n in names:
-                err.add(f"node {n!r} is defined twice", join_path("nodes", i, "name"))
-            names.add(n)
+        twice = [n for n in spec.names() if n in names]
+        if twice:  # one problem per group: a repeated group of 90,000 is not 90,000 lines
+            more = f" (and {len(twice) - 1} more of its node names)" if len(twice) > 1 else ""
+            err.add(f"node {twice[0]!r} is defined twice{more}", join_path("nodes", i, "name"))
+        names.update(spec.names())
         nodes.append(spec)
     configs: list[Path] = []
     raw_configs = data.get("configs") or []
@@ -333,7 +334,8 @@ def manifest_not_scenario(docs: list[Any], file: str) -> str:
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file."""
     p = Path(path)
-    docs = read_yaml(p)  # a regular file, bounded, UTF-8, YAML within the limits
+    docs = read_yaml(p)  # a regular file (or - for stdin), bounded, UTF-8, YAML within limits
+    path = display_name(path)
     if len(docs) > 1:
         if any(isinstance(d, Mapping) and "apiVersion" in d and "kind" in d for d in docs):
             raise FieldError(FieldProblem(manifest_not_scenario(docs, str(path)), file=str(path)))
@@ -343,6 +345,7 @@ def load_scenario(path: str | Path) -> Scenario:
                 file=str(path),
             )
         )
+    # files a scenario names are found next to it; next to the working directory for stdin
     return parse_scenario(docs[0] if docs else None, str(path), p.resolve().parent)
 
 

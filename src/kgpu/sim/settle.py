@@ -92,6 +92,8 @@ def advance(
         elif not loops.pop().action(ctx.now) and not ctx.store.pending():
             continue
         settle(ctx, manager, controllers)
+        for observe in ctx.moment_observers:
+            observe()
     ctx.now = target
 
 

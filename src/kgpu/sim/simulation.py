@@ -323,7 +323,8 @@ class Simulation:
     # -- output ------------------------------------------------------------------------------
     def _snapshot(self, title: str) -> None:
         if self.record_steps:
-            self.snapshots.append(step_snapshot(self._ctx, title, self.snapshots))
+            seen = self.snapshots[-1]["eventsSeen"] if self.snapshots else 0
+            self.snapshots.append(step_snapshot(self._ctx, title, seen))
 
     @property
     def steps_done(self) -> int:

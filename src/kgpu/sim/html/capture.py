@@ -10,7 +10,8 @@ The picture document (what :func:`kgpu.sim.html.page.render_page` takes)::
 
     {"kind": "sim" | "plan", "title": str, "description": str,
      "frames": [frame, ...],        # the state after the start and after each step
-     "timeline": [point, ...]}      # extra series points (e.g. an autoscaler's), may be []
+     "timeline": [point, ...]}      # the whole cluster at each moment advance settled
+                                    # between steps (Recorder.sample), may be []
 
 A frame::
 
@@ -30,11 +31,14 @@ A node: ``{"name", "group", "clique", "machine", "ready", "unschedulable", "conf
 A series point (:data:`POINT_KEYS`): ``{"time", "title", "running": {workload: n},
 "pending": {workload: n}, "desired": {workload: n}, "nodes": {group: Ready nodes},
 "pendingPods": n, "gpus": n, "gpusHealthy": n, "gpusInUse": n, "gpuUtilization": percent or
-None}``. Any key but ``time`` may be missing from a point.
+None, "seq": the order points were taken in}``. Any key but ``time`` may be missing from a
+point. Every value is the simulation's own at that moment: ``gpuUtilization`` is the mean
+``DCGM_FI_DEV_GPU_UTIL`` ``--serve-metrics`` would serve then (traffic included).
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -59,6 +63,8 @@ DEFAULT_MAX_NODES = 1000
 #: Events and Pending pods listed per step (the counts are always whole).
 EVENTS_SHOWN = 30
 PENDING_SHOWN = 20
+#: Series points kept between steps at most (then thinned; see :meth:`Recorder.sample`).
+MAX_TIMELINE = 2000
 
 GPU_DRIVER = "gpu.nvidia.com"
 CD_DRIVER = "compute-domain.nvidia.com"
@@ -107,6 +113,9 @@ class Recorder:
         self._groups = node_groups(sim)
         self._roots: dict[tuple[str, str, str], str] = {}
         self._utilization_seen: dict[tuple[Any, ...], list[float]] = {}
+        self.timeline: list[Obj] = []  # series points between steps (see :meth:`sample`)
+        self._gap = 0.0  # seconds between timeline points at least
+        self._seq = itertools.count()  # the order points were taken in (plots sort by it)
 
     # -- workloads ---------------------------------------------------------------------------
     def workload_of(self, rec: PodRecord) -> str:
@@ -225,6 +234,7 @@ class Recorder:
                 "gpusHealthy": gpus_healthy,
                 "gpusInUse": gpus_busy,
                 "gpuUtilization": round(sum(util) / len(util), 2) if util else None,
+                "seq": next(self._seq),
             },
         }
         self.frames.append(frame)
@@ -300,7 +310,8 @@ class Recorder:
         allocations: Mapping[str, Mapping[str, Sequence[str]]],
     ) -> list[float]:
         """``DCGM_FI_DEV_GPU_UTIL`` of each GPU that reports it (not MIG-enabled ones), as the
-        simulated exporter (``--serve-metrics``) derives it from the pods on the node.
+        simulated exporter (``--serve-metrics``) derives it from the pods on the node and the
+        load ``traffic`` steps put on them.
 
         A GPU's utilisation follows from the SM demands of the containers on it, its product
         and the clock alone (:mod:`kgpu.metrics.simulated`), so nodes whose GPUs carry the same
@@ -310,7 +321,8 @@ class Recorder:
         if not allocations:
             return [0.0] * len(whole)
         objs = {key: rec.obj for key, rec in node.pods.items()}
-        workloads = workloads_from_allocations(view, allocations, objs)
+        # the load traffic steps put on the pods, as --serve-metrics and KEDA see it
+        workloads = workloads_from_allocations(view, allocations, objs, self.sim.gpu_loads())
         demands: dict[str, list[tuple[float, int]]] = {}
         for w in workloads:
             demands.setdefault(w.device_uuid, []).append(
@@ -330,6 +342,68 @@ class Recorder:
             self._utilization_seen[kind] = found
         return found
 
+    # -- between steps -----------------------------------------------------------------------
+    def sample(self) -> None:
+        """A series point of the whole cluster now, while ``advance`` moves the clock (called
+        after each moment it settles): the plots then show a change when it happened (a
+        scale-down at 15:15, a node leaving at 25:20, a pod Pending for 10 s), not at the end
+        of the step. One point per instant (the latest state); past :data:`MAX_TIMELINE`
+        points, every other one is dropped and the spacing doubled, so a long run stays
+        bounded."""
+        now = float(self.sim.now)
+        if self.timeline and now - self.timeline[-1]["time"] < self._gap:
+            if now != self.timeline[-1]["time"]:
+                return
+            self.timeline.pop()  # the same instant: keep its latest state
+        self.timeline.append(self.point(""))
+        self.timeline[-1]["seq"] = next(self._seq)
+        if len(self.timeline) > MAX_TIMELINE:
+            self.timeline = self.timeline[::2]
+            self._gap = max(self._gap * 2, 1.0)
+
+    def point(self, title: str) -> Obj:
+        """The series point (:data:`POINT_KEYS`) of the whole cluster now, as a frame's
+        ``stats`` counts it, without drawing any node."""
+        sim = self.sim
+        pods = list(sim.pods.values())
+        finished = {r.key for r in pods if r.finished}
+        dra, _channels = self._claims()
+        nodes: Counter[str] = Counter()
+        gpus_total = gpus_healthy = gpus_busy = 0
+        util: list[float] = []
+        for node in sim.nodes:
+            group = self._groups.get(node.name) or _fallback_group(node.name)
+            nodes[group] += 1 if node.ready else 0
+            machine = node.view.machine if node.view is not None else node.machine
+            allocations = live_allocations(node, finished)
+            gpus_busy += _busy_gpus(node, machine, allocations, dra.get(node.name, []))
+            if machine is None:
+                continue
+            gpus_total += len(machine.gpus)
+            gpus_healthy += sum(1 for g in machine.gpus if g.uuid not in node.unhealthy)
+            if node.ready and node.view is not None:
+                util.extend(self._utilization(node, machine, node.view, allocations))
+        running: Counter[str] = Counter()
+        pending: Counter[str] = Counter()
+        for r in pods:
+            if r.phase == "Running":
+                running[self.workload_of(r)] += 1
+            elif r.phase == "Pending":
+                pending[self.workload_of(r)] += 1
+        return {
+            "time": sim.now,
+            "title": title,
+            "running": dict(sorted(running.items())),
+            "pending": dict(sorted(pending.items())),
+            "desired": self._desired(),
+            "nodes": dict(nodes),
+            "pendingPods": sum(pending.values()),
+            "gpus": gpus_total,
+            "gpusHealthy": gpus_healthy,
+            "gpusInUse": gpus_busy,
+            "gpuUtilization": round(sum(util) / len(util), 2) if util else None,
+        }
+
     # -- the document ------------------------------------------------------------------------
     def picture(self) -> Obj:
         return {
@@ -338,7 +412,7 @@ class Recorder:
             "description": self.sim.scenario.description,
             "maxNodes": self.max_nodes,
             "frames": self.frames,
-            "timeline": [],
+            "timeline": self.timeline,
         }
 
 
@@ -495,6 +569,7 @@ def record_run(sim: Simulation, *, max_nodes: int = DEFAULT_MAX_NODES) -> Obj:
     """Run the scenario as :meth:`Simulation.run` does (start, then every step), capturing a
     frame after the start and after each step; return the picture document."""
     recorder = Recorder(sim, max_nodes=max_nodes)
+    sim.context.moment_observers.append(recorder.sample)
     sim.start()
     recorder.capture("initial state")
     for step in sim.scenario.steps:

@@ -40,12 +40,15 @@ class Line:
 
 
 def series(picture: Mapping[str, Any]) -> list[Obj]:
-    """Every series point of a picture: the ``timeline`` and each frame's ``stats``, by time
-    (a stable sort keeps a step's own point after points recorded at the same instant during
-    it)."""
+    """Every series point of a picture: the ``timeline`` and each frame's ``stats``, by time,
+    then in the order they were taken (``seq``; without it a stable sort keeps a step's own
+    point after points recorded at the same instant during it)."""
     points = list(picture.get("timeline") or ())
     points.extend(f["stats"] for f in picture.get("frames", ()) if f.get("stats"))
-    return sorted((p for p in points if isinstance(p.get("time"), int | float)), key=_time)
+    return sorted(
+        (p for p in points if isinstance(p.get("time"), int | float)),
+        key=lambda p: (_time(p), p.get("seq", 0)),
+    )
 
 
 def _time(point: Mapping[str, Any]) -> float:
