@@ -21,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kgpu.hardware.backend import BackendError, XidEvent
+from kgpu.hardware.backend import BackendError, TelemetryAccess, XidEvent
+from kgpu.hardware.events import EventHub
 from kgpu.hardware.model import NVML_SOURCE, FabricInfo, Gpu, Machine, MigDevice, MigEngines, NvLink
 from kgpu.hardware.nvml_mig import NvmlMigOps
 from kgpu.hardware.profiles import product_by_name
@@ -114,6 +115,7 @@ class NvmlBackend(NvmlMigOps):
         self._event_set: Any = None
         self._waiting = False
         self._closed = False
+        self._hub = EventHub(self.wait_events)
 
     def _init_message(self, exc: Any) -> str:
         code = getattr(exc, "value", None)
@@ -425,6 +427,13 @@ class NvmlBackend(NvmlMigOps):
                     self._free()
         return events
 
+    def events(self) -> EventHub:
+        return self._hub
+
+    def telemetry(self) -> TelemetryAccess:
+        """The exporter reads through this backend's NVML library; XIDs come from the hub."""
+        return TelemetryAccess(nvml=self._nvml, xids=self._hub.last_xids, hub=self._hub)
+
     def probe(self, gpu_uuid: str) -> bool:
         if self._closed:
             return False
@@ -438,6 +447,7 @@ class NvmlBackend(NvmlMigOps):
         self._get(None, "nvmlShutdown")
 
     def close(self) -> None:
+        self._hub.stop()
         with self._lock:
             if self._closed:
                 return
