@@ -114,6 +114,8 @@ class NodeView:
     allocate_envs: tuple[tuple[str, str], ...] = ()
     # (GPU or MIG UUID, why) of every Unhealthy device: the DRA driver taints them
     unhealthy: tuple[tuple[str, str], ...] = ()
+    # publish nvidia.com/gfd.timestamp with the labels (GFD's default; flags.gfd.noTimestamp)
+    gfd_timestamp: bool = True
 
     def resource(self, name: str) -> ResourceView:
         for res in self.resources:

@@ -534,6 +534,7 @@ def _build(
         shared_devices_allocation_policy=config.shared_devices_allocation_policy,
         cdi_annotation_prefix=config.cdi_annotation_prefix,
         allocate_envs=config.allocate_envs,
+        gfd_timestamp=not (config.flags.gfd and config.flags.gfd.no_timestamp),
     )
 
 

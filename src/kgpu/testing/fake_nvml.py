@@ -161,6 +161,10 @@ class FakeNvml:
         self.calls: list[str] = []
         self.initialised = 0
         self.wait_threads: list[str] = []
+        #: NVML's addressing mode and virtualization mode for every GPU (an H200 in a VM:
+        #: ``NVML_DEVICE_ADDRESSING_MODE_NONE``, pass-through)
+        self.addressing_mode = int(pynvml.NVML_DEVICE_ADDRESSING_MODE_NONE)
+        self.virtualization_mode = int(pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH)
         self._event_sets: list[_EventSet] = []
         self._events = threading.Condition()
         self._driver_wait = threading.Lock()  # one event wait at a time, as the driver does
@@ -278,6 +282,14 @@ class FakeNvml:
     def nvmlDeviceGetNumaNodeId(self, h: _Device) -> int:
         node = self._gpu(h).numa_node
         return -1 if node is None else node
+
+    def nvmlDeviceGetAddressingMode(self, h: _Device) -> int:
+        self._gpu(h)
+        return self.addressing_mode
+
+    def nvmlDeviceGetVirtualizationMode(self, h: _Device) -> int:
+        self._gpu(h)
+        return self.virtualization_mode
 
     def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:
         mib = self._mig(h).memory_mib if isinstance(h, _Mig) else self._gpu(h).memory_mib
