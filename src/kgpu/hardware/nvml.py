@@ -202,7 +202,8 @@ class NvmlBackend(NvmlMigOps):
         ``Machine.extra`` so a snapshot reproduces them: the DMI product name
         (``machine_type``), per GPU index its PCI class (``pci_classes``), PCIe root complex
         (``pcie_roots``), NVML addressing mode (``addressing_modes``: ``None``, ``HMM``,
-        ``ATS``) and virtualization mode (``virtualization_modes``)."""
+        ``ATS``), virtualization mode (``virtualization_modes``) and the MIG geometry NVML
+        reports (``mig_geometry``, :meth:`measured_geometry`)."""
         root = self._host_root
         extra: dict[str, Any] = {}
         product = hostfacts.dmi_product_name(root)
@@ -214,6 +215,7 @@ class NvmlBackend(NvmlMigOps):
             "addressing_modes": {},
             "virtualization_modes": {},
         }
+        geometries: dict[int, Any] = {}
         for index, handle in handles:
             bus = bus_ids.get(index, "")
             if bus:
@@ -227,11 +229,17 @@ class NvmlBackend(NvmlMigOps):
             if mode is not None:
                 name = self._enum_name("NVML_DEVICE_ADDRESSING_MODE_", _ADDRESSING, mode)
                 tables["addressing_modes"][index] = name or str(mode)
+            if self._mig_mode(handle)[0]:
+                measured = self.measured_geometry(handle)
+                if measured is not None:
+                    geometries[index] = measured
             virt = self._get(None, "nvmlDeviceGetVirtualizationMode", handle)
             if virt is not None:
                 name = self._enum_name("NVML_GPU_VIRTUALIZATION_MODE_", _VIRTUALIZATION, virt)
                 tables["virtualization_modes"][index] = name or str(virt)
         extra.update({key: table for key, table in tables.items() if table})
+        if geometries:
+            extra["mig_geometry"] = geometries
         return extra
 
     def _bus_id(self, handle: Any) -> str:

@@ -82,8 +82,18 @@ MUTATING_CALLS = frozenset(
 
 
 def _engines(profile: MigProfile, geometry_compute: int) -> dict[str, int]:
-    """Engine counts shaped like an A100's (a copy engine per compute slice; decoders, JPEG and
-    OFA on the whole GPU and on ``+me`` instances): approximate, for callers that read them."""
+    """The profile's engine counts from the product's published table; without one, shaped
+    like an A100's (a copy engine per compute slice; decoders, JPEG and OFA on the whole GPU and
+    on ``+me`` instances): approximate, for callers that read them."""
+    if profile.engines is not None:
+        e = profile.engines
+        return {
+            "copyEngineCount": e.copy,
+            "decoderCount": e.decoder,
+            "encoderCount": e.encoder,
+            "jpegCount": e.jpeg,
+            "ofaCount": e.ofa,
+        }
     whole = profile.compute_slices == geometry_compute
     media = 1 if whole or profile.media_extensions else 0
     return {
