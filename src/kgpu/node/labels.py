@@ -7,8 +7,8 @@ Names and values follow NVIDIA/k8s-device-plugin ``internal/lm``: the whole-GPU 
 ``nvidia.com/mig-<profile>.*``), the CUDA driver/runtime versions, ``mig.capable``,
 ``mps.capable``, the fabric clique, and the host facts a real node's snapshot records:
 ``gpu.machine`` (the DMI product name, spaces as dashes; ``unknown`` on a real node without
-one, as GFD), ``gpu.mode`` (the first GPU's PCI class, as GFD's labeler reads it: ``0x030000``
-``graphics``, ``0x030200`` ``compute``, anything else ``unknown``) and ``vgpu.present``
+one, as GFD), ``gpu.mode`` (the GPUs' PCI class, as GFD's labeler reads it: ``0x030000``
+``graphics``, ``0x030200`` ``compute``, anything else or a mix ``unknown``) and ``vgpu.present``
 (``true`` on a vGPU guest; absent otherwise, as GFD). ``gfd.timestamp`` is the agent's to add
 when it publishes (:mod:`kgpu.agent.nfd`): a pure function of the snapshot has no clock.
 Selectors that users already wrote against GFD's labels
@@ -263,7 +263,9 @@ def _host_labels(machine: Machine) -> dict[str, str]:
         out["nvidia.com/gpu.machine"] = "unknown"
     classes = [machine.host_fact("pci_classes", g.index) for g in machine.gpus]
     if any(classes):  # a snapshot that recorded them (every real node's since issue 22)
-        out["nvidia.com/gpu.mode"] = GPU_MODES.get(str(classes[0]).lower(), "unknown")
+        kinds = {str(c).lower() for c in classes}  # GPUs of different classes: unknown
+        mode = GPU_MODES.get(kinds.pop(), "unknown") if len(kinds) == 1 else "unknown"
+        out["nvidia.com/gpu.mode"] = mode
     if any(machine.host_fact("virtualization_modes", g.index) == "vgpu" for g in machine.gpus):
         out["nvidia.com/vgpu.present"] = "true"
     return out
