@@ -117,7 +117,7 @@ def geometry_differences(built_in: MigGeometry, measured: MigGeometry) -> list[s
         if a is None or b is None:
             out.append(f"{name}: {'only NVML' if a is None else 'only the table'} has it")
             continue
-        pairs = [
+        pairs: list[tuple[str, object, object]] = [
             ("compute_slices", a.compute_slices, b.compute_slices),
             ("memory_mib", a.memory_mib, b.memory_mib),
             ("max_count", a.max_count, b.max_count),
