@@ -103,6 +103,7 @@ def _not_served(exc: StoreError) -> bool:
 #: GFD's timestamp label (its ``NewTimestampLabeler``), left out under ``flags.gfd.noTimestamp``.
 TIMESTAMP_LABEL = "nvidia.com/gfd.timestamp"
 
+
 class FeaturesComponent:
     """Publishes every view's labels for NFD (an agent component): as a NodeFeature through
     ``store`` when it serves the API, else into ``DIR/kgpu-features``. Nothing is written while
