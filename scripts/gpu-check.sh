@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The read-only acceptance run for a lent GPU node (kgpu.testing.gpu_check): the agent against a
+# The read-only acceptance run for a lent GPU node (kgpu.cli.gpu_check): the agent against a
 # fake kubelet, every CDI host path present, labels, the DRA slice, a claim prepared, /metrics
 # idle and under a load, scrape time against `kgpu metrics` alone, RSS. One pass/fail table with
 # figures. Changes nothing on the GPU; the load is the command given with --load, e.g.
@@ -9,4 +9,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 [ -x .venv/bin/python ] && PYTHON=.venv/bin/python
-exec "$PYTHON" -m kgpu.testing.gpu_check "$@"
+exec "$PYTHON" -m kgpu.cli.gpu_check "$@"

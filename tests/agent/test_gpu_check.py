@@ -11,10 +11,10 @@ from pathlib import Path
 import pynvml
 import pytest
 
+from kgpu.cli import gpu_check
 from kgpu.hardware.nvml import NvmlBackend
 from kgpu.hardware.profiles import load_machine
 from kgpu.hardware.simulated import SimulatedBackend
-from kgpu.testing import gpu_check
 from kgpu.testing.fake_nvml import FakeNvml
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check.sh"
