@@ -3,6 +3,7 @@
     python bench/metrics.py              # simulated: 8 x H100, and 8 x A100 with 7 MIG devices each
     python bench/metrics.py --fake-nvml  # also the NVML path over tests/metrics' fake NVML
     python bench/metrics.py --nvml       # also a real-GPU scrape vs the raw cost of its NVML calls
+    python bench/metrics.py --event-reader  # scrape wall time: the agent vs `kgpu metrics` alone
 
 Attribution is on in every case: PodResources-style allocations are joined to the devices
 (time-sliced pods on every H100, one pod per MIG device) and per-pod series are rendered. CPU
@@ -18,6 +19,7 @@ import contextlib
 import platform
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -197,6 +199,65 @@ def run_fake_nvml(runs: int) -> list[dict[str, Any]]:
     return results
 
 
+def run_event_reader(runs: int) -> list[tuple[str, float, float]]:
+    """Wall ms per scrape (median, p95) over kgpu.testing's fake NVML, whose event waits block
+    one at a time as a real driver's do: ``kgpu metrics`` alone (the exporter holds the event
+    reader), the agent's arrangement (the health loop subscribed to the same reader, waiting),
+    and the design before issue 22 (the exporter drained an event set of its own on each scrape
+    while the health monitor waited on another), for comparison."""
+
+    return [_event_reader_case(case, runs) for case in EVENT_READER_CASES]
+
+
+EVENT_READER_CASES = ("kgpu metrics alone", "agent (health loop + exporter)", "before: own drain")
+
+
+def _event_reader_case(case: str, runs: int) -> tuple[str, float, float]:
+    from kgpu.drivers.metrics import MetricsComponent
+    from kgpu.hardware.nvml import NvmlBackend
+    from kgpu.hardware.simulated import SimulatedBackend
+    from kgpu.testing.fake_nvml import FakeNvml
+
+    fake = FakeNvml(SimulatedBackend(load_machine("dgx-h100", hostname="bench")))
+    backend = NvmlBackend(fake)
+    metrics = MetricsComponent("127.0.0.1:0", backend, None, "bench")
+    metrics.start()
+    stopping = threading.Event()
+    subscription = backend.events().subscribe() if case != EVENT_READER_CASES[0] else None
+
+    def health() -> None:  # the agent's health loop: wait on the shared reader
+        while not stopping.is_set() and subscription is not None:
+            subscription.wait(0.5)
+
+    threading.Thread(target=health, daemon=True).start()
+    scrape: Callable[[], object] = metrics.scrape
+    if case == EVENT_READER_CASES[2]:
+        own = fake.nvmlEventSetCreate()
+        for g in range(8):
+            fake.nvmlDeviceRegisterEvents(fake.nvmlDeviceGetHandleByIndex(g), 8, own)
+
+        def scrape_with_drain() -> object:
+            with contextlib.suppress(fake.NVMLError):
+                fake.nvmlEventSetWait_v2(own, 0)
+            return metrics.scrape()
+
+        scrape = scrape_with_drain
+    time.sleep(0.1)  # the reader is waiting
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter_ns()
+        scrape()
+        samples.append((time.perf_counter_ns() - start) / 1e6)
+        time.sleep(0.01)  # scrapes land anywhere in the reader's wait
+    samples.sort()
+    stopping.set()
+    metrics.stop()
+    if subscription is not None:
+        subscription.close()
+    backend.close()
+    return case, statistics.median(samples), samples[int(0.95 * len(samples))]
+
+
 def run_nvml(runs: int) -> dict[str, Any]:
     import pynvml
 
@@ -253,7 +314,20 @@ def main() -> int:
         "--fake-nvml", action="store_true", help="also the NVML path over a fake NVML"
     )
     parser.add_argument("--dump", help="with --nvml: write one real scrape to this file")
+    parser.add_argument(
+        "--event-reader",
+        action="store_true",
+        help="only: scrape wall time with a blocking event wait, agent vs kgpu metrics alone",
+    )
     args = parser.parse_args()
+    if args.event_reader:
+        print(f"python {platform.python_version()} on {platform.machine()}, fake NVML, 8 x H100")
+        rows = run_event_reader(min(args.runs, 100))
+        for case, median, p95 in rows:
+            print(f"{case:40} wall median {median:8.2f} ms  p95 {p95:8.2f} ms")
+        alone, agent = rows[0][1], rows[1][1]
+        print(f"agent / alone (median): {agent / alone:.2f}x (target <= 2x)")
+        return 0
     print(f"python {platform.python_version()} on {platform.machine()}")
     print(f"{'case':58} {'pods':>5} {'series':>6} {'KiB':>6} {'median':>8} {'mean':>8} {'p95':>8}")
     cases = run_simulated(args.runs)

@@ -21,6 +21,7 @@ PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 #: What a command needs that a test machine lacks, by a piece of its text.
 NEEDS = {
     "--machine nvml": "needs this host's GPUs (NVML)",
+    "kgpu machines nvml": "needs this host's GPUs (NVML)",
     "kgpu agent ": "needs a kubelet: the node agent serves one until stopped",
     "--serve-metrics": "serves metrics until stopped",
     "--in-cluster": "needs a cluster's API server",

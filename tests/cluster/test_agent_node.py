@@ -18,6 +18,7 @@ import pytest
 
 from kgpu import __version__
 from kgpu.agent.daemon import Agent, AgentOptions
+from kgpu.agent.nfd import TIMESTAMP_LABEL
 from kgpu.cluster.kube import KubeStore
 from kgpu.drivers.dra import DraComponent
 from kgpu.hardware.simulated import SimulatedBackend
@@ -129,7 +130,9 @@ def test_the_nodes_config_label_switches_configs_and_a_bad_one_keeps_the_last_go
                     NODE,
                     node["metadata"]["uid"],
                 )
-                assert feature["spec"]["labels"] == agent.view().labels
+                labels = dict(feature["spec"]["labels"])
+                assert labels.pop(TIMESTAMP_LABEL).isdigit()  # GFD's, added when published
+                assert labels == agent.view().labels
                 assert not (root / "features.d" / "kgpu-features").exists()
 
                 # at idle the agent sends nothing: its watches stay open

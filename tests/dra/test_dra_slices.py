@@ -78,7 +78,7 @@ def test_gb200_node_slice_matches_upstream_shape() -> None:
     assert set(a) == UPSTREAM_GPU_ATTRS | {"cliqueID"}
     assert a["type"] == "gpu"
     assert a["productName"] == "NVIDIA GB200"
-    assert a["architecture"] == "blackwell"
+    assert a["architecture"] == "Blackwell"  # go-nvlib's name, as upstream publishes it
     assert a["uuid"] == machine.gpus[2].uuid
     assert a["driverVersion"] == "570.133.20"
     assert a["cudaDriverVersion"] == "12.8.0"

@@ -52,3 +52,22 @@ def test_unknown_machine_is_a_clean_error() -> None:
     assert "Traceback" not in result.output
     bad = runner.invoke(app, ["machines", "-o", "xml"])
     assert bad.exit_code == 1 and "allowed: table, wide, json, yaml" in bad.output
+
+
+def test_save_records_a_snapshot_that_reproduces_the_machine(tmp_path: Path) -> None:
+    """``kgpu machines nvml --save FILE`` on a GPU node; here a recorded real node stands in."""
+    saved = tmp_path / "node.json"
+    result = runner.invoke(app, ["machines", str(SNAPSHOT), "--save", str(saved), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    again = runner.invoke(app, ["machines", str(saved), "-o", "json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout) == json.loads(result.stdout)
+
+
+def test_save_refuses_cleanly(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["machines", "--save", str(tmp_path / "x.json")])
+    assert result.exit_code != 0 and "--save needs a MACHINE" in result.output
+    bad = tmp_path / "no-such-dir" / "x.json"
+    result = runner.invoke(app, ["machines", "dgx-h100", "--save", str(bad)])
+    assert result.exit_code != 0 and f"--save {bad}: cannot write the snapshot" in result.output
+    assert "Traceback" not in result.output

@@ -105,9 +105,11 @@ def lay_out_driver(
     mps: bool = True,
     gpus: int = 2,
     uvm: bool = True,
+    hook: str | None = "/usr/bin/nvidia-cdi-hook",
 ) -> Path:
     """Install a fake driver of ``version`` under ``root``. ``dev_links`` names the libraries
-    (``libcuda.so``) that also get a development ``.so`` link, as a ``-dev`` package adds."""
+    (``libcuda.so``) that also get a development ``.so`` link, as a ``-dev`` package adds;
+    ``hook`` is where the container toolkit's hook binary is (None: no toolkit installed)."""
     lib = root / libdir.lstrip("/")
     cache: list[tuple[str, str]] = []
     for name, soname in libraries:
@@ -130,6 +132,8 @@ def lay_out_driver(
         _write(root / "etc/ld.so.cache", build_ld_cache(cache))
     for name in binaries:
         _write(root / "usr/bin" / name, b"#!/bin/sh\n", 0o755)
+    if hook is not None:
+        _write(root / hook.lstrip("/"), b"#!/bin/sh\n", 0o755)
     for name in firmware:
         _write(root / "lib/firmware/nvidia" / version / name, b"\x00")
     if persistenced:

@@ -17,14 +17,18 @@ from kgpu.config.loader import load_config_strings
 from kgpu.drivers.gpu import GpuHandler
 from kgpu.hardware.mig import apply_layout
 from kgpu.hardware.model import Machine
+from kgpu.hardware.nvml import NvmlBackend
 from kgpu.hardware.profiles import load_machine
+from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.kubelet import cdi
 from kgpu.kubelet.dra.handler import ClaimInfo
 from kgpu.kubelet.driver_root import DriverRoot, discover
 from kgpu.kubelet.nvidia_cdi import (
+    DEFAULT_HOOK_PATH,
     DEVICE_PLUGIN_SPEC,
     HookOptions,
     NodeDriver,
+    device_paths,
     driver_edits,
     for_backend,
     pass_device_specs,
@@ -33,6 +37,7 @@ from kgpu.kubelet.nvidia_cdi import (
 from kgpu.node.allocate import cdi_device_name, container_allocation
 from kgpu.node.model import NodeView
 from kgpu.node.view import build_node_view
+from kgpu.testing.fake_nvml import FakeNvml
 
 DATA = Path(__file__).parent / "data"
 SCHEMA = json.loads((DATA / "cdi-spec.schema.json").read_text())
@@ -78,7 +83,7 @@ def test_the_toolkits_generate_case_gives_the_toolkits_common_edits(
         (tmp_path / rel).write_bytes(b"")
     for rel, target in UPSTREAM["layout"]["links"].items():
         os.symlink(target, tmp_path / rel)
-    hooks = HookOptions(disabled=frozenset(case["disabled_hooks"]))
+    hooks = HookOptions(DEFAULT_HOOK_PATH, disabled=frozenset(case["disabled_hooks"]))
     files = discover(DriverRoot(tmp_path), uts_release="x", firmware_path="")
     edits = driver_edits(files, DriverRoot(tmp_path), hooks).to_dict()
     expected = _fill(case["containerEdits"], str(tmp_path))
@@ -161,13 +166,15 @@ def test_a_simulated_node_keeps_its_driverless_spec(tmp_path: Path, machine: Mac
         "/dev/nvidia-uvm",
         "/dev/nvidia-uvm-tools",
     ]
-    assert for_backend(object()) is None
+    assert for_backend(SimulatedBackend(machine)) is None
 
 
 def test_the_toolkits_own_spec_is_reused_when_the_node_has_one(tmp_path: Path) -> None:
     root = lay_out_driver(tmp_path / "host")
     generated = driver_edits(
-        discover(DriverRoot(root), uts_release="x", firmware_path=""), DriverRoot(root)
+        discover(DriverRoot(root), uts_release="x", firmware_path=""),
+        DriverRoot(root),
+        HookOptions(DEFAULT_HOOK_PATH),
     )
     toolkit = cdi.build_spec(
         "nvidia.com/gpu",
@@ -261,6 +268,11 @@ def test_every_cdi_name_allocate_hands_out_is_in_the_written_spec(
     tmp_path: Path, machine: Machine, id_strategy: str
 ) -> None:
     root = lay_out_driver(tmp_path / "host", version=machine.driver_version, gpus=8)
+    for gpu in machine.gpus:  # the MIG capability nodes nvidia-modprobe made
+        for m in gpu.mig_devices:
+            for node in device_paths(gpu.minor, (m.gi_id, m.ci_id))[1:]:
+                (root / node.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+                (root / node.lstrip("/")).write_bytes(b"")
     view = view_with(machine, "cdi-cri", id_strategy)
     path = write_device_plugin_spec(view, tmp_path / "cdi", node_driver(root))
     assert path == tmp_path / "cdi" / DEVICE_PLUGIN_SPEC
@@ -313,12 +325,10 @@ def test_pass_device_specs_lists_the_control_nodes_then_the_devices(
 def test_a_real_gpu_backend_gets_the_driver_from_upstreams_variables(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    class NvmlBackend:  # the agent's backend on real GPUs, by name as the agent tells them apart
-        pass
-
     monkeypatch.setenv("NVIDIA_DRIVER_ROOT", "/run/nvidia/driver")
     monkeypatch.setenv("DRIVER_ROOT_CTR_PATH", "/driver-root")
-    driver = for_backend(NvmlBackend())
+    backend = NvmlBackend(FakeNvml(SimulatedBackend(load_machine("dgx-h100"))))
+    driver = for_backend(backend)  # it reads real GPUs through NVML: it has a driver
     assert driver is not None
     assert driver.root.root == Path("/driver-root")
     assert driver.root.host("/usr/bin/nvidia-smi") == "/run/nvidia/driver/usr/bin/nvidia-smi"

@@ -28,7 +28,7 @@ from kgpu.config.plugin import (
 from kgpu.errors import FieldError
 from kgpu.hardware.model import Gpu, Machine, MigDevice, MigEngines
 from kgpu.node.allocate import AllocationError, container_allocation, preferred_allocation
-from kgpu.node.labels import sanitize_value
+from kgpu.node.labels import node_labels, sanitize_value
 from kgpu.node.model import AdvertisedDevice, MpsLimits, NodeView, ResourceView, Sharing
 from kgpu.node.sharing.mps import mps_max_clients
 from kgpu.node.view import build_node_view
@@ -420,6 +420,15 @@ def run_cdi(suite: dict[str, Any], case: dict[str, Any]) -> None:
     )
     got = container_allocation(view, RESOURCE, case["ids"], response_id="uuid")
     assert got.annotations == case["annotations"]
+
+
+def run_gpu_mode(suite: dict[str, Any], case: dict[str, Any]) -> None:
+    """Upstream's mock devices carry only a PCI class; here the snapshot records it as the NVML
+    backend does (``extra["pci_classes"]``, sysfs's ``0x030200`` spelling)."""
+    machine = _mock_machine([_full(i) for i in range(len(case["classes"]))])
+    machine.extra["pci_classes"] = {i: f"0x{c:06x}" for i, c in enumerate(case["classes"])}
+    labels = node_labels(machine, [], "none")
+    assert labels["nvidia.com/gpu.mode"] == case["expect"]
 
 
 RUNNERS = {

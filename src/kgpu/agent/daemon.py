@@ -57,6 +57,7 @@ from kgpu.drivers.mps import MpsComponent
 from kgpu.drivers.ownership import GpuOwnership
 from kgpu.errors import FieldError, KgpuError
 from kgpu.hardware.backend import Backend, BackendError, XidEvent
+from kgpu.hardware.events import Subscription
 from kgpu.hardware.model import NVML_SOURCE, Machine
 from kgpu.kubelet.cdi import write_atomic
 from kgpu.kubelet.nvidia_cdi import NodeDriver
@@ -581,14 +582,18 @@ class Agent:
 
     def _health_loop(self) -> None:
         ignored = self.options.ignore_xids
+        # The process's one event reader (the exporter reads the same one's last XIDs): its
+        # tick, not this loop's, says whether events are still being read.
+        subscription = self.backend.events().subscribe()
+        try:
+            self._health_events(subscription, ignored)
+        finally:
+            subscription.close()
+
+    def _health_events(self, subscription: Subscription, ignored: frozenset[int]) -> None:
         while not self._stopping.is_set():
-            self._ticks["health"] = time.monotonic()
-            try:
-                events = self.backend.wait_events(0.5)
-            except Exception as exc:
-                log.error("waiting for GPU events failed: %s", exc)
-                self._stopping.wait(1.0)
-                continue
+            self._ticks["health"] = subscription.hub.last_tick
+            events = subscription.wait(0.5)
             for event in events:
                 log.warning(
                     "XID %d on %s%s: %s",

@@ -100,6 +100,10 @@ def _not_served(exc: StoreError) -> bool:
     return isinstance(exc, NotFound) or getattr(exc, "code", None) == 404
 
 
+#: GFD's timestamp label (its ``NewTimestampLabeler``), left out under ``flags.gfd.noTimestamp``.
+TIMESTAMP_LABEL = "nvidia.com/gfd.timestamp"
+
+
 class FeaturesComponent:
     """Publishes every view's labels for NFD (an agent component): as a NodeFeature through
     ``store`` when it serves the API, else into ``DIR/kgpu-features``. Nothing is written while
@@ -118,6 +122,7 @@ class FeaturesComponent:
         node_uid: Callable[[], str | None] = lambda: None,
         drop: Collection[str] = (),
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.directory = directory
         self.store = store
@@ -126,6 +131,9 @@ class FeaturesComponent:
         self._node_uid = node_uid
         self._drop = frozenset(drop)  # view labels another component owns
         self._clock = clock
+        self._wall_clock = wall_clock
+        self._stamp = True  # the view's flags.gfd.noTimestamp, inverted
+        self._stamped: tuple[dict[str, str], str] | None = None  # (labels, their timestamp)
         self._lock = threading.Lock()
         self._view_labels: dict[str, str] = {}
         self._overlay: dict[str, str] = {}
@@ -139,6 +147,7 @@ class FeaturesComponent:
     def on_view(self, view: NodeView) -> None:
         with self._lock:
             self._view_labels = {k: v for k, v in view.labels.items() if k not in self._drop}
+            self._stamp = view.gfd_timestamp
             self._publish()
 
     def set_labels(self, labels: Mapping[str, str]) -> None:
@@ -148,7 +157,16 @@ class FeaturesComponent:
             self._publish()
 
     def labels(self) -> dict[str, str]:
-        return {**self._view_labels, **self._overlay}
+        """The view's labels and the overlay, with GFD's ``nvidia.com/gfd.timestamp`` (unless
+        ``noTimestamp``): when this set of labels was first published, in Unix seconds. GFD
+        stamps every relabelling run; the agent relabels when the labels change, so the stamp
+        moves only then and an unchanged node costs no write."""
+        labels = {**self._view_labels, **self._overlay}
+        if not self._stamp:
+            return labels
+        if self._stamped is None or self._stamped[0] != labels:
+            self._stamped = (dict(labels), str(int(self._wall_clock())))
+        return {**labels, TIMESTAMP_LABEL: self._stamped[1]}
 
     def start(self) -> None:
         pass

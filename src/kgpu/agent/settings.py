@@ -19,7 +19,7 @@ from kgpu.config.loader import ConfigSet, select_plugin_config
 from kgpu.config.plugin import DEFAULT_PLUGIN_CONFIG, DevicePluginConfig
 from kgpu.errors import KgpuError
 from kgpu.kubelet.driver_root import DriverRoot
-from kgpu.kubelet.nvidia_cdi import DEFAULT_HOOK_PATH, HookOptions, NodeDriver
+from kgpu.kubelet.nvidia_cdi import AUTO_HOOK, HookOptions, NodeDriver
 
 #: Where a pod's service account says which namespace the pod runs in.
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -83,7 +83,8 @@ def node_driver(options: AgentOptions, config: DevicePluginConfig) -> NodeDriver
         flags.nvidia_dev_root,
     )
     disabled = options.cdi_disabled_hooks or frozenset()
-    path = (plugin.nvidia_ctk_path if plugin else None) or DEFAULT_HOOK_PATH
+    # the configured hook binary when it exists on the node, else the node's own, else none
+    path = (plugin.nvidia_ctk_path if plugin else None) or AUTO_HOOK
     hooks = HookOptions(
         path=None if "all" in disabled else path,
         disabled=HookOptions().disabled | (disabled - {"all"}),

@@ -3,11 +3,18 @@
 Without an argument it lists the profiles ``--machine`` accepts everywhere; with one (a profile,
 a recorded ``.json`` snapshot, or ``nvml`` for this node's real GPUs) it shows that machine's
 GPUs and the MIG profiles they offer, which is what a user checks before writing a mig-parted
-layout.
+layout. On a real node's snapshot the MIG profiles are the ones its NVML reported (recorded in the
+snapshot), with any difference from kgpu's built-in table listed.
+
+``--save FILE`` records the machine's snapshot (``kgpu machines nvml --save node.json`` on a
+GPU node): GPUs, MIG devices and geometry as NVML reports them, and the host facts labels and
+DRA attributes need (DMI product name, PCI class, PCIe root, addressing mode), so
+``--machine node.json`` reproduces the node in ``kgpu plan``, ``kgpu sim`` and bug reports.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -16,19 +23,29 @@ from kgpu.cli.output import as_argument, header, output_option
 from kgpu.cli.plain import add_row, cell
 
 
-def machine_report(spec: str, hostname: str = "") -> dict[str, Any]:
-    """One machine's snapshot plus the MIG geometry of each distinct product on it."""
+def machine_report(spec: str, hostname: str = "", save: Path | None = None) -> dict[str, Any]:
+    """One machine's snapshot plus the MIG geometry of each distinct product on it (as its
+    NVML measured it when the snapshot recorded that, else kgpu's table); ``save`` writes the
+    snapshot there first."""
     from kgpu.hardware import read_machine
-    from kgpu.hardware.mig import geometry_for
-    from kgpu.hardware.serialize import machine_to_dict
+    from kgpu.hardware.mig import geometry_differences, geometry_for, geometry_from_table
+    from kgpu.hardware.serialize import dump_snapshot, machine_to_dict
 
     machine = read_machine(spec, hostname=hostname)
+    if save is not None:
+        dump_snapshot(machine, save)
     geometries: dict[str, Any] = {}
     for gpu in machine.gpus:
-        geometry = geometry_for(gpu)
+        table = geometry_for(gpu)
+        raw = machine.host_fact("mig_geometry", gpu.index)
+        geometry = geometry_from_table(gpu.product_name, raw) if raw else table
         if geometry is None or gpu.product_name in geometries:
             continue
         geometries[gpu.product_name] = {
+            "source": "nvml" if raw else "table",
+            "differsFromTable": (
+                geometry_differences(table, geometry) if raw and table is not None else []
+            ),
             "computeSlices": geometry.compute_slices,
             "memorySlices": geometry.memory_slices,
             "profiles": [
@@ -62,6 +79,15 @@ def register(app: typer.Typer) -> None:
             str, typer.Option("--hostname", help="node name (simulated UUIDs derive from it)")
         ] = "",
         output: Annotated[str, output_option()] = "table",
+        save: Annotated[
+            Path | None,
+            typer.Option(
+                "--save",
+                metavar="FILE",
+                help="also write MACHINE's snapshot to FILE (nvml: this node's, for bug reports "
+                "and --machine FILE)",
+            ),
+        ] = None,
     ) -> None:
         """List the built-in simulated machines (or show one machine's GPUs and MIG profiles)."""
         from kgpu.cli.output import check_output, is_data, print_data, table_console
@@ -71,6 +97,8 @@ def register(app: typer.Typer) -> None:
         from kgpu.hardware.profiles import describe_profiles
 
         check_output(output)
+        if machine is None and save is not None:
+            fail("--save needs a MACHINE to record (kgpu machines nvml --save FILE)")
         if machine is None:
             rows = describe_profiles()
             if is_data(output):
@@ -79,7 +107,9 @@ def register(app: typer.Typer) -> None:
                 _profiles_table(table_console(output), rows)
             return
         try:
-            report = machine_report(machine, hostname)
+            report = machine_report(machine, hostname, save)
+        except OSError as exc:
+            fail(f"--save {save}: cannot write the snapshot: {exc.strerror or exc}")
         except FieldError as exc:
             # the machine is this command's argument, not the --machine other commands take
             fail(as_argument(exc, "--machine", "MACHINE"))

@@ -7,7 +7,9 @@ profile id>-<placement start>`` for a MIG device (``gpu-0-mig-1g10gb-me-20-3``),
 GPU's *minor* number (``/dev/nvidia<minor>``), not its NVML index.
 
 Attributes (driver domain unless qualified): ``type`` (``gpu``/``mig``), ``uuid`` (a MIG device
-only once it exists), ``productName``, ``brand``, ``architecture``,
+only once it exists), ``productName``, ``brand``, ``architecture`` (go-nvlib's name, as upstream
+publishes it: ``Hopper``, ``Ada Lovelace``; a CEL selector written for NVIDIA's driver compares
+against those),
 ``cudaComputeCapability``/``driverVersion``/``cudaDriverVersion`` (versions), ``addressingMode``
 (where the platform reports one), Kubernetes' standard ``resource.kubernetes.io/pciBusID`` and
 ``resource.kubernetes.io/pcieRoot``; MIG devices also ``parentUUID`` and ``profile``. Upstream
@@ -46,6 +48,19 @@ DRIVER = "gpu.nvidia.com"
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 MIB = 2**20
+#: kgpu's architecture -> go-nvlib's ``GetArchitectureAsString``, what upstream publishes.
+ARCHITECTURE_NAMES = {
+    "kepler": "Kepler",
+    "maxwell": "Maxwell",
+    "pascal": "Pascal",
+    "volta": "Volta",
+    "turing": "Turing",
+    "ampere": "Ampere",
+    "ada-lovelace": "Ada Lovelace",
+    "hopper": "Hopper",
+    "blackwell": "Blackwell",
+    "rubin": "Rubin",
+}
 
 Obj = dict[str, Any]
 
@@ -149,14 +164,20 @@ def pci_bus_id(gpu: Gpu) -> str:
     return f"{domain[-4:].rjust(4, '0')}{sep}{rest}"
 
 
+def architecture_name(gpu: Gpu) -> str:
+    """The ``architecture`` attribute: go-nvlib's string for the GPU's architecture."""
+    return ARCHITECTURE_NAMES.get(gpu.architecture, "Unknown")
+
+
 def pcie_root(machine: Machine, gpu: Gpu) -> str:
     """The PCIe root complex the GPU hangs off (``pci<domain>:<bus>``): from
-    ``machine.extra["pcie_roots"][index]`` when the hardware layer read it from sysfs, else named
-    after the GPU's own domain and bus, so GPUs that share a bus behind one PCIe switch (the pairs
-    of a p4de.24xlarge) share a root and GPUs on buses of their own (DGX H100, GB200) do not."""
-    roots = machine.extra.get("pcie_roots") or {}
-    if gpu.index in roots:
-        return str(roots[gpu.index])
+    ``machine.extra["pcie_roots"][index]`` when the hardware layer read it from sysfs (the real
+    answer, also behind PCIe switches), else named after the GPU's own domain and bus, so GPUs
+    that share a bus behind one PCIe switch (the pairs of a p4de.24xlarge) share a root and GPUs
+    on buses of their own (DGX H100, GB200) do not."""
+    root = machine.host_fact("pcie_roots", gpu.index)
+    if root:
+        return str(root)
     domain, _, rest = pci_bus_id(gpu).partition(":")
     return f"pci{domain}:{rest.partition(':')[0] or '00'}"
 
@@ -165,7 +186,7 @@ def addressing_mode(machine: Machine, gpu: Gpu) -> str | None:
     """NVML's memory addressing mode (``HMM``, ``ATS``, ``None``) where the hardware layer
     reports one (``machine.extra["addressing_modes"][index]``); platforms without one get no
     attribute, as upstream."""
-    mode = (machine.extra.get("addressing_modes") or {}).get(gpu.index)
+    mode = machine.host_fact("addressing_modes", gpu.index)
     return str(mode) if mode else None
 
 
@@ -174,7 +195,7 @@ def _common(machine: Machine, gpu: Gpu) -> dict[str, Obj]:
     attrs: dict[str, Obj] = {
         "productName": {"string": gpu.product_name},
         "brand": {"string": gpu.brand},
-        "architecture": {"string": gpu.architecture},
+        "architecture": {"string": architecture_name(gpu)},
         "cudaComputeCapability": {"version": semver(gpu.cc)},
         "driverVersion": {"version": semver(machine.driver_version)},
         "cudaDriverVersion": {"version": semver(machine.cuda_version)},

@@ -431,7 +431,8 @@ class GpuHandler:
         if self.node_driver is None:
             return device_edits(device, self.dev_root)
         mig = (device.mig.gi_id, device.mig.ci_id) if device.mig is not None else None
-        return ContainerEdits(device_nodes=self.node_driver.device_nodes(device.gpu.minor, mig))
+        nodes = self.node_driver.device_nodes(device.gpu.minor, mig, device.gpu.pci_bus_id)
+        return ContainerEdits(device_nodes=nodes)
 
     def unprepare(self, claim_uid: str, state: Mapping[str, Any] | None) -> None:
         """Remove the claim's MPS directories (by uid prefix, so an incomplete preparation

@@ -36,18 +36,18 @@ log = logging.getLogger(__name__)
 
 
 def source_for(backend: Backend, counters: CounterSet = DEFAULT_COUNTERS) -> TelemetrySource:
-    """NVML telemetry for the NVML backend (reading only what ``counters`` selects); for
-    anything else simulated telemetry on a clock that starts now (values breathe and energy
-    accumulates in real time), with the XIDs injected into a simulated backend (the agent's
-    ``--fault-dir``) as the last XID per GPU."""
-    if type(backend).__name__ == "NvmlBackend":
+    """The telemetry the backend offers (:meth:`Backend.telemetry`): NVML read through the
+    backend's own NVML library (reading only what ``counters`` selects), or simulated telemetry
+    on a clock that starts now (values breathe and energy accumulates in real time). The last
+    XID per GPU comes from what the backend offers too: the process's one event reader on a
+    real node, the injected XIDs (the agent's ``--fault-dir``) on a simulated one."""
+    access = backend.telemetry()
+    if access.nvml is not None:
         from kgpu.metrics.nvml_source import NvmlTelemetry
 
-        return NvmlTelemetry(counters=counters)
+        return NvmlTelemetry(access.nvml, counters=counters, xids=access.xids)
     started = time.monotonic()
-    return SimulatedTelemetry(
-        clock=lambda: time.monotonic() - started, xids=getattr(backend, "last_xids", None)
-    )
+    return SimulatedTelemetry(clock=lambda: time.monotonic() - started, xids=access.xids)
 
 
 def workloads_from_holders(attribution: Attribution, view: NodeView | None) -> list[Workload]:
@@ -103,6 +103,10 @@ class MetricsComponent:
         self.node_name = node_name
         self.counters = counters
         self.source = source if source is not None else source_for(backend, counters)
+        # The event reader feeding the XIDs served, held while serving (``kgpu metrics`` alone
+        # has no health loop to start it; in the agent the health loop shares it).
+        self._hub = backend.telemetry().hub if source is None else None
+        self._holding = False
         self._view: NodeView | None = None
         self._machine: Machine | None = None
         self._server: MetricsServer | None = None
@@ -162,6 +166,9 @@ class MetricsComponent:
 
     def start(self) -> None:
         self._current_machine()
+        if self._hub is not None and not self._holding:
+            self._hub.acquire()
+            self._holding = True
         if self.cache is not None:
             self.cache.start()
         try:
@@ -180,6 +187,9 @@ class MetricsComponent:
         if self.cache is not None:
             self.cache.stop()
             self._client.close()
+        if self._hub is not None and self._holding:
+            self._hub.release()
+            self._holding = False
         self.source.close()
 
     # -- for tests and the CLI -----------------------------------------------------------------

@@ -13,11 +13,15 @@ simulated one with the rules real GPUs enforce, so the manager runs the same cod
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from kgpu.hardware.model import Machine
+
+if TYPE_CHECKING:
+    from kgpu.hardware.events import EventHub
 
 
 class BackendError(RuntimeError):
@@ -41,6 +45,22 @@ class XidEvent:
     timestamp: float = 0.0
 
 
+@dataclass(frozen=True)
+class TelemetryAccess:
+    """What a backend offers the exporter to read its GPUs' telemetry through.
+
+    ``nvml`` is the NVML library the backend itself uses (a real node; the exporter reads
+    through the same one), None where values are simulated. ``xids`` gives the newest XID per
+    GPU UUID without waiting on anything; ``hub`` is the process's one event reader feeding it,
+    which a reader of ``xids`` holds (:meth:`~kgpu.hardware.events.EventHub.acquire`) while it
+    serves, or None when ``xids`` needs no reader (a simulated backend's injected history).
+    """
+
+    nvml: Any
+    xids: Callable[[], Mapping[str, int]]
+    hub: EventHub | None = None
+
+
 class Backend(Protocol):
     """Read-only access to a node's GPUs."""
 
@@ -50,6 +70,15 @@ class Backend(Protocol):
 
     def wait_events(self, timeout_s: float) -> list[XidEvent]:
         """Block up to ``timeout_s`` for critical events; return those that arrived (maybe none)."""
+        ...
+
+    def events(self) -> EventHub:
+        """The process's one reader of this backend's events (over :meth:`wait_events`):
+        everything that needs XIDs subscribes to it instead of waiting itself."""
+        ...
+
+    def telemetry(self) -> TelemetryAccess:
+        """What the exporter reads this backend's telemetry through."""
         ...
 
     def probe(self, gpu_uuid: str) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.hardware.model import Gpu, Machine, MigDevice, MigEngines
@@ -71,32 +72,64 @@ def _engines(raw: list[int] | None) -> MigEngines | None:
     return MigEngines(copy=copy, decoder=decoder, encoder=encoder, jpeg=jpeg, ofa=ofa)
 
 
+def geometry_from_table(product: str, raw: Mapping[str, Any]) -> MigGeometry:
+    """A geometry from ``profiles/mig.yaml``'s shape, which is also the shape the NVML backend
+    records a real GPU's measured profiles in (``Machine.extra["mig_geometry"][index]``)."""
+    profiles = {
+        name: MigProfile(
+            name=name,
+            compute_slices=int(p["compute"]),
+            memory_slices=int(p["size"]),
+            memory_mib=int(p["memory_mib"]),
+            placements=tuple(int(s) for s in p["starts"]),
+            max_count=int(p["max"]),
+            multiprocessor_count=int(p.get("sms", 0)),
+            engines=_engines(p.get("eng")),
+        )
+        for name, p in raw["profiles"].items()
+    }
+    return MigGeometry(
+        product=product,
+        compute_slices=int(raw["compute_slices"]),
+        memory_slices=int(raw["memory_slices"]),
+        profiles=profiles,
+        multiprocessors_per_slice=int(raw.get("multiprocessors_per_slice", 0)),
+    )
+
+
 @functools.cache
 def _geometries() -> dict[str, MigGeometry]:
     """Geometry per NVML product name (several names can share one table)."""
     out: dict[str, MigGeometry] = {}
     for raw in read_data("mig.yaml")["geometries"].values():
-        profiles = {
-            name: MigProfile(
-                name=name,
-                compute_slices=int(p["compute"]),
-                memory_slices=int(p["size"]),
-                memory_mib=int(p["memory_mib"]),
-                placements=tuple(int(s) for s in p["starts"]),
-                max_count=int(p["max"]),
-                multiprocessor_count=int(p.get("sms", 0)),
-                engines=_engines(p.get("eng")),
-            )
-            for name, p in raw["profiles"].items()
-        }
         for product in raw["products"]:
-            out[product] = MigGeometry(
-                product=product,
-                compute_slices=int(raw["compute_slices"]),
-                memory_slices=int(raw["memory_slices"]),
-                profiles=profiles,
-                multiprocessors_per_slice=int(raw.get("multiprocessors_per_slice", 0)),
-            )
+            out[product] = geometry_from_table(product, raw)
+    return out
+
+
+def geometry_differences(built_in: MigGeometry, measured: MigGeometry) -> list[str]:
+    """Where the built-in table says otherwise than a GPU's NVML did, one line per field
+    (``3g.71gb memory_mib: table 71296, NVML 71424``); profiles one side lacks are named. A
+    measured profile without placements (NVML did not answer them) is not compared on them."""
+    out: list[str] = []
+    for name in sorted(set(built_in.profiles) | set(measured.profiles)):
+        a, b = built_in.profiles.get(name), measured.profiles.get(name)
+        if a is None or b is None:
+            out.append(f"{name}: {'only NVML' if a is None else 'only the table'} has it")
+            continue
+        pairs: list[tuple[str, object, object]] = [
+            ("compute_slices", a.compute_slices, b.compute_slices),
+            ("memory_mib", a.memory_mib, b.memory_mib),
+            ("max_count", a.max_count, b.max_count),
+            ("multiprocessor_count", a.multiprocessor_count, b.multiprocessor_count),
+            ("engines", a.engines, b.engines),
+        ]
+        if b.placements:
+            pairs += [
+                ("memory_slices", a.memory_slices, b.memory_slices),
+                ("placements", a.placements, b.placements),
+            ]
+        out += [f"{name} {f}: table {x}, NVML {y}" for f, x, y in pairs if x != y]
     return out
 
 

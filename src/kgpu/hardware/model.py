@@ -187,3 +187,12 @@ class Machine:
 
     def with_gpus(self, gpus: tuple[Gpu, ...]) -> Machine:
         return replace(self, gpus=gpus)
+
+    def host_fact(self, key: str, index: int) -> Any:
+        """``extra[key][index]``: a host fact the NVML backend recorded per GPU index
+        (``pci_classes``, ``pcie_roots``, ``addressing_modes``, ``virtualization_modes``); a
+        snapshot read back from JSON keys it by the index as a string. None when unknown."""
+        table = self.extra.get(key) if self.extra else None
+        if not isinstance(table, dict):
+            return None
+        return table.get(index, table.get(str(index)))

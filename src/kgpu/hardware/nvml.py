@@ -21,7 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kgpu.hardware.backend import BackendError, XidEvent
+from kgpu.hardware import hostfacts
+from kgpu.hardware.backend import BackendError, TelemetryAccess, XidEvent
+from kgpu.hardware.events import EventHub
 from kgpu.hardware.model import NVML_SOURCE, FabricInfo, Gpu, Machine, MigDevice, MigEngines, NvLink
 from kgpu.hardware.nvml_mig import NvmlMigOps
 from kgpu.hardware.profiles import product_by_name
@@ -63,6 +65,14 @@ _FABRIC_STATES = {
     "IN_PROGRESS": "in-progress",
     "COMPLETED": "completed",
 }
+_ADDRESSING = {"NONE": "None", "HMM": "HMM", "ATS": "ATS"}
+_VIRTUALIZATION = {
+    "NONE": "none",
+    "PASSTHROUGH": "passthrough",
+    "VGPU": "vgpu",
+    "HOST_VGPU": "host-vgpu",
+    "HOST_VSGA": "host-vsga",
+}
 _NO_ID = 0xFFFFFFFF  # NVML's "not attributed to a MIG device"
 SYSFS_PCI_DEVICES = Path("/sys/bus/pci/devices")
 
@@ -94,7 +104,7 @@ class NvmlBackend(NvmlMigOps):
     """The Backend for a real node (and its MigBackend). Construct once per process;
     :meth:`close` shuts NVML down."""
 
-    def __init__(self, nvml: Any = None) -> None:
+    def __init__(self, nvml: Any = None, *, host_root: Path = Path("/")) -> None:
         if nvml is None:
             try:
                 nvml = importlib.import_module("pynvml")
@@ -114,6 +124,8 @@ class NvmlBackend(NvmlMigOps):
         self._event_set: Any = None
         self._waiting = False
         self._closed = False
+        self._hub = EventHub(self.wait_events)
+        self._host_root = Path(host_root)  # where sysfs is read (tests lay one out)
 
     def _init_message(self, exc: Any) -> str:
         code = getattr(exc, "value", None)
@@ -172,6 +184,7 @@ class NvmlBackend(NvmlMigOps):
             for index, handle, uuid in handles
         )
         cuda = int(self._get(0, "nvmlSystemGetCudaDriverVersion"))
+        extra = self._host_facts([(index, handle) for index, handle, _ in handles], bus_ids)
         return Machine(
             profile="nvml",
             source=NVML_SOURCE,
@@ -179,7 +192,55 @@ class NvmlBackend(NvmlMigOps):
             cuda_driver_version=(cuda // 1000, (cuda % 1000) // 10),
             gpus=gpus,
             hostname=socket.gethostname(),
+            extra=extra,
         )
+
+    def _host_facts(
+        self, handles: list[tuple[int, Any]], bus_ids: dict[int, str]
+    ) -> dict[str, Any]:
+        """What labels and DRA attributes need beside NVML's GPU facts, recorded in
+        ``Machine.extra`` so a snapshot reproduces them: the DMI product name
+        (``machine_type``), per GPU index its PCI class (``pci_classes``), PCIe root complex
+        (``pcie_roots``), NVML addressing mode (``addressing_modes``: ``None``, ``HMM``,
+        ``ATS``), virtualization mode (``virtualization_modes``) and the MIG geometry NVML
+        reports (``mig_geometry``, :meth:`measured_geometry`)."""
+        root = self._host_root
+        extra: dict[str, Any] = {}
+        product = hostfacts.dmi_product_name(root)
+        if product:
+            extra["machine_type"] = product
+        tables: dict[str, dict[int, str]] = {
+            "pci_classes": {},
+            "pcie_roots": {},
+            "addressing_modes": {},
+            "virtualization_modes": {},
+        }
+        geometries: dict[int, Any] = {}
+        for index, handle in handles:
+            bus = bus_ids.get(index, "")
+            if bus:
+                found = hostfacts.pci_class(bus, root)
+                if found:
+                    tables["pci_classes"][index] = found
+                pcie = hostfacts.pcie_root(bus, root)
+                if pcie:
+                    tables["pcie_roots"][index] = pcie
+            mode = self._get(None, "nvmlDeviceGetAddressingMode", handle)
+            if mode is not None:
+                name = self._enum_name("NVML_DEVICE_ADDRESSING_MODE_", _ADDRESSING, mode)
+                tables["addressing_modes"][index] = name or str(mode)
+            if self._mig_mode(handle)[0]:
+                measured = self.measured_geometry(handle)
+                if measured is not None:
+                    geometries[index] = measured
+            virt = self._get(None, "nvmlDeviceGetVirtualizationMode", handle)
+            if virt is not None:
+                name = self._enum_name("NVML_GPU_VIRTUALIZATION_MODE_", _VIRTUALIZATION, virt)
+                tables["virtualization_modes"][index] = name or str(virt)
+        extra.update({key: table for key, table in tables.items() if table})
+        if geometries:
+            extra["mig_geometry"] = geometries
+        return extra
 
     def _bus_id(self, handle: Any) -> str:
         pci = self._get(None, "nvmlDeviceGetPciInfo", handle)
@@ -425,6 +486,13 @@ class NvmlBackend(NvmlMigOps):
                     self._free()
         return events
 
+    def events(self) -> EventHub:
+        return self._hub
+
+    def telemetry(self) -> TelemetryAccess:
+        """The exporter reads through this backend's NVML library; XIDs come from the hub."""
+        return TelemetryAccess(nvml=self._nvml, xids=self._hub.last_xids, hub=self._hub)
+
     def probe(self, gpu_uuid: str) -> bool:
         if self._closed:
             return False
@@ -438,6 +506,7 @@ class NvmlBackend(NvmlMigOps):
         self._get(None, "nvmlShutdown")
 
     def close(self) -> None:
+        self._hub.stop()
         with self._lock:
             if self._closed:
                 return

@@ -168,6 +168,66 @@ class NvmlMigOps:
             out.append(_Profile(name, int(info.id), slices, mib))
         return out
 
+    def measured_geometry(self, handle: Any) -> dict[str, Any] | None:
+        """The GPU's MIG geometry as NVML reports it, in ``profiles/mig.yaml``'s shape (read with
+        :func:`kgpu.hardware.mig.geometry_from_table`): per profile its compute slices, memory,
+        instance count, SMs, engines and placements. None when NVML offers no profile (not MIG
+        capable; an old driver). Read only: the snapshot records it so a real node's geometry
+        is what its driver says, not kgpu's table."""
+        nvml = self._nvml
+        try:
+            total = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
+        except Exception:
+            return None
+        suffixes = {
+            int(getattr(nvml, name)): suffix
+            for name, suffix in _SUFFIXES.items()
+            if hasattr(nvml, name)
+        }
+        profiles: dict[str, Any] = {}
+        for index in range(int(getattr(nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", 10))):
+            try:
+                info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
+            except Exception:
+                continue  # a profile this GPU does not offer
+            slices, mib = int(info.sliceCount), int(info.memorySizeMB)
+            name = profile_name(slices, mib, total, suffixes.get(index, ""))
+            starts, size = self._placements(handle, int(info.id))
+            profiles[name] = {
+                "compute": slices,
+                "memory_mib": mib,
+                "size": size,
+                "starts": starts,
+                "max": int(info.instanceCount),
+                "sms": int(info.multiprocessorCount),
+                "eng": [
+                    int(getattr(info, f, 0))
+                    for f in ("copyEngineCount", "decoderCount", "encoderCount", "jpegCount")
+                ]
+                + [int(getattr(info, "ofaCount", 0))],
+            }
+        if not profiles:
+            return None
+        return {
+            "compute_slices": max(p["compute"] for p in profiles.values()),
+            "memory_slices": max(p["size"] for p in profiles.values()) or 8,
+            "profiles": profiles,
+        }
+
+    def _placements(self, handle: Any, profile_id: int) -> tuple[list[int], int]:
+        """A profile's possible placement starts and size (none when NVML does not say)."""
+        nvml = self._nvml
+        try:
+            placements = (nvml.c_nvmlGpuInstancePlacement_t * _MAX_PLACEMENTS)()
+            count = ctypes.c_uint(_MAX_PLACEMENTS)
+            nvml.nvmlDeviceGetGpuInstancePossiblePlacements(
+                handle, profile_id, placements, ctypes.byref(count)
+            )
+        except Exception:
+            return [], 0
+        found = placements[: count.value]
+        return [int(p.start) for p in found], max((int(p.size) for p in found), default=0)
+
     def _instance(self, gpu: int, handle: Any, gi_id: int) -> Any:
         return self._call(
             f"GPU {gpu}: GPU instance {gi_id}", "nvmlDeviceGetGpuInstanceById", handle, gi_id

@@ -28,8 +28,10 @@ from kgpu.hardware.backend import (
     MigMode,
     MigOpError,
     MigRefusal,
+    TelemetryAccess,
     XidEvent,
 )
+from kgpu.hardware.events import EventHub
 from kgpu.hardware.model import Gpu, Machine
 from kgpu.hardware.simulated_mig import SimulatedMig
 
@@ -48,6 +50,7 @@ class SimulatedBackend:
         self._failing: set[str] = set()
         self._closed = False
         self._mig = SimulatedMig()
+        self._hub = EventHub(self.wait_events)
 
     # -- Backend protocol ---------------------------------------------------------------------
 
@@ -71,6 +74,13 @@ class SimulatedBackend:
             events, self._events = self._events, []
             return events
 
+    def events(self) -> EventHub:
+        return self._hub
+
+    def telemetry(self) -> TelemetryAccess:
+        """Simulated values; the last XIDs are the injected history (no reader needed)."""
+        return TelemetryAccess(nvml=None, xids=self.last_xids)
+
     def probe(self, gpu_uuid: str) -> bool:
         with self._cond:
             if self._closed:
@@ -79,6 +89,7 @@ class SimulatedBackend:
             return gpu is not None and gpu.uuid not in self._failing
 
     def close(self) -> None:
+        self._hub.stop()
         with self._cond:
             self._closed = True
             self._cond.notify_all()

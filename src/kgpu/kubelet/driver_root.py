@@ -23,7 +23,16 @@ container — and so does this module, following the toolkit's rules:
 * **IPC** ``/run/nvidia-persistenced/socket``, ``/run/nvidia-fabricmanager/socket`` (or under
   ``/var/run``) and the MPS pipe directory ``/tmp/nvidia-mps``;
 * **control device nodes** ``/dev/nvidia-modeset``, ``/dev/nvidia-uvm-tools``,
-  ``/dev/nvidia-uvm``, ``/dev/nvidiactl`` that exist under the device root.
+  ``/dev/nvidia-uvm``, ``/dev/nvidiactl`` that exist under the device root;
+* **graphics configuration** as the toolkit's graphics discoverer finds it: the EGL vendor and
+  external-platform files, ``nvoptix.bin`` and the X11 snippets under ``/etc`` or
+  ``/usr/share`` (mounted where they are), the Vulkan ICD and layer files under ``/etc``,
+  ``/usr/share`` or the driver root itself (mounted under ``/etc``, where the loader looks
+  first), and the OpenCL ICD ``/etc/OpenCL/vendors/nvidia.icd``; each only when present.
+
+The hook binary the specs' hooks run (:func:`find_hook`) is looked for where the container
+toolkit installs it: ``/usr/bin``, ``/usr/local/bin`` and the GPU Operator's
+``/usr/local/nvidia/toolkit``, ``nvidia-cdi-hook`` before ``nvidia-ctk``.
 
 Everything is found as a path *inside the driver root*, which is also the path the container
 gets; the host path (what a runtime bind-mounts) is the same path under the host's view of the
@@ -85,6 +94,33 @@ FIRMWARE_CLASS_PATH = Path("/sys/module/firmware_class/parameters/path")
 
 _VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)*$")
 _MAX_LINKS = 40
+
+
+#: The toolkit's graphics configuration, relative to a config directory (mounted in place).
+GRAPHICS_CONFIGS = (
+    "glvnd/egl_vendor.d/10_nvidia.json",
+    "egl/egl_external_platform.d/15_nvidia_gbm.json",
+    "egl/egl_external_platform.d/10_nvidia_wayland.json",
+    "nvidia/nvoptix.bin",
+    "X11/xorg.conf.d/10-nvidia.conf",
+    "X11/xorg.conf.d/nvidia-drm-outputclass.conf",
+)
+CONFIG_DIRS = ("/etc", "/usr/share")
+#: Vulkan's files, found in a config directory or the driver root, mounted under ``/etc``.
+VULKAN_CONFIGS = (
+    "vulkan/icd.d/nvidia_icd.json",
+    "vulkan/icd.d/nvidia_layers.json",
+    "vulkan/implicit_layer.d/nvidia_layers.json",
+    "vulkan/icd.d/nvidia_icd.x86_64.json",
+    "vulkan/icd.d/nvidia_icd.aarch64.json",
+)
+OPENCL_ICD = "/etc/OpenCL/vendors/nvidia.icd"
+#: Where the container toolkit's hook binaries are installed, most specific first.
+HOOK_CANDIDATES = tuple(
+    f"{directory}/{name}"
+    for name in ("nvidia-cdi-hook", "nvidia-ctk")
+    for directory in ("/usr/bin", "/usr/local/bin", "/usr/local/nvidia/toolkit")
+)
 
 
 class DriverNotFound(LookupError):
@@ -158,6 +194,21 @@ class DriverRoot:
     def read_dev(self, path: str) -> Path:
         return self.read_dev_root / path.lstrip("/")
 
+    def read_host(self, host_path: str, device: bool = False) -> Path | None:
+        """Where this process reads a host path a spec names (the inverse of :meth:`host` /
+        :meth:`host_dev`), or None when it is outside the host root this process sees (a
+        container that mounts only the driver root cannot look at the host's ``/usr``)."""
+        if device:
+            base, ours = self.host_dev_root or self.host_root or str(self.root), self.read_dev_root
+        else:
+            base, ours = self.host_root or str(self.root), self.root
+        if base not in ("", "/"):
+            prefix = base.rstrip("/") + "/"
+            if not host_path.startswith(prefix):
+                return None
+            host_path = host_path[len(prefix) - 1 :]
+        return ours / host_path.lstrip("/")
+
     def host_dev(self, path: str) -> str:
         return _join(self.host_dev_root or self.host_root or str(self.root), path)
 
@@ -181,6 +232,8 @@ class DriverFiles:
     firmware: tuple[str, ...] = ()
     ipc: tuple[str, ...] = ()
     control_devices: tuple[str, ...] = ()
+    #: (path inside the driver root, container path): graphics configuration files
+    graphics: tuple[tuple[str, str], ...] = ()
     source: str = ""  # "ld.so.cache" or "library directories": where the libraries were found
     warnings: tuple[str, ...] = ()
 
@@ -476,6 +529,7 @@ def discover(
     if root.read(MPS_PIPE_DIR).is_dir():
         ipc.append(MPS_PIPE_DIR)
     devices = [d for d in CONTROL_DEVICES if _is_device(root.read_dev(d))]
+    graphics = graphics_files(root)
     if "/dev/nvidiactl" not in devices:
         warnings.append(
             f"/dev/nvidiactl not found under {root.read_dev_root}: is the kernel module loaded "
@@ -490,9 +544,62 @@ def discover(
         firmware=tuple(firmware),
         ipc=tuple(ipc),
         control_devices=tuple(devices),
+        graphics=graphics,
         source=source,
         warnings=tuple(warnings),
     )
+
+
+def graphics_files(root: DriverRoot) -> tuple[tuple[str, str], ...]:
+    """The graphics configuration the node has, as (path in the driver root, container path):
+    each file from the first directory holding it."""
+    found: list[tuple[str, str]] = []
+    for rel in GRAPHICS_CONFIGS:
+        for directory in CONFIG_DIRS:
+            path = f"{directory}/{rel}"
+            if root.read(path).is_file():
+                found.append((path, path))
+                break
+    for rel in VULKAN_CONFIGS:
+        for directory in (*CONFIG_DIRS, ""):
+            path = f"{directory}/{rel}"
+            if root.read(path).is_file():
+                found.append((path, f"/etc/{rel}"))
+                break
+    if root.read(OPENCL_ICD).is_file():
+        found.append((OPENCL_ICD, OPENCL_ICD))
+    return tuple(found)
+
+
+def find_hook(root: DriverRoot, candidates: Iterable[str] = HOOK_CANDIDATES) -> str | None:
+    """The host path of the node's ``nvidia-cdi-hook`` (else ``nvidia-ctk``) under the driver
+    root, or None when the node has neither (no container toolkit installed)."""
+    for path in candidates:
+        local = root.read(path)
+        if local.is_file() and os.access(local, os.X_OK):
+            return root.host(path)
+    return None
+
+
+def dri_nodes(root: DriverRoot, bus_id: str) -> tuple[str, ...]:
+    """The DRM nodes of the GPU at PCI ``bus_id`` (``/dev/dri/card<N>``,
+    ``/dev/dri/renderD<N>``), from the ``/dev/dri/by-path/pci-<bdf>-{card,render}`` links udev
+    makes; none on a node without them (a VM without display, as the H200 of 2026-11-28)."""
+    if not bus_id:
+        return ()
+    domain, _, rest = bus_id.partition(":")
+    bdf = f"{domain[-4:]}:{rest}".lower()
+    nodes: list[str] = []
+    for kind in ("card", "render"):
+        link = root.read_dev(f"/dev/dri/by-path/pci-{bdf}-{kind}")
+        try:
+            target = os.readlink(link)
+        except OSError:
+            continue
+        node = f"/dev/dri/{os.path.basename(target)}"
+        if _is_device(root.read_dev(node)):
+            nodes.append(node)
+    return tuple(nodes)
 
 
 def _is_device(path: Path) -> bool:

@@ -17,12 +17,31 @@ container. The common edits, as upstream writes them:
 * ``mounts``: libraries, then IPC sockets, firmware and binaries, bind-mounted read-only
   (``ro, nosuid, nodev, rbind, rprivate``; sockets ``nosuid, nodev, rbind, rprivate, noexec``).
 
-The hooks run the toolkit's ``nvidia-cdi-hook`` on the host (``/usr/bin/nvidia-cdi-hook`` by
-default; a path ending in ``nvidia-ctk`` runs ``nvidia-ctk hook <name>``, as the device plugin's
-``nvidiaCTKPath`` does). Upstream ships its own copy of that binary; kgpu relies on the node's
-toolkit, so :class:`HookOptions` can turn hooks off one by one (``update-application-profile``
-— graphics only, new in 2025 — is off by default). Without any hook, the libraries' SONAME
-links are mounted as files instead, so ``libcuda.so.1`` still resolves.
+The hooks run the toolkit's ``nvidia-cdi-hook`` on the host (a path ending in ``nvidia-ctk``
+runs ``nvidia-ctk hook <name>``, as the device plugin's ``nvidiaCTKPath`` does). Upstream ships
+its own copy of that binary (the DRA driver into its plugin directory); no registry kgpu can
+use has it, so kgpu uses the node's own: the configured path when it exists, else the first of
+:data:`~kgpu.kubelet.driver_root.HOOK_CANDIDATES` under the driver root (where the toolkit and
+the GPU Operator install it). A node without one (a real H200 of 2026-11-28 had no toolkit, and
+a spec naming ``/usr/bin/nvidia-cdi-hook`` would have failed every container) gets specs that
+need no hook: the libraries' SONAME and ``.so`` links the host has are mounted as files (what
+``create-symlinks`` would make) and ``LD_LIBRARY_PATH`` names the library directories (what
+``update-ldcache`` would put in the container's linker cache). What that cannot serve: the
+``libcuda.so`` link when the host has none, CUDA forward compatibility (``enable-cuda-compat``),
+keeping the driver from creating device nodes in the container
+(``disable-device-node-modification``), and an image whose own ``LD_LIBRARY_PATH`` comes first.
+:class:`HookOptions` also turns hooks off one by one (``update-application-profile`` —
+graphics only, new in 2025 — is off by default).
+
+Graphics: the EGL, Vulkan and OpenCL ICD files the node has are mounted as the toolkit mounts
+them, and a whole GPU's ``/dev/dri`` card and render nodes join its device nodes when present.
+Every host path the common edits name is checked when they are made
+(:meth:`NodeDriver.present`): one that does not exist on the node is left out with a warning,
+so a runtime never fails a container over a missing driver file or hook. A device's own nodes
+are checked too, but a missing one is only reported (a CDI device needs an edit; the runtime's
+error then names the node, and the warning says to check ``NVIDIA_DEV_ROOT``).
+``cdiVersion`` is the lowest the contents need (:func:`kgpu.kubelet.cdi.minimum_version`, the
+CDI library's rules, which the toolkit's spec builder applies too).
 
 When the node's toolkit has generated its own spec (``nvidia-ctk cdi generate`` writes
 ``/etc/cdi/nvidia.yaml``; its systemd unit ``/var/run/cdi/nvidia.yaml``), its common edits are
@@ -36,19 +55,23 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kgpu.hardware.backend import Backend
 from kgpu.hardware.model import Gpu, MigDevice
 from kgpu.kubelet import cdi
 from kgpu.kubelet.cdi import ContainerEdits, DeviceNode, Hook, Mount
 from kgpu.kubelet.driver_root import (
     CONTROL_DEVICES,
+    HOOK_CANDIDATES,
     DriverFiles,
     DriverNotFound,
     DriverRoot,
     discover,
+    dri_nodes,
+    find_hook,
 )
 from kgpu.node.allocate import CDI_CLASS, CDI_VENDOR
 from kgpu.node.allocate import DeviceNode as AllocatedDeviceNode
@@ -58,6 +81,9 @@ from kgpu.node.model import AdvertisedDevice, NodeView
 log = logging.getLogger(__name__)
 
 DEFAULT_HOOK_PATH = "/usr/bin/nvidia-cdi-hook"
+#: ``HookOptions.path``: use the node's own hook binary, wherever the toolkit installed it.
+AUTO_HOOK = "auto"
+LD_LIBRARY_PATH = "LD_LIBRARY_PATH"
 CREATE_SYMLINKS = "create-symlinks"
 ENABLE_CUDA_COMPAT = "enable-cuda-compat"
 UPDATE_LDCACHE = "update-ldcache"
@@ -109,9 +135,10 @@ def device_paths(gpu_minor: int, mig: tuple[int, int] | None = None) -> list[str
 
 @dataclass(frozen=True)
 class HookOptions:
-    """Which hooks specs carry, and the binary that runs them (None: no hooks at all)."""
+    """Which hooks specs carry, and the binary that runs them (None: no hooks at all;
+    :data:`AUTO_HOOK`: the node's own, found by :func:`resolve_hooks`)."""
 
-    path: str | None = DEFAULT_HOOK_PATH
+    path: str | None = AUTO_HOOK
     disabled: frozenset[str] = frozenset({UPDATE_APPLICATION_PROFILE})
     debug: bool = False
 
@@ -119,7 +146,7 @@ class HookOptions:
         return self.path is not None and name not in self.disabled
 
     def hook(self, name: str, *args: str) -> Hook:
-        assert self.path is not None
+        assert self.path is not None and self.path != AUTO_HOOK
         base = os.path.basename(self.path)
         prefix = (base, "hook") if base == "nvidia-ctk" else (base,)
         return Hook(
@@ -130,6 +157,28 @@ class HookOptions:
         )
 
 
+def resolve_hooks(hooks: HookOptions, root: DriverRoot) -> tuple[HookOptions, str | None]:
+    """``hooks`` with a hook binary that exists on the node, and a warning when the one asked
+    for is not there: the configured path if it exists, else the node's own
+    (:func:`~kgpu.kubelet.driver_root.find_hook`), else no hooks at all."""
+    if hooks.path is None:
+        return hooks, None
+    asked = hooks.path
+    if asked != AUTO_HOOK:
+        there = root.read_host(asked)
+        if there is None or there.is_file():  # exists, or where this process cannot look
+            return hooks, None
+    found = find_hook(root)
+    missing = "" if asked == AUTO_HOOK else f"the hook {asked} does not exist on the node; "
+    if found is not None:
+        return replace(hooks, path=found), (f"{missing}using {found}" if missing else None)
+    return replace(hooks, path=None), (
+        f"{missing}no nvidia-cdi-hook or nvidia-ctk under the driver root "
+        f"({', '.join(HOOK_CANDIDATES[:3])}, ...): CDI specs carry no hooks; the libraries' "
+        f"links are mounted and {LD_LIBRARY_PATH} is set instead"
+    )
+
+
 def driver_edits(
     files: DriverFiles, root: DriverRoot, hooks: HookOptions = HookOptions()
 ) -> ContainerEdits:
@@ -138,7 +187,10 @@ def driver_edits(
     def mount(path: str, options: tuple[str, ...] = LIBRARY_MOUNT_OPTIONS) -> Mount:
         return Mount(root.host(path), path, options)
 
-    env = (f"{LIBCUDA_DIR_ENV}={':'.join(files.library_dirs)}", VISIBLE_DEVICES_VOID)
+    env: tuple[str, ...] = (
+        f"{LIBCUDA_DIR_ENV}={':'.join(files.library_dirs)}",
+        VISIBLE_DEVICES_VOID,
+    )
     nodes = tuple(DeviceNode(d, root.host_dev(d)) for d in files.control_devices)
     hook_list: list[Hook] = []
     if files.symlinks and hooks.enabled(CREATE_SYMLINKS):
@@ -152,6 +204,9 @@ def driver_edits(
     for name in (DISABLE_DEVICE_NODE_MODIFICATION, UPDATE_APPLICATION_PROFILE):
         if hooks.enabled(name):
             hook_list.append(hooks.hook(name))
+    if folders and not hooks.enabled(UPDATE_LDCACHE):
+        # no linker cache entry will name the driver's directories: the loader's path does
+        env += (f"{LD_LIBRARY_PATH}={':'.join(folders)}",)
     mounts = [mount(lib) for lib in files.libraries]
     if not hooks.enabled(CREATE_SYMLINKS):
         # nothing will create libcuda.so.1 -> libcuda.so.<version> in the container: bind the
@@ -159,6 +214,7 @@ def driver_edits(
         mounts += [mount(link) for target, link in files.symlinks if _exists(root, link)]
     mounts += [mount(path, IPC_MOUNT_OPTIONS) for path in files.ipc]
     mounts += [mount(path) for path in (*files.firmware, *files.binaries)]
+    mounts += [Mount(root.host(p), inside, LIBRARY_MOUNT_OPTIONS) for p, inside in files.graphics]
     return ContainerEdits(env=env, device_nodes=nodes, mounts=tuple(mounts), hooks=tuple(hook_list))
 
 
@@ -234,6 +290,7 @@ class NodeDriver:
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._cached: _Cached | None = None
+        self._missing_reported: set[str] = set()
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> NodeDriver:
@@ -246,7 +303,7 @@ class NodeDriver:
             cached = self._cached
             if cached is not None and cached.version == version and now - cached.at < self.ttl_s:
                 return cached.edits
-            edits = self._lookup(version)
+            edits = self.present(self._lookup(version))
             self._cached = _Cached(edits, now, version)
             return edits
 
@@ -284,8 +341,11 @@ class NodeDriver:
             return self.minimal_edits()
         for warning in files.warnings:
             self._warn(warning)
+        hooks, note = resolve_hooks(self.hooks, self.root)
+        if note is not None:
+            self._warn(note)
         self.source = f"driver root {self.root.root} ({files.source})"
-        return driver_edits(files, self.root, self.hooks)
+        return driver_edits(files, self.root, hooks)
 
     def _warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -299,16 +359,49 @@ class NodeDriver:
         )
 
     def device_nodes(
-        self, gpu_minor: int, mig: tuple[int, int] | None = None
+        self, gpu_minor: int, mig: tuple[int, int] | None = None, bus_id: str = ""
     ) -> tuple[DeviceNode, ...]:
-        """One device's nodes, with host paths under the host's device root."""
-        return control_nodes(self.root, device_paths(gpu_minor, mig))
+        """One device's nodes, with host paths under the host's device root: a whole GPU's
+        ``/dev/dri`` nodes too when the node has them (``bus_id``: NVML's PCI bus id)."""
+        paths = device_paths(gpu_minor, mig)
+        if mig is None:
+            paths += dri_nodes(self.root, bus_id)
+        nodes = control_nodes(self.root, paths)
+        # A device's own node is kept even when missing (a CDI device needs an edit, and the
+        # runtime's error then names the node), but said: NVIDIA_DEV_ROOT may be wrong.
+        self.present(ContainerEdits(device_nodes=nodes))
+        return nodes
+
+    def present(self, edits: ContainerEdits) -> ContainerEdits:
+        """``edits`` less every device node, mount and hook whose host path does not exist on
+        the node (each named once in a warning): a runtime fails a container whose spec names
+        a missing path, so none is ever written. A path outside the host root this process
+        sees (a configured hook binary the agent's container does not mount) is kept."""
+
+        def exists(host: str, device: bool = False) -> bool:
+            there = self.root.read_host(host, device=device)
+            if there is None or there.exists() or there.is_symlink():
+                return True  # (None: outside what this process sees of the host; trusted)
+            if host not in self._missing_reported:
+                self._missing_reported.add(host)
+                self._warn(f"{host} does not exist on the node: left out of the CDI specs")
+            return False
+
+        return replace(
+            edits,
+            device_nodes=tuple(
+                n for n in edits.device_nodes if exists(n.host_path or n.path, device=True)
+            ),
+            mounts=tuple(m for m in edits.mounts if exists(m.host_path)),
+            hooks=tuple(h for h in edits.hooks if exists(h.path)),
+        )
 
 
-def for_backend(backend: object) -> NodeDriver | None:
-    """The node's driver for a backend on real GPUs (NVML), from upstream's environment
-    variables; None for a simulated backend (its specs carry no driver: there is none)."""
-    if type(backend).__name__ != "NvmlBackend":
+def for_backend(backend: Backend) -> NodeDriver | None:
+    """The node's driver for a backend on real GPUs (one that reads them through NVML), from
+    upstream's environment variables; None for a simulated backend (its specs carry no driver:
+    there is none)."""
+    if backend.telemetry().nvml is None:
         return None
     return NodeDriver.from_env()
 
@@ -316,7 +409,7 @@ def for_backend(backend: object) -> NodeDriver | None:
 # -- the device plugin's spec -------------------------------------------------------------------
 
 
-def _paths_of(view: NodeView, dev: AdvertisedDevice) -> list[str]:
+def _device_of(view: NodeView, dev: AdvertisedDevice) -> tuple[Gpu, tuple[int, int] | None]:
     gpu = view.machine.by_uuid(dev.gpu_uuid)
     if not isinstance(gpu, Gpu):
         raise KeyError(f"{dev.gpu_uuid} is not a GPU of this node")
@@ -326,6 +419,11 @@ def _paths_of(view: NodeView, dev: AdvertisedDevice) -> list[str]:
         if not isinstance(found, MigDevice):
             raise KeyError(f"{dev.mig_uuid} is not a MIG device of this node")
         mig = (found.gi_id, found.ci_id)
+    return gpu, mig
+
+
+def _paths_of(view: NodeView, dev: AdvertisedDevice) -> list[str]:
+    gpu, mig = _device_of(view, dev)
     return device_paths(gpu.minor, mig)
 
 
@@ -339,7 +437,11 @@ def device_plugin_devices(view: NodeView, driver: NodeDriver | None = None) -> l
         for dev in res.devices:
             name = strip_replica(dev.visible_id)
             if name not in nodes_of:
-                nodes_of[name] = control_nodes(root, _paths_of(view, dev))
+                if driver is not None:  # a real node: the nodes that exist, /dev/dri too
+                    gpu, mig = _device_of(view, dev)
+                    nodes_of[name] = driver.device_nodes(gpu.minor, mig, gpu.pci_bus_id)
+                else:
+                    nodes_of[name] = control_nodes(root, _paths_of(view, dev))
     devices = [
         cdi.CdiDevice(name, ContainerEdits(device_nodes=nodes)) for name, nodes in nodes_of.items()
     ]

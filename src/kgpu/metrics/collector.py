@@ -9,7 +9,9 @@ owners through ``/proc/<pid>/cgroup``, counts every failed read in
 Series layout, as dcgm-exporter's: labels ``gpu``, ``UUID``, ``pci_bus_id``, ``device``
 (``nvidia<gpu>``), ``modelName``, then ``GPU_I_PROFILE``/``GPU_I_ID`` on MIG devices, then
 ``Hostname`` (or ``hostname``), ``DCGM_FI_DRIVER_VERSION``, and ``container``, ``namespace``,
-``pod`` when exactly one container holds the device. MIG series carry the parent GPU's index,
+``pod`` when exactly one container holds the device; ``DCGM_FI_DEV_XID_ERRORS`` ends with
+``err_code`` and ``err_msg`` (the XID and its name, :mod:`kgpu.metrics.xid_names`) as
+dcgm-exporter's does. MIG series carry the parent GPU's index,
 UUID and PCI bus id, as dcgm-exporter's do.
 """
 
@@ -29,6 +31,7 @@ from kgpu.metrics.counters import DEFAULT as DEFAULT_COUNTERS
 from kgpu.metrics.counters import CounterSet
 from kgpu.metrics.exposition import Family, escape_label_value, render
 from kgpu.metrics.sources import PodRef, ProcessSample, Telemetry, TelemetrySource
+from kgpu.metrics.xid_names import xid_name
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +143,15 @@ def _device_series(
     for spec in specs:
         value = device_values.get(spec.name)
         if value is not None:
-            families[spec.name].add(labels, value)
+            if spec is F.XID_ERRORS:
+                families[spec.name].add(labels + xid_labels(int(value)), value)
+            else:
+                families[spec.name].add(labels, value)
+
+
+def xid_labels(xid: int) -> str:
+    """The attributes dcgm-exporter adds to every XID series, after the others."""
+    return f",{_pair('err_code', str(xid))},{_pair('err_msg', xid_name(xid))}"
 
 
 def _per_pod(

@@ -24,8 +24,10 @@ Where each field comes from:
 
 Per-process accounting comes from ``nvmlDeviceGetComputeRunningProcesses`` (pid, used memory)
 and ``nvmlDeviceGetProcessUtilization`` (per-pid SM samples since the last scrape). The last XID
-per GPU comes from an NVML event set of this source's own, drained without waiting on each
-scrape. Fields the counter set does not select are not read. Nothing here writes to a GPU.
+per GPU is what ``xids`` says: the process's one event reader
+(:class:`~kgpu.hardware.events.EventHub`); a scrape never calls ``nvmlEventSetWait``, which on
+a real driver queued each scrape behind the health monitor's wait (388-506 ms on an H200).
+Fields the counter set does not select are not read. Nothing here writes to a GPU.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import contextlib
 import importlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -89,7 +91,8 @@ class NvmlTelemetry:
 
     ``nvml`` is the ``pynvml`` module (a stand-in in tests); it is initialised here and shut
     down by :meth:`close` (NVML counts initialisations, so sharing a process with
-    :class:`kgpu.hardware.nvml.NvmlBackend` is fine).
+    :class:`kgpu.hardware.nvml.NvmlBackend` is fine). ``xids`` gives the newest XID per GPU
+    UUID (the backend's event reader); without it no XID is known (0).
     """
 
     name = "nvml"
@@ -103,6 +106,7 @@ class NvmlTelemetry:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         gpm_prime_s: float = GPM_PRIME_S,
+        xids: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         if nvml is None:
             try:
@@ -127,10 +131,9 @@ class NvmlTelemetry:
         self._handles: dict[str, Any] = {}
         self._unsupported: set[tuple[str, str]] = set()
         self._last_sample_ts: dict[str, int] = {}
-        self._last_xid: dict[str, int] = {}
+        self._xids = xids
+        self._last_xid: Mapping[str, int] = {}
         self._last_sm: dict[tuple[str, int], tuple[float, int]] = {}
-        self._events: Any = None
-        self._events_for: frozenset[str] = frozenset()
         self._not_supported = getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3)
         self._no_function = getattr(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", 13)
         self._not_found = getattr(nvml, "NVML_ERROR_NOT_FOUND", 6)
@@ -179,8 +182,8 @@ class NvmlTelemetry:
 
     def read(self, machine: Machine) -> Telemetry:
         tel = Telemetry()
-        if F.XID_ERRORS.name in self._wanted:
-            self._drain_xids(machine)
+        if F.XID_ERRORS.name in self._wanted and self._xids is not None:
+            self._last_xid = self._xids()
         handles: dict[str, Any] = {}
         for gpu in machine.gpus:
             try:
@@ -476,47 +479,11 @@ class NvmlTelemetry:
                 )
             )
 
-    def _drain_xids(self, machine: Machine) -> None:
-        """Record the newest XID per GPU from this source's event set, without blocking."""
-        nvml = self._nvml
-        uuids = frozenset(g.uuid for g in machine.gpus)
-        if self._events is None or uuids != self._events_for:
-            self._events_for = uuids
-            try:
-                self._events = nvml.nvmlEventSetCreate()
-                for gpu in machine.gpus:
-                    try:
-                        nvml.nvmlDeviceRegisterEvents(
-                            self._handle(gpu.uuid, None),
-                            nvml.nvmlEventTypeXidCriticalError,
-                            self._events,
-                        )
-                    except Exception:
-                        continue
-            except Exception:
-                self._events = None
-                return
-        for _ in range(64):
-            try:
-                data = nvml.nvmlEventSetWait_v2(self._events, 0)
-            except Exception:
-                return
-            try:
-                uuid = nvml.nvmlDeviceGetUUID(data.device)
-                uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-            except Exception:
-                continue
-            self._last_xid[uuid] = int(data.eventData)
-
     def close(self) -> None:
         nvml = self._nvml
         for state in self._gpm.values():
             with contextlib.suppress(Exception):
                 nvml.nvmlGpmSampleFree(state.sample)
         self._gpm.clear()
-        if self._events is not None:
-            with contextlib.suppress(Exception):
-                nvml.nvmlEventSetFree(self._events)
-            self._events = None
         with contextlib.suppress(Exception):
             nvml.nvmlShutdown()

@@ -5,7 +5,13 @@ Names and values follow NVIDIA/k8s-device-plugin ``internal/lm``: the whole-GPU 
 ``.replicas``, ``.sharing-strategy``), the MIG labels per strategy (``single`` rewrites the
 ``nvidia.com/gpu.*`` labels to describe the MIG devices; ``mixed`` adds
 ``nvidia.com/mig-<profile>.*``), the CUDA driver/runtime versions, ``mig.capable``,
-``mps.capable`` and the fabric clique. Selectors that users already wrote against GFD's labels
+``mps.capable``, the fabric clique, and the host facts a real node's snapshot records:
+``gpu.machine`` (the DMI product name, spaces as dashes; ``unknown`` on a real node without
+one, as GFD), ``gpu.mode`` (the GPUs' PCI class, as GFD's labeler reads it: ``0x030000``
+``graphics``, ``0x030200`` ``compute``, anything else or a mix ``unknown``) and ``vgpu.present``
+(``true`` on a vGPU guest; absent otherwise, as GFD). ``gfd.timestamp`` is the agent's to add
+when it publishes (:mod:`kgpu.agent.nfd`): a pure function of the snapshot has no clock.
+Selectors that users already wrote against GFD's labels
 (``nodeSelector: nvidia.com/gpu.product: NVIDIA-GeForce-RTX-2080-Ti``) keep working.
 
 Computed from the finished node view so the labels always agree with what is advertised.
@@ -244,6 +250,27 @@ def _clique(machine: Machine) -> str | None:
     return next(iter(fabrics)) if len(fabrics) == 1 else None
 
 
+#: GFD's ``newGPUModeLabeler``: the PCI class (as sysfs writes it) -> ``nvidia.com/gpu.mode``.
+GPU_MODES = {"0x030000": "graphics", "0x030200": "compute"}
+
+
+def _host_labels(machine: Machine) -> dict[str, str]:
+    out: dict[str, str] = {}
+    machine_type = machine.extra.get("machine_type") if machine.extra else None
+    if isinstance(machine_type, str) and machine_type:
+        out["nvidia.com/gpu.machine"] = sanitize_value(machine_type.replace(" ", "-"))
+    elif machine.real:  # GFD could not read machineTypeFile
+        out["nvidia.com/gpu.machine"] = "unknown"
+    classes = [machine.host_fact("pci_classes", g.index) for g in machine.gpus]
+    if any(classes):  # a snapshot that recorded them (every real node's since issue 22)
+        kinds = {str(c).lower() for c in classes}  # GPUs of different classes: unknown
+        mode = GPU_MODES.get(kinds.pop(), "unknown") if len(kinds) == 1 else "unknown"
+        out["nvidia.com/gpu.mode"] = mode
+    if any(machine.host_fact("virtualization_modes", g.index) == "vgpu" for g in machine.gpus):
+        out["nvidia.com/vgpu.present"] = "true"
+    return out
+
+
 def node_labels(
     machine: Machine,
     resources: Sequence[ResourceView],
@@ -272,7 +299,5 @@ def node_labels(
     clique = _clique(machine)
     if clique:
         labels["nvidia.com/gpu.clique"] = sanitize_value(clique)
-    machine_type = machine.extra.get("machine_type") if machine.extra else None
-    if isinstance(machine_type, str) and machine_type:
-        labels["nvidia.com/gpu.machine"] = sanitize_value(machine_type)
+    labels.update(_host_labels(machine))
     return {k: v for k, v in labels.items() if is_valid_label_key(k) and is_valid_label_value(v)}

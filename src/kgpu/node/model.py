@@ -117,6 +117,8 @@ class NodeView:
     # (GPU UUID, gpuOwnership mode) of every GPU: which kubelet API may offer it while it is
     # free (:mod:`kgpu.node.ownership`); empty means every GPU is shared
     gpu_ownership: tuple[tuple[str, str], ...] = ()
+    # publish nvidia.com/gfd.timestamp with the labels (GFD's default; flags.gfd.noTimestamp)
+    gfd_timestamp: bool = True
 
     def resource(self, name: str) -> ResourceView:
         for res in self.resources:

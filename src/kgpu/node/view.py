@@ -541,6 +541,7 @@ def _build(
         cdi_annotation_prefix=config.cdi_annotation_prefix,
         allocate_envs=config.allocate_envs,
         gpu_ownership=ownership,
+        gfd_timestamp=not (config.flags.gfd and config.flags.gfd.no_timestamp),
     )
 
 

@@ -21,9 +21,16 @@ return codes a real driver gives:
 It also answers the discovery calls ``NvmlBackend.snapshot`` makes (names, UUIDs, memory, MIG
 devices with their instance ids, attributes and placements), so "re-read NVML" reads what the
 operations left. Profile ids follow an A100's (``1g.10gb`` is 19, ``3g.40gb`` 9, ``7g.80gb``
-0). What it does not model: compute instances narrower than their GPU instance (creating one is
-``NVML_ERROR_NOT_SUPPORTED``), per-MIG-device process lists (the parent GPU lists them all, as
-NVML does for root), events, telemetry. ``fail[function] = code`` makes a call raise that
+0).
+
+XID events as the driver delivers them: ``nvmlEventSetWait_v2`` blocks until an event
+registered on the set arrives (:meth:`FakeNvml.inject_event`) or the timeout passes
+(``NVML_ERROR_TIMEOUT``), and waits are serialised across every event set of the process, the
+way a real H200's driver made a zero-timeout drain queue behind another thread's half-second
+wait; ``wait_threads`` records which thread made each wait. What it does not model: compute
+instances narrower than their GPU instance (creating one is ``NVML_ERROR_NOT_SUPPORTED``),
+per-MIG-device process lists (the parent GPU lists them all, as NVML does for root),
+telemetry. ``fail[function] = code`` makes a call raise that
 NVML error (``NVML_ERROR_NO_PERMISSION`` on ``nvmlDeviceSetMigMode``, say); ``calls`` records
 every call made, ``mutating_calls()`` those that change MIG state.
 """
@@ -31,7 +38,9 @@ every call made, ``mutating_calls()`` those that change MIG state.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+import threading
+import time
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
@@ -73,8 +82,18 @@ MUTATING_CALLS = frozenset(
 
 
 def _engines(profile: MigProfile, geometry_compute: int) -> dict[str, int]:
-    """Engine counts shaped like an A100's (a copy engine per compute slice; decoders, JPEG and
-    OFA on the whole GPU and on ``+me`` instances): approximate, for callers that read them."""
+    """The profile's engine counts from the product's published table; without one, shaped
+    like an A100's (a copy engine per compute slice; decoders, JPEG and OFA on the whole GPU and
+    on ``+me`` instances): approximate, for callers that read them."""
+    if profile.engines is not None:
+        e = profile.engines
+        return {
+            "copyEngineCount": e.copy,
+            "decoderCount": e.decoder,
+            "encoderCount": e.encoder,
+            "jpegCount": e.jpeg,
+            "ofaCount": e.ofa,
+        }
     whole = profile.compute_slices == geometry_compute
     media = 1 if whole or profile.media_extensions else 0
     return {
@@ -125,6 +144,16 @@ class _Ci:
     ci_id: int
 
 
+@dataclass
+class _EventSet:
+    devices: set[int] = field(default_factory=set)
+    queue: list[Any] = field(default_factory=list)
+    freed: bool = False
+
+
+_NO_INSTANCE = 0xFFFFFFFF
+
+
 def _deref(ref: Any) -> Any:
     """The object behind ``ctypes.byref(obj)`` (or the object itself)."""
     return getattr(ref, "_obj", ref)
@@ -141,6 +170,14 @@ class FakeNvml:
         self.fail: dict[str, int] = {}
         self.calls: list[str] = []
         self.initialised = 0
+        self.wait_threads: list[str] = []
+        #: NVML's addressing mode and virtualization mode for every GPU (an H200 in a VM:
+        #: ``NVML_DEVICE_ADDRESSING_MODE_NONE``, pass-through)
+        self.addressing_mode = int(pynvml.NVML_DEVICE_ADDRESSING_MODE_NONE)
+        self.virtualization_mode = int(pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH)
+        self._event_sets: list[_EventSet] = []
+        self._events = threading.Condition()
+        self._driver_wait = threading.Lock()  # one event wait at a time, as the driver does
 
     def mutating_calls(self) -> list[str]:
         """The calls made so far that change MIG state (:data:`MUTATING_CALLS`), in order."""
@@ -255,6 +292,14 @@ class FakeNvml:
     def nvmlDeviceGetNumaNodeId(self, h: _Device) -> int:
         node = self._gpu(h).numa_node
         return -1 if node is None else node
+
+    def nvmlDeviceGetAddressingMode(self, h: _Device) -> int:
+        self._gpu(h)
+        return self.addressing_mode
+
+    def nvmlDeviceGetVirtualizationMode(self, h: _Device) -> int:
+        self._gpu(h)
+        return self.virtualization_mode
 
     def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:
         mib = self._mig(h).memory_mib if isinstance(h, _Mig) else self._gpu(h).memory_mib
@@ -425,3 +470,58 @@ class FakeNvml:
             return []
         pids = self._sim_call(self.sim.gpu_processes, h.index)
         return [SimpleNamespace(pid=pid, usedGpuMemory=0) for pid in pids]
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def nvmlEventSetCreate(self) -> _EventSet:
+        self._enter("nvmlEventSetCreate")
+        event_set = _EventSet()
+        with self._events:
+            self._event_sets.append(event_set)
+        return event_set
+
+    def nvmlDeviceRegisterEvents(self, h: _Device, types: int, event_set: _EventSet) -> None:
+        self._enter("nvmlDeviceRegisterEvents")
+        self._gpu(h)
+        with self._events:
+            event_set.devices.add(h.index)
+
+    def nvmlEventSetWait_v2(self, event_set: _EventSet, timeout_ms: int) -> Any:
+        self._enter("nvmlEventSetWait_v2")
+        self.wait_threads.append(threading.current_thread().name)
+        with self._driver_wait:
+            deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+            with self._events:
+                while not event_set.queue and not event_set.freed:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+                    self._events.wait(remaining)
+                if event_set.freed:
+                    raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+                return event_set.queue.pop(0)
+
+    def nvmlEventSetFree(self, event_set: _EventSet) -> None:
+        self._enter("nvmlEventSetFree")
+        with self._events:
+            event_set.freed = True
+            self._event_sets = [s for s in self._event_sets if s is not event_set]
+            self._events.notify_all()
+
+    def inject_event(
+        self, gpu: int, xid: int, gi_id: int = _NO_INSTANCE, ci_id: int = _NO_INSTANCE
+    ) -> None:
+        """The driver reports XID ``xid`` on GPU ``gpu`` (index) to every set registered on it."""
+        data = SimpleNamespace(
+            device=_Device(gpu),
+            eventType=int(pynvml.nvmlEventTypeXidCriticalError),
+            eventData=xid,
+            gpuInstanceId=gi_id,
+            computeInstanceId=ci_id,
+            timeStamp=int(time.time() * 1e6),
+        )
+        with self._events:
+            for event_set in self._event_sets:
+                if gpu in event_set.devices:
+                    event_set.queue.append(data)
+            self._events.notify_all()
