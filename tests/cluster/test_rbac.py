@@ -86,8 +86,13 @@ def test_the_agent_uses_exactly_its_documented_rules(server: FakeApiServer, root
         ("gpu", "gpu.nvidia.com", "gpu-1", None),
     ):
         config = {"apiVersion": CD_API, "kind": kind, "domainID": uid} if kind else None
-        made = admin.create(_claim(name, driver, device, config))
-        refs.append((driver, ClaimRef("ml", made["metadata"]["uid"], name)))
+        claim = _claim(name, driver, device, config)
+        if kind == "ComputeDomainDaemonConfig":  # made from the controller's template
+            claim["metadata"]["namespace"] = "kgpu-system"
+            claim["metadata"]["labels"] = {"resource.nvidia.com/computeDomain": uid}
+        made = admin.create(claim)
+        ns = made["metadata"]["namespace"]
+        refs.append((driver, ClaimRef(ns, made["metadata"]["uid"], name)))
 
     # the whole agent, as the chart runs it: device plugin, NFD labels (a NodeFeature), DRA
     # (both drivers on a fabric tray) and the MIG manager, its state on the Node, its events
