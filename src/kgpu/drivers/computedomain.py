@@ -95,6 +95,7 @@ from kgpu.computedomain.slices import DEFAULT_SLOTS, machine_clique, node_slice
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.hardware.model import Machine
 from kgpu.kubelet.cdi import ContainerEdits, DeviceNode, Mount, write_atomic
+from kgpu.kubelet.dirs import ensure_directory
 from kgpu.kubelet.dra.handler import (
     ClaimError,
     ClaimInfo,
@@ -103,7 +104,6 @@ from kgpu.kubelet.dra.handler import (
     PreparedDevice,
 )
 from kgpu.kubelet.dra.server import plugin_dir
-from kgpu.kubelet.sockets import ensure_directory
 from kgpu.store import CachedStore, Informer, NotFound, ObjectStore
 
 log = logging.getLogger(__name__)

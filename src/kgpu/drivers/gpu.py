@@ -30,9 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from kgpu.dra import opaque
+from kgpu.drivers.mps import MPS_DIRECTORY_MODE
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.hardware.model import Gpu, Machine, MigDevice
 from kgpu.kubelet.cdi import ContainerEdits, DeviceNode, Mount
+from kgpu.kubelet.dirs import ensure_directory
 from kgpu.kubelet.dra.handler import ClaimError, ClaimInfo, OpaqueConfig, PreparedClaim
 from kgpu.kubelet.dra.handler import PreparedDevice as Prepared
 from kgpu.kubelet.nvidia_cdi import NodeDriver, mig_cap_minors
@@ -290,7 +292,7 @@ class GpuHandler:
                 plan = opaque.sharing_plan(parsed, claim.uid, uuids, raw.path)
             extra = ContainerEdits(env=plan.env)
             for directory in plan.directories:
-                (self.mps_root / directory).mkdir(parents=True, exist_ok=True)
+                ensure_directory(self.mps_root / directory, MPS_DIRECTORY_MODE)
             for state_key, value in plan.record.items():
                 records.setdefault(state_key, []).append(value)
             if plan.mounts:
