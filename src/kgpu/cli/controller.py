@@ -230,6 +230,7 @@ def register(app: typer.Typer) -> None:
             pass
         lost = ctl.lost_leadership
         ctl.stop()
-        store.close()
+        for client in (store, lease_store, webhook_store):
+            client.close()
         if lost:
             fail("lost the leader Lease; exiting so that a fresh replica takes part again")
