@@ -161,9 +161,11 @@ def test_real_daemons_get_their_gpu_only_and_report_clients(
     fake = _FakeControl()
     fake.busy = machine.gpus[3].uuid
     monkeypatch.setattr(mps.subprocess, "run", fake)
-    manager = MpsManager(use_binary=True)
+    mounts: list[list[str]] = []  # mount(8) of the shared shm tmpfs, recorded
+    manager = MpsManager(use_binary=True, run=mounts.append)
     manager.binary = "/usr/bin/nvidia-cuda-mps-control"
     manager.sync(view)
+    assert {m[-1] for m in mounts} == {f"{tmp_path}/shm"}
     starts = [
         (env["CUDA_VISIBLE_DEVICES"], env["CUDA_MPS_PIPE_DIRECTORY"])
         for a, _, env in fake.calls
@@ -283,7 +285,7 @@ def test_a_daemon_that_refuses_its_limits_is_quit_not_left_running(
         return done
 
     monkeypatch.setattr(mps.subprocess, "run", refusing)
-    manager = MpsManager(use_binary=True)
+    manager = MpsManager(use_binary=True, run=lambda command: None)
     manager.binary = "/usr/bin/nvidia-cuda-mps-control"
     manager.sync(view)
     assert [d["state"] for d in manager.status()] == ["failed", "failed"]

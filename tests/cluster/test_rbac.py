@@ -86,8 +86,13 @@ def test_the_agent_uses_exactly_its_documented_rules(server: FakeApiServer, root
         ("gpu", "gpu.nvidia.com", "gpu-1", None),
     ):
         config = {"apiVersion": CD_API, "kind": kind, "domainID": uid} if kind else None
-        made = admin.create(_claim(name, driver, device, config))
-        refs.append((driver, ClaimRef("ml", made["metadata"]["uid"], name)))
+        claim = _claim(name, driver, device, config)
+        if kind == "ComputeDomainDaemonConfig":  # made from the controller's template
+            claim["metadata"]["namespace"] = "kgpu-system"
+            claim["metadata"]["labels"] = {"resource.nvidia.com/computeDomain": uid}
+        made = admin.create(claim)
+        ns = made["metadata"]["namespace"]
+        refs.append((driver, ClaimRef(ns, made["metadata"]["uid"], name)))
 
     # the whole agent, as the chart runs it: device plugin, NFD labels (a NodeFeature), DRA
     # (both drivers on a fabric tray) and the MIG manager, its state on the Node, its events
@@ -159,6 +164,34 @@ def test_the_agent_uses_exactly_its_documented_rules(server: FakeApiServer, root
         agent.stop()
         admin.close()
     assert server.rules("kgpu-agent") == documented("agent")
+    _assert_node_scoped(server, "tray-0")
+
+
+def _assert_node_scoped(server: FakeApiServer, node: str) -> None:
+    """Every write the agent made stays inside what the chart's node-scoped admission policies
+    allow (docs/security.md; the policies' CEL is evaluated in tests/deploy): its own Node, only
+    the keys kgpu owns there, no spec; only ResourceSlices of its node."""
+    writes = [
+        r
+        for r in server.requests
+        if r.user_agent.startswith("kgpu-agent")
+        and r.verb in ("create", "update", "patch", "delete")
+        and r.resource in ("nodes", "resourceslices")
+    ]
+    assert {r.resource for r in writes} == {"nodes", "resourceslices"}
+    for r in writes:
+        if r.resource == "nodes":
+            assert r.name == node and r.body is not None, r.path
+            assert set(r.body) <= {"metadata", "apiVersion", "kind"}, r.body  # no spec
+            meta = r.body.get("metadata") or {}
+            assert set(meta) <= {"labels", "annotations", "name"}, meta
+            for key in meta.get("labels") or {}:
+                assert key.startswith("resource.nvidia.com/computeDomain.") or key == MIG_STATE
+            assert set(meta.get("annotations") or {}) <= {"resource.nvidia.com/imexChannels"}
+        elif r.verb == "delete":
+            assert r.name.startswith(f"{node}-"), r.name
+        else:
+            assert r.body is not None and r.body["spec"]["nodeName"] == node, r.body
 
 
 def test_the_controller_uses_exactly_its_documented_rules(

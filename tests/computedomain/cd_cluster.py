@@ -211,6 +211,8 @@ class MiniCluster:
                     "metadata": {
                         "name": f"{pod['metadata']['name']}-{rc['name']}",
                         "namespace": ns,
+                        # as Kubernetes: the template's spec.metadata labels are copied
+                        "labels": dict((tpl["spec"].get("metadata") or {}).get("labels") or {}),
                         "annotations": {"resource.kubernetes.io/pod-claim-name": rc["name"]},
                     },
                     "spec": copy.deepcopy(tpl["spec"]["spec"]),

@@ -65,11 +65,17 @@ def _clique(
 
 
 def _claim(name: str, uid: str, device: str, domain: str, kind: str) -> dict[str, Any]:
+    """A channel claim in the workload's namespace; a daemon claim as the controller's
+    template makes it (its namespace, the domain label)."""
     request = device.split("-")[0]
+    meta: dict[str, Any] = {"name": name, "namespace": "default", "uid": uid}
+    if kind == "ComputeDomainDaemonConfig":
+        meta["namespace"] = "nvidia-dra-driver-gpu"
+        meta["labels"] = {"resource.nvidia.com/computeDomain": domain}
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default", "uid": uid},
+        "metadata": meta,
         "status": {
             "allocation": {
                 "devices": {
@@ -112,7 +118,8 @@ def setup(tmp_path: Path) -> tuple[MemoryStore, DraPlugin, ComputeDomainHandler]
 
 
 def _prepare(plugin: DraPlugin, claim: dict[str, Any]) -> Any:
-    ref = ClaimRef("default", claim["metadata"]["uid"], claim["metadata"]["name"])
+    meta = claim["metadata"]
+    ref = ClaimRef(meta["namespace"], meta["uid"], meta["name"])
     return plugin.prepare([ref], {ref.uid: claim})[ref.uid]
 
 

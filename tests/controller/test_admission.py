@@ -283,3 +283,53 @@ def test_the_webhook_serves_admission_reviews_over_https(certificate: Path) -> N
         assert server.reviews == 1 and server.patched == 1
     finally:
         server.stop()
+
+
+def test_the_webhook_reads_and_the_lease_use_clients_of_their_own() -> None:
+    """A flood of reviews must not throttle the Lease renewal (issue 28: renewal latency
+    reached 28.6 s through one shared rate limiter): each has its own client."""
+    from kgpu.controller.process import Controller, ControllerOptions
+    from kgpu.store import MemoryStore
+
+    main, lease, hooks = MemoryStore(), MemoryStore(), MemoryStore()
+    electors: list[object] = []
+
+    def elector(store: object, *args: object, **kwargs: object) -> object:
+        electors.append(store)
+
+        class Elector:
+            is_leader = False
+
+        return Elector()
+
+    ctl = Controller(
+        main,
+        ControllerOptions(namespace="kgpu-system", identity="a"),
+        elector_factory=elector,  # type: ignore[arg-type]
+        lease_store=lease,
+        webhook_store=hooks,
+    )
+    assert electors == [lease]
+    seen: list[str] = []
+    original = hooks.get
+
+    def get(*args: object, **kwargs: object) -> object:
+        seen.append(str(args[2]))
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    hooks.get = get  # type: ignore[method-assign]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ml"},
+        "spec": {
+            "containers": [{"name": "c"}],
+            "resourceClaims": [{"name": "x", "resourceClaimName": "c1"}],
+        },
+    }
+    ctl.admit(pod, "ml")  # type: ignore[arg-type]
+    assert seen == ["c1"]  # the claim is read through the webhook's client
+    main_get = main.get
+    main.get = lambda *a, **k: (_ for _ in ()).throw(AssertionError("read on the main client"))  # type: ignore[method-assign]
+    ctl.admit(pod, "ml")  # type: ignore[arg-type]
+    main.get = main_get  # type: ignore[method-assign]

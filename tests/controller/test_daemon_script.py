@@ -17,8 +17,8 @@ from kgpu.computedomain.objects import DAEMON_SCRIPT, daemon_set
 from kgpu.testing.poll import eventually
 
 FAKE_IMEX = """#!/bin/sh
-echo "$@" > "$IMEXD_DIR/args"
-trap 'echo usr1 >> "$IMEXD_DIR/signals"' USR1
+echo "$@" > "$IMEX_RUN_DIR/args"
+trap 'echo usr1 >> "$IMEX_RUN_DIR/signals"' USR1
 trap 'exit 0' TERM
 while :; do sleep 0.05; done
 """
@@ -28,6 +28,7 @@ while :; do sleep 0.05; done
 def test_the_daemon_script_renders_config_keeps_hosts_and_signals_changes(tmp_path: Path) -> None:
     imexd = tmp_path / "imexd"
     imexd.mkdir()
+    run = tmp_path / "run"
     (imexd / "imexd.cfg.tmpl").write_text(render_imex_config_template())
     (imexd / "hosts").write_text("10.0.0.1\tcompute-domain-daemon-0000\n")
     etc_hosts = tmp_path / "etc-hosts"
@@ -38,6 +39,7 @@ def test_the_daemon_script_renders_config_keeps_hosts_and_signals_changes(tmp_pa
     env = {
         **os.environ,
         "IMEXD_DIR": str(imexd),
+        "IMEX_RUN_DIR": str(run),
         "HOSTS_FILE": str(etc_hosts),
         "IMEX_BINARY": str(fake),
         "POD_IP": "192.168.4.2",
@@ -45,9 +47,12 @@ def test_the_daemon_script_renders_config_keeps_hosts_and_signals_changes(tmp_pa
     }
     proc = subprocess.Popen(["sh", "-c", DAEMON_SCRIPT], env=env)
     try:
-        assert eventually(lambda: (imexd / "args").exists())
-        assert (imexd / "args").read_text().split() == ["-c", f"{imexd}/imexd.cfg"]
-        assert (imexd / "imexd.cfg").read_text() == render_imex_config("192.168.4.2", str(imexd))
+        assert eventually(lambda: (run / "args").exists())
+        assert (run / "args").read_text().split() == ["-c", f"{run}/imexd.cfg"]
+        # the config names the read-only directory's nodes.cfg
+        assert (run / "imexd.cfg").read_text() == render_imex_config("192.168.4.2", str(imexd))
+        # /imexd is read-only in the pod: the script writes nothing there
+        assert sorted(p.name for p in imexd.iterdir()) == ["hosts", "imexd.cfg.tmpl"]
         # the old mapping is replaced, the host's own lines stay
         assert etc_hosts.read_text() == (
             "127.0.0.1\tlocalhost\n10.0.0.1\tcompute-domain-daemon-0000\n"
@@ -55,9 +60,9 @@ def test_the_daemon_script_renders_config_keeps_hosts_and_signals_changes(tmp_pa
         (imexd / "hosts").write_text(
             "10.0.0.1\tcompute-domain-daemon-0000\n10.0.0.2\tcompute-domain-daemon-0001\n"
         )
-        assert eventually(lambda: (imexd / "signals").exists())
+        assert eventually(lambda: (run / "signals").exists())
         assert "10.0.0.2\tcompute-domain-daemon-0001" in etc_hosts.read_text()
-        assert (imexd / "signals").read_text() == "usr1\n"
+        assert (run / "signals").read_text() == "usr1\n"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
     finally:

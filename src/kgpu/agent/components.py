@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from kgpu.agent.nfd import FeaturesComponent
@@ -139,6 +140,7 @@ def dra(ctx: AgentContext) -> Component | None:
         kubernetes_version=ctx.kubernetes_version,
         driver=ctx.driver,
         ownership=ctx.ownership,
+        namespace=ctx.namespace,
     )
 
 
@@ -197,7 +199,10 @@ def load_dra(
     kubernetes_version: str | None = None,
     driver: Callable[[], NodeDriver | None] | None = None,
     ownership: GpuOwnership | None = None,
+    namespace: str | None = None,
 ) -> Component:
+    """The DRA drivers; ``namespace``: the agent's, which is the controller's (the chart's
+    release namespace), the one namespace whose IMEX daemon claims are prepared."""
     from kgpu.kubelet.nvidia_cdi import for_backend
 
     return DraComponent(
@@ -206,7 +211,11 @@ def load_dra(
         node_name=node_name,
         backend=backend,
         store=store,
-        driver_factories=(compute_domain_driver,),
+        driver_factories=(
+            partial(compute_domain_driver, daemon_namespace=namespace)
+            if namespace
+            else compute_domain_driver,
+        ),
         kubernetes_version=kubernetes_version,
         node_driver_for=(lambda _backend: driver()) if driver is not None else for_backend,
         ownership=ownership,

@@ -12,12 +12,11 @@ address is (``:8081`` every interface, port 0 a free one).
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from kgpu.metrics.server import parse_address
-from kgpu.metrics.serving import ServerThread, send_reply
+from kgpu.metrics.serving import Limits, PooledHTTPServer, ServerThread, send_reply
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +26,7 @@ Check = Callable[[], tuple[bool, str]]
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+    server: _Server  # type: ignore[assignment]
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
@@ -44,13 +43,13 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("health http: " + format, *args)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(PooledHTTPServer):
     check: Check
 
 
-class _Server6(_Server):
-    address_family = socket.AF_INET6
+#: Probes are one request every few seconds: two workers; 500 idle connections cost 500
+#: sockets (capped at 64 open, the oldest silent one dropped), never a thread each.
+LIMITS = Limits(workers=2, max_connections=64, read_timeout=5.0, idle_timeout=10.0)
 
 
 class HealthServer:
@@ -59,9 +58,8 @@ class HealthServer:
 
     def __init__(self, address: str, check: Check) -> None:
         host, port = parse_address(address, "--health-address")
-        server_class = _Server6 if ":" in host else _Server
         try:
-            self._httpd = server_class((host, port), _Handler)
+            self._httpd = _Server((host, port), _Handler, name="kgpu-agent-health", limits=LIMITS)
         except OSError as exc:
             raise OSError(
                 exc.errno, f"--health-address: cannot serve on {address}: {exc.strerror}"

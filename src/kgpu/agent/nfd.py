@@ -28,6 +28,7 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from kgpu.kubelet.cdi import write_atomic
+from kgpu.kubelet.dirs import ensure_directory
 from kgpu.node.model import NodeView
 from kgpu.store import NotFound, ObjectStore, StoreError
 from kgpu.store.objects import Obj
@@ -52,7 +53,7 @@ def render(labels: Mapping[str, str]) -> str:
 
 def write_features(directory: Path, labels: Mapping[str, str]) -> bool:
     """Write the features file; False (nothing written) when it already says this."""
-    directory.mkdir(parents=True, exist_ok=True)
+    ensure_directory(directory, 0o755)  # nfd-worker reads it; whatever the umask
     target = directory / FEATURES_FILE
     text = render(labels)
     try:

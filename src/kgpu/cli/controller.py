@@ -59,6 +59,14 @@ def register(app: typer.Typer) -> None:
                 "--webhook-cert-dir", help="Directory holding the webhook's tls.crt and tls.key."
             ),
         ] = None,
+        webhook_client_ca: Annotated[
+            Path | None,
+            typer.Option(
+                "--webhook-client-ca",
+                help="Require a client certificate signed by this CA (the API server's, when "
+                "kube-apiserver is configured to present one to webhooks).",
+            ),
+        ] = None,
         device_classes: Annotated[
             str,
             typer.Option(
@@ -151,6 +159,10 @@ def register(app: typer.Typer) -> None:
                                 f"{webhook_cert_dir / name}: no such file", "--webhook-cert-dir"
                             )
                         )
+        if webhook_client_ca is not None and not webhook_client_ca.is_file():
+            problems.append(
+                FieldProblem(f"{webhook_client_ca}: no such file", "--webhook-client-ca")
+            )
         groups = tuple(g.strip() for g in device_classes.split(",") if g.strip())
         for group in groups:
             if group not in GROUPS:
@@ -173,11 +185,15 @@ def register(app: typer.Typer) -> None:
         try:
             from kgpu.cluster.kube import KubeStore
 
+            source = None if kubeconfig is None else str(kubeconfig)
             store = KubeStore.from_config(
-                None if kubeconfig is None else str(kubeconfig),
-                qps=qps,
-                burst=burst,
-                user_agent=f"kgpu-controller/{me}",
+                source, qps=qps, burst=burst, user_agent=f"kgpu-controller/{me}"
+            )
+            # the Lease and the webhook's reads each get a client (and a rate limit) of
+            # their own: admission traffic never delays a renewal
+            lease_store = KubeStore.from_config(source, user_agent=f"kgpu-controller/{me}")
+            webhook_store = KubeStore.from_config(
+                source, qps=qps, burst=burst, user_agent=f"kgpu-controller/{me}"
             )
         except KgpuError as exc:
             fail(exc)
@@ -193,9 +209,10 @@ def register(app: typer.Typer) -> None:
             health_address=addresses["--health-address"],
             webhook_address=addresses["--webhook-address"],
             webhook_cert_dir=webhook_cert_dir,
+            webhook_client_ca=webhook_client_ca,
         )
         try:
-            ctl = Controller(store, options)
+            ctl = Controller(store, options, lease_store=lease_store, webhook_store=webhook_store)
             ctl.start()
         except (KgpuError, OSError) as exc:
             fail(f"cannot start the controller: {exc}")
@@ -213,6 +230,7 @@ def register(app: typer.Typer) -> None:
             pass
         lost = ctl.lost_leadership
         ctl.stop()
-        store.close()
+        for client in (store, lease_store, webhook_store):
+            client.close()
         if lost:
             fail("lost the leader Lease; exiting so that a fresh replica takes part again")

@@ -255,6 +255,8 @@ class KubeStore:
 
         config: Any = kube_config  # untyped package
 
+        import yaml
+
         configuration = client.Configuration()
         source = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         try:
@@ -268,7 +270,17 @@ class KubeStore:
                     client_configuration=configuration,
                     persist_config=False,
                 )
-        except (ConfigException, OSError, ValueError, TypeError) as exc:
+        # the client's loader is untyped: a malformed file surfaces as any of these (a YAML
+        # syntax error, `context: 7` as AttributeError); each is the file's fault, said once
+        except (
+            ConfigException,
+            OSError,
+            ValueError,
+            TypeError,
+            AttributeError,
+            KeyError,
+            yaml.YAMLError,
+        ) as exc:
             raise FieldError(
                 FieldProblem(
                     f"cannot use it to reach a Kubernetes API server: {exc}",

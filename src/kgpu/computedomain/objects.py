@@ -13,7 +13,14 @@ upstream's ``compute-domain-daemon`` that kgpu does not do on the node side: ren
 ``imexd.cfg`` from the template with the pod's IP, keep ``/etc/hosts`` mapping the clique's
 daemon DNS names to their IPs (from the ``hosts`` file the node side rewrites when the
 domain's ComputeDomainClique changes), start ``nvidia-imex`` and send it SIGUSR1 (re-resolve
-its peers) when the mapping changes.
+its peers) when the mapping changes. ``/imexd`` is mounted read-only (the privileged agent
+writes it, and nothing a container puts there may reach the agent), so what the script writes
+(the rendered config, the next ``/etc/hosts``) goes to its own ``$IMEX_RUN_DIR``.
+
+The daemon claim template stamps its claims with the domain label
+(``spec.metadata.labels``, which Kubernetes copies onto every claim made from it): the node
+side prepares a daemon claim only in the controller's namespace and only for the domain its
+label names.
 """
 
 from __future__ import annotations
@@ -57,25 +64,30 @@ APP_LABEL = "app.kubernetes.io/name"
 APP_NAME = "kgpu-compute-domain"
 DAEMON_CONTAINER = "compute-domain-daemon"
 DAEMON_CLAIM = "compute-domain-daemon"
+#: Where the daemon container writes (its rendered config, the next /etc/hosts): its own
+#: filesystem, since ``/imexd`` is read-only to it.
+IMEX_RUN_DIR = "/run/kgpu-imex"
 
 #: The daemon container's program (``sh -c``). Paths and the poll interval of the local hosts
 #: file come from the environment so a test can run it outside a pod.
 DAEMON_SCRIPT = f"""set -eu
 dir="${{IMEXD_DIR:-{IMEX_CONFIG_DIR}}}"
+run="${{IMEX_RUN_DIR:-{IMEX_RUN_DIR}}}"
 etc_hosts="${{HOSTS_FILE:-/etc/hosts}}"
 imex="${{IMEX_BINARY:-nvidia-imex}}"
+mkdir -p "$run"
 sed -e "s|{BIND_IP_PLACEHOLDER}|${{POD_IP}}|" \\
   -e "s|{NODES_PATH_PLACEHOLDER}|$dir/{NODES_CONFIG}|" \\
-  "$dir/{IMEX_CONFIG_TEMPLATE}" > "$dir/{IMEX_CONFIG}"
+  "$dir/{IMEX_CONFIG_TEMPLATE}" > "$run/{IMEX_CONFIG}"
 sync_hosts() {{
   {{ grep -v '{DNS_NAME_PREFIX}' "$etc_hosts" || true; cat "$dir/{HOSTS}" 2>/dev/null || true; }} \\
-    > "$dir/.hosts.new"
-  cat "$dir/.hosts.new" > "$etc_hosts"
-  rm -f "$dir/.hosts.new"
+    > "$run/.hosts.new"
+  cat "$run/.hosts.new" > "$etc_hosts"
+  rm -f "$run/.hosts.new"
 }}
 sync_hosts
 last="$(cat "$dir/{HOSTS}" 2>/dev/null || true)"
-"$imex" -c "$dir/{IMEX_CONFIG}" &
+"$imex" -c "$run/{IMEX_CONFIG}" &
 pid=$!
 trap 'kill -TERM "$pid" 2>/dev/null || true' TERM INT
 while kill -0 "$pid" 2>/dev/null; do
@@ -161,7 +173,10 @@ def channel_claim_template(domain: ComputeDomain) -> dict[str, Any]:
 def daemon_claim_template(
     domain: ComputeDomain, namespace: str = DRIVER_NAMESPACE
 ) -> dict[str, Any]:
-    return _template(
+    """The daemon pods' claim template, in the controller's namespace. Its claims carry the
+    domain label (``spec.metadata``, copied onto each claim by Kubernetes): the node side
+    checks it against the claim's ``domainID`` before mounting the domain's directory."""
+    template = _template(
         name=daemon_object_name(domain),
         namespace=namespace,
         labels=_labels(domain, TARGET_DAEMON),
@@ -169,6 +184,8 @@ def daemon_claim_template(
         device_class=DAEMON_CLASS,
         parameters={"apiVersion": API_VERSION, "kind": DAEMON_CONFIG_KIND, "domainID": domain.uid},
     )
+    template["spec"]["metadata"] = {"labels": {DOMAIN_LABEL: domain.uid}}
+    return template
 
 
 def daemon_set(domain: ComputeDomain, namespace: str = DRIVER_NAMESPACE) -> dict[str, Any]:

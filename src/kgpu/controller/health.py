@@ -18,12 +18,16 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from kgpu.metrics.serving import ServerThread, http_server, send_reply
+from kgpu.metrics.serving import Limits, PooledHTTPServer, ServerThread, send_reply
 
 log = logging.getLogger(__name__)
 
 #: (ok, text) of one check
 Check = Callable[[], tuple[bool, str]]
+
+
+#: Probes only: two workers, no thread per connection (kgpu.metrics.serving).
+LIMITS = Limits(workers=2, max_connections=64, read_timeout=5.0, idle_timeout=10.0)
 
 
 class HealthServer:
@@ -59,7 +63,8 @@ class HealthServer:
                     code = 200 if ok else 503
                 send_reply(self, code, text.encode())
 
-        self._serving = ServerThread(http_server(self._address, Handler), "health").start()
+        server = PooledHTTPServer(self._address, Handler, name="health", limits=LIMITS)
+        self._serving = ServerThread(server, "health").start()
         return self
 
     def stop(self) -> None:

@@ -56,6 +56,7 @@ class ControllerOptions:
     health_address: tuple[str, int] | None = None
     webhook_address: tuple[str, int] | None = None
     webhook_cert_dir: Path | None = None
+    webhook_client_ca: Path | None = None  # require the API server's client certificate
     record_events: bool = True
     informer_backoff: Backoff | None = None
 
@@ -79,12 +80,19 @@ class Controller:
         options: ControllerOptions,
         *,
         elector_factory: Callable[..., LeaderElector] = LeaderElector,
+        lease_store: ObjectStore | None = None,
+        webhook_store: ObjectStore | None = None,
     ) -> None:
+        """``lease_store`` and ``webhook_store``: clients of their own (own rate limiter and
+        connections) for the Lease and for the webhook's reads, so a flood of admission
+        reviews can neither delay a renewal (and lose leadership) nor throttle reconciles;
+        both default to ``store``."""
         self.options = options
         self.store = store
+        self.webhook_store = webhook_store or store
         self.informers = SharedInformers(store, backoff=options.informer_backoff)
         self.elector = elector_factory(
-            store,
+            lease_store or store,
             options.lease(),
             on_started_leading=self._started_leading,
             on_stopped_leading=self._stopped_leading,
@@ -115,6 +123,7 @@ class Controller:
                 cert_dir / "tls.crt",
                 cert_dir / "tls.key",
                 self.admit,
+                client_ca=options.webhook_client_ca,
             )
         self.health: HealthServer | None = None
         if options.health_address is not None:
@@ -234,7 +243,7 @@ class Controller:
 
         def claim(name: str) -> dict[str, object] | None:
             try:
-                return self.store.get(RESOURCE_API, "ResourceClaim", name, namespace)
+                return self.webhook_store.get(RESOURCE_API, "ResourceClaim", name, namespace)
             except NotFound:
                 return None
 

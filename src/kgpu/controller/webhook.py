@@ -19,13 +19,15 @@ import base64
 import json
 import logging
 import ssl
+import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from kgpu.computedomain.admission import Mutation
-from kgpu.metrics.serving import ServerThread, http_server, send_reply
+from kgpu.metrics.serving import Limits, PooledHTTPServer, ServerThread, send_reply
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,78 @@ def review(body: Obj, mutate: Mutate) -> Obj:
     return answer
 
 
+#: TLS 1.2 suites: AEAD with forward secrecy only (no CBC, no RSA key exchange); TLS 1.3's
+#: suites are all AEAD.
+CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+#: At most one look at the certificate files per this many seconds.
+RELOAD_CHECK_S = 1.0
+#: Connections, workers and bytes of the webhook (kgpu.metrics.serving): the API server sends
+#: a few concurrent reviews of at most ~3 MiB.
+LIMITS = Limits(
+    workers=4,
+    max_connections=64,
+    read_timeout=10.0,
+    idle_timeout=30.0,
+    max_request_bytes=MAX_BODY + 16 * 1024,
+    max_buffered_bytes=64 * 1024 * 1024,
+)
+
+
+def _stamp(paths: tuple[Path, ...]) -> tuple[tuple[int, int, int], ...]:
+    stamps = []
+    for path in paths:
+        st = path.stat()
+        stamps.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(stamps)
+
+
+class TLSFiles:
+    """The webhook's server TLS context, rebuilt when ``tls.crt``/``tls.key`` (or the client
+    CA) change on disk, as cert-manager or a Secret volume update them: the next handshake
+    serves the new certificate, no restart. A pair that does not load (half-written) keeps
+    the previous context and is logged once. TLS 1.2+ with AEAD suites only, renegotiation
+    off; with ``client_ca`` every client must present a certificate it signed (the API
+    server's, when kube-apiserver is configured to send one)."""
+
+    def __init__(self, cert_file: Path, key_file: Path, client_ca: Path | None = None) -> None:
+        self.files = (cert_file, key_file) + ((client_ca,) if client_ca else ())
+        self.client_ca = client_ca
+        self._lock = threading.Lock()
+        self._checked = 0.0
+        self._stamp = _stamp(self.files)
+        self._context = self._load()
+
+    def _load(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.set_ciphers(CIPHERS)
+        context.options |= ssl.OP_NO_RENEGOTIATION | ssl.OP_NO_COMPRESSION
+        context.load_cert_chain(str(self.files[0]), str(self.files[1]))
+        if self.client_ca is not None:
+            context.load_verify_locations(cafile=str(self.client_ca))
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+    def __call__(self) -> ssl.SSLContext:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._checked < RELOAD_CHECK_S:
+                return self._context
+            self._checked = now
+            stamp = self._stamp
+            try:
+                stamp = _stamp(self.files)
+                if stamp != self._stamp:
+                    self._context = self._load()
+                    self._stamp = stamp
+                    log.info("webhook: certificate reloaded from %s", self.files[0])
+            except (OSError, ssl.SSLError) as exc:
+                if stamp != self._stamp:
+                    log.warning("webhook: keeping the previous certificate: %s", exc)
+                    self._stamp = stamp
+            return self._context
+
+
 class AdmissionServer:
     """HTTPS server of :func:`review` on ``host:port`` (port 0: any free one)."""
 
@@ -87,11 +161,11 @@ class AdmissionServer:
         cert_file: Path,
         key_file: Path,
         mutate: Mutate,
+        *,
+        client_ca: Path | None = None,
     ) -> None:
         self._address = address
-        self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self._context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self._context.load_cert_chain(str(cert_file), str(key_file))
+        self.tls = TLSFiles(cert_file, key_file, client_ca)
         self.mutate = mutate
         self._serving: ServerThread | None = None
         self.reviews = 0
@@ -109,8 +183,7 @@ class AdmissionServer:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            timeout = 10  # a client that stalls mid-request loses its connection
+            protocol_version = "HTTP/1.1"  # kept alive between reviews, idle_timeout
 
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("webhook: " + format, *args)
@@ -140,10 +213,9 @@ class AdmissionServer:
                     owner.patched += 1
                 send_reply(self, 200, json.dumps(answer).encode(), "application/json")
 
-        server = http_server(self._address, Handler)
-        # the TLS handshake happens on the connection's own thread, not in accept()
-        server.socket = self._context.wrap_socket(
-            server.socket, server_side=True, do_handshake_on_connect=False
+        # the TLS handshake happens in the event loop, non-blocking, with the read deadline
+        server = PooledHTTPServer(
+            self._address, Handler, name="webhook", limits=LIMITS, tls=self.tls
         )
         self._serving = ServerThread(server, "webhook").start()
         return self

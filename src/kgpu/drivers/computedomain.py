@@ -13,6 +13,20 @@ the controller keeps). The Kubernetes API is reached only through the object sto
 state lives in the framework's checkpoint (``PreparedClaim.state``), so a restarted agent keeps
 its channel numbers.
 
+The daemon directory is the one place where the privileged agent and a pod share files, so:
+
+- a daemon claim is prepared only in the controller's namespace (``daemon_namespace``: where
+  the controller keeps the daemon claim templates; no tenant can create claims there) and only
+  when the claim carries the domain label its template stamps, naming the same domain as its
+  ``domainID`` (``compute-domain-daemon.nvidia.com`` is a cluster-wide class: without the
+  check a claim in any namespace would get any domain's directory);
+- the directory is created ``0750`` whatever the umask and mounted **read-only** at
+  ``/imexd`` (the daemon writes its rendered config in its own filesystem);
+- the agent only ever writes there, by a fresh temporary file renamed over the old name (a
+  FIFO or a symlink left in the directory is replaced, never opened), and remembers what it
+  wrote instead of reading the file back; so no lock is ever held across I/O a container can
+  stall or inflate.
+
 What the driver reads, and how (a fabric node of a 5,000-node cluster must not poll):
 
 - the ComputeDomainClique of each domain whose IMEX daemon runs here, by label selector
@@ -36,6 +50,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import threading
 from collections.abc import Callable, Mapping
@@ -74,11 +89,13 @@ from kgpu.computedomain.imex import (
     render_imex_config_template,
     render_nodes_config,
 )
+from kgpu.computedomain.objects import DRIVER_NAMESPACE
 from kgpu.computedomain.placement import node_clique
 from kgpu.computedomain.slices import DEFAULT_SLOTS, machine_clique, node_slice
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.hardware.model import Machine
 from kgpu.kubelet.cdi import ContainerEdits, DeviceNode, Mount, write_atomic
+from kgpu.kubelet.dirs import ensure_directory
 from kgpu.kubelet.dra.handler import (
     ClaimError,
     ClaimInfo,
@@ -95,6 +112,8 @@ Obj = dict[str, Any]
 #: Node annotation: the IMEX channel each domain uses on the node (JSON ``{uid: channel}``),
 #: read by the domain's other nodes so that a domain keeps one channel index in its clique.
 CHANNELS_ANNOTATION = "resource.nvidia.com/imexChannels"
+#: The domain directory's mode (as NVIDIA's driver): the daemon container reads it as root.
+DOMAIN_DIR_MODE = 0o750
 _KINDS = {"channel": CHANNEL_CONFIG_KIND, "daemon": DAEMON_CONFIG_KIND}
 
 
@@ -153,13 +172,17 @@ class ComputeDomainHandler:
         *,
         clique: str | None = None,
         slots: int = DEFAULT_SLOTS,
+        daemon_namespace: str = DRIVER_NAMESPACE,
     ) -> None:
         self.node_name = node_name
+        self.daemon_namespace = daemon_namespace
         self.store = store
         self.work_dir = Path(work_dir)
         self.clique = clique
         self.slots = slots
         self._claims: dict[str, dict[str, Any]] = {}
+        # domain uid -> the hosts text last written: never read back from the directory
+        self._written: dict[str, str] = {}
         # The kubelet's gRPC calls and the informers' events run on different threads; one
         # lock keeps a daemon directory from being rewritten while it is removed.
         self._lock = threading.RLock()
@@ -216,6 +239,7 @@ class ComputeDomainHandler:
                     )
                 edits, state = self._prepare_channel(domain, mode)
             else:
+                self._check_daemon_claim(claim, domain)
                 edits, state = self._prepare_daemon(domain)
             devices.append(
                 PreparedDevice(
@@ -240,7 +264,9 @@ class ComputeDomainHandler:
             if state.get("type") == "channel" and not any(s["type"] == "channel" for s in same):
                 self._set_label(domain, present=False)
             if state.get("type") == "daemon" and not any(s["type"] == "daemon" for s in same):
+                # rmtree never follows a symlink, and unlinking a FIFO does not open it
                 shutil.rmtree(self.domain_dir(domain), ignore_errors=True)
+                self._written.pop(domain, None)
             self._follow()
 
     # -- queries --------------------------------------------------------------------------------
@@ -290,13 +316,17 @@ class ComputeDomainHandler:
         with self._lock:
             if uid not in self.daemon_domains():
                 return False
-            path = self.domain_dir(uid) / HOSTS
             text = self._hosts(uid)
-            old = path.read_text(encoding="utf-8") if path.exists() else None
-            if old == text:
+            if self._written.get(uid) == text:
                 return False
-            write_atomic(path, text)
+            self._write_hosts(uid, text)
             return True
+
+    def _write_hosts(self, uid: str, text: str) -> None:
+        """Replace the daemon's ``hosts`` (a new file renamed over whatever the name holds)
+        and remember the text: what is in the directory is never read back."""
+        write_atomic(self.domain_dir(uid) / HOSTS, text)
+        self._written[uid] = text
 
     def _domain_changed(self, uid: str) -> None:
         """An informer saw the domain's clique change."""
@@ -401,12 +431,31 @@ class ComputeDomainHandler:
         }
         return edits, state
 
+    def _check_daemon_claim(self, claim: ClaimInfo, domain: ComputeDomain) -> None:
+        """A daemon claim gets the domain's directory only when the controller made it: in
+        the controller's namespace, from the domain's daemon claim template (its label)."""
+        if claim.namespace != self.daemon_namespace:
+            raise ClaimError(
+                f"a {DAEMON_CONFIG_KIND} claim must be in the kgpu controller's namespace "
+                f"{self.daemon_namespace!r}, not {claim.namespace!r}: IMEX daemon claims come "
+                "from the daemon claim template the controller creates for each ComputeDomain"
+            )
+        labels = (claim.claim.get("metadata") or {}).get("labels") or {}
+        if not isinstance(labels, Mapping) or labels.get(DOMAIN_LABEL) != domain.uid:
+            raise ClaimError(
+                f"claim {claim.namespace}/{claim.name} names ComputeDomain {domain.uid} but "
+                f"was not made from its daemon claim template (label {DOMAIN_LABEL}="
+                f"{domain.uid} missing); the controller re-creates the template"
+            )
+
     def _prepare_daemon(self, domain: ComputeDomain) -> tuple[ContainerEdits, Obj]:
         self._watch_domain(domain.uid)  # from now on the domain's clique comes from its watch
         directory = self.domain_dir(domain.uid)
+        ensure_directory(directory, DOMAIN_DIR_MODE)
+        os.chmod(directory, DOMAIN_DIR_MODE)  # made by an older agent: its mode too
         write_atomic(directory / IMEX_CONFIG_TEMPLATE, render_imex_config_template())
         write_atomic(directory / NODES_CONFIG, render_nodes_config(MAX_NODES_PER_IMEX_DOMAIN))
-        write_atomic(directory / HOSTS, self._hosts(domain.uid))
+        self._write_hosts(domain.uid, self._hosts(domain.uid))
         edits = ContainerEdits(
             env=(
                 f"CLIQUE_ID={self._clique() or ''}",
@@ -415,7 +464,11 @@ class ComputeDomainHandler:
                 f"COMPUTE_DOMAIN_NAMESPACE={domain.namespace}",
                 f"MAX_NODES_PER_IMEX_DOMAIN={MAX_NODES_PER_IMEX_DOMAIN}",
             ),
-            mounts=(Mount(str(directory), IMEX_CONFIG_DIR, ("rw", "nosuid", "nodev", "bind")),),
+            # read-only: the daemon renders its config elsewhere; nothing it could leave here
+            # (a FIFO, a symlink to /dev/zero, another domain's hosts) reaches the agent
+            mounts=(
+                Mount(str(directory), IMEX_CONFIG_DIR, ("ro", "nosuid", "nodev", "noexec", "bind")),
+            ),
         )
         return edits, {"type": "daemon", "domain": domain.uid, "ref": domain.ref}
 
@@ -474,11 +527,24 @@ class ComputeDomainHandler:
 
 
 def compute_domain_driver(
-    node_name: str, store: ObjectStore, machine: Machine, kubelet_root: Path
+    node_name: str,
+    store: ObjectStore,
+    machine: Machine,
+    kubelet_root: Path,
+    *,
+    daemon_namespace: str = DRIVER_NAMESPACE,
 ) -> ComputeDomainHandler | None:
     """The ``compute-domain.nvidia.com`` driver for a node whose GPUs sit in an NVLink fabric
-    clique, else None (a :data:`kgpu.drivers.dra.DriverFactory`)."""
+    clique, else None (a :data:`kgpu.drivers.dra.DriverFactory`). ``daemon_namespace``: the
+    controller's, where IMEX daemon claims are made (the chart runs agent and controller in
+    the release namespace)."""
     clique = machine_clique(machine)  # registered with the fabric manager, as slices require
     if clique is None:
         return None
-    return ComputeDomainHandler(node_name, store, plugin_dir(kubelet_root, DRIVER), clique=clique)
+    return ComputeDomainHandler(
+        node_name,
+        store,
+        plugin_dir(kubelet_root, DRIVER),
+        clique=clique,
+        daemon_namespace=daemon_namespace,
+    )

@@ -40,10 +40,12 @@ from typing import Any
 from kgpu import releases
 from kgpu.dra import opaque
 from kgpu.dra.withhold import withhold_devices, withhold_method
+from kgpu.drivers.mps import MPS_DIRECTORY_MODE
 from kgpu.drivers.ownership import GpuOwnership
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.hardware.model import Gpu, Machine, MigDevice
 from kgpu.kubelet.cdi import ContainerEdits, DeviceNode, Mount
+from kgpu.kubelet.dirs import ensure_directory
 from kgpu.kubelet.dra.handler import ClaimError, ClaimInfo, OpaqueConfig, PreparedClaim
 from kgpu.kubelet.dra.handler import PreparedDevice as Prepared
 from kgpu.kubelet.nvidia_cdi import NodeDriver, mig_cap_minors
@@ -377,7 +379,7 @@ class GpuHandler:
                 plan = opaque.sharing_plan(parsed, claim.uid, uuids, raw.path)
             extra = ContainerEdits(env=plan.env)
             for directory in plan.directories:
-                (self.mps_root / directory).mkdir(parents=True, exist_ok=True)
+                ensure_directory(self.mps_root / directory, MPS_DIRECTORY_MODE)
             for state_key, value in plan.record.items():
                 records.setdefault(state_key, []).append(value)
             if plan.mounts:

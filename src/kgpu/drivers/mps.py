@@ -35,12 +35,48 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from kgpu.kubelet.dirs import ensure_directory
 from kgpu.node.model import NodeView
 from kgpu.node.sharing.mps import mps_shm_directory
 
 log = logging.getLogger(__name__)
 
 CONTROL_BINARY = "nvidia-cuda-mps-control"
+#: The agent's environment variables a daemon inherits: the rest (API credentials' paths,
+#: proxies, kgpu's settings) is none of its business.
+MPS_ENV_KEEP = ("PATH", "LD_LIBRARY_PATH")
+#: Pipe, log and shm directories: clients (any user) must reach the pipe; set whatever the
+#: umask.
+MPS_DIRECTORY_MODE = 0o755
+#: The shared /dev/shm of daemons and clients, as upstream's mps-control-daemon mounts it: a
+#: tmpfs capped at 64 MiB, so clients cannot fill the node's memory or disk through it.
+SHM_MOUNT_OPTIONS = "rw,nosuid,nodev,noexec,relatime,size=65536k"
+
+Runner = Callable[[list[str]], object]
+
+
+def _run(command: list[str]) -> object:
+    return subprocess.run(command, check=True, capture_output=True, timeout=10)
+
+
+def mount_shm(path: Path, run: Runner = _run) -> bool:
+    """Mount the size-capped tmpfs at ``path`` unless something is mounted there already (it
+    is shared by every daemon of the node, and kept across agent restarts as upstream keeps
+    it). Without the privilege to mount, ``path`` stays a plain directory, said once in the
+    log; False then."""
+    if os.path.ismount(path):
+        return True
+    try:
+        run(["mount", "-t", "tmpfs", "-o", SHM_MOUNT_OPTIONS, "shm", str(path)])
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning(
+            "MPS shm %s stays a plain directory, without a size cap: cannot mount a tmpfs "
+            "there (%s); the chart's privileged agent can",
+            path,
+            exc,
+        )
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -129,9 +165,10 @@ def plans(view: NodeView) -> dict[tuple[str, str], MpsPlan]:
 class MpsManager:
     """Keeps one daemon per MPS-shared GPU in line with the current view."""
 
-    def __init__(self, *, use_binary: bool | None = None) -> None:
+    def __init__(self, *, use_binary: bool | None = None, run: Runner = _run) -> None:
         binary = shutil.which(CONTROL_BINARY)
         self.binary = binary if (use_binary is None or use_binary) else None
+        self._run = run  # mount(8), replaceable in tests
         self.daemons: dict[tuple[str, str], MpsDaemon] = {}
 
     def sync(self, view: NodeView) -> None:
@@ -187,7 +224,8 @@ class MpsManager:
         try:
             if self.binary:
                 for directory in (plan.pipe_directory, plan.log_directory, plan.shm_directory):
-                    Path(directory).mkdir(parents=True, exist_ok=True)
+                    ensure_directory(Path(directory), MPS_DIRECTORY_MODE)
+                mount_shm(Path(plan.shm_directory), self._run)
                 subprocess.run([self.binary, "-d"], env=self._env(daemon), check=True, timeout=10)
                 started = True
                 for command in daemon.commands:
@@ -236,7 +274,10 @@ class MpsManager:
         log.info("MPS daemon for %s on GPU %d stopped", plan.resource, plan.gpu_index)
 
     def _env(self, daemon: MpsDaemon) -> dict[str, str]:
-        env = dict(os.environ)
+        """What the MPS daemon needs, nothing of the agent's own environment (its API
+        credentials' paths, proxy settings, config): where to find the driver's binaries and
+        libraries, its pipe and log directories and its GPU."""
+        env = {key: os.environ[key] for key in MPS_ENV_KEEP if key in os.environ}
         env["CUDA_MPS_PIPE_DIRECTORY"] = daemon.plan.pipe_directory
         env["CUDA_MPS_LOG_DIRECTORY"] = daemon.plan.log_directory
         env["CUDA_VISIBLE_DEVICES"] = daemon.plan.gpu_uuid

@@ -26,6 +26,8 @@ from typing import Any
 
 import yaml
 
+from kgpu.kubelet.dirs import ensure_directory
+
 DEFAULT_CDI_ROOT = Path("/var/run/cdi")
 
 #: CDI spec versions a runtime may meet; we write the lowest one that can express the spec.
@@ -540,8 +542,9 @@ def write_atomic(path: Path, text: str, *, mode: int | None = None) -> None:
     tmp file in the same directory (a unique name, so concurrent writers cannot tear each
     other's file) -> fsync -> rename -> fsync the directory (so the rename itself survives a
     power cut). ``mode`` widens the temporary file's 0600 for readers running as other users.
+    Missing directories are made 0750 whatever the umask (the runtime reading them is root).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_directory(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

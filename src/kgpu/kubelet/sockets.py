@@ -17,7 +17,9 @@ re-binds ``kubelet.sock`` often gets the same inode back, never the same change 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,8 +28,10 @@ from typing import Any
 
 import grpc
 
+from kgpu.kubelet.dirs import DIRECTORY_MODE, ensure_directory
+
 SOCKET_MODE = 0o600
-DIRECTORY_MODE = 0o750
+__all__ = ["DIRECTORY_MODE", "SOCKET_MODE", "ensure_directory", "serve_unix", "unix_target"]
 
 #: (st_dev, st_ino, st_ctime_ns) of a file; None when it does not exist.
 Identity = tuple[int, int, int]
@@ -45,22 +49,6 @@ def identity(path: Path) -> Identity | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     return (st.st_dev, st.st_ino, st.st_ctime_ns)
-
-
-def ensure_directory(path: Path, mode: int = DIRECTORY_MODE) -> None:
-    """Create ``path`` and missing parents with ``mode`` (set explicitly, whatever the umask);
-    directories that exist already (the kubelet's own) keep theirs."""
-    missing = []
-    for parent in (path, *path.parents):
-        if parent.is_dir():
-            break
-        missing.append(parent)
-    for directory in reversed(missing):
-        try:
-            directory.mkdir()
-        except FileExistsError:
-            continue  # made meanwhile by someone else: theirs, their mode
-        os.chmod(directory, mode)
 
 
 def serve_unix(
@@ -81,13 +69,20 @@ def serve_unix(
         options=list(options),
     )
     add(server)
-    if server.add_insecure_port(unix_target(path)) == 0:
-        raise OSError(f"cannot listen on {path}")
+    # bound in a private 0700 directory next to it, made 0600 there and renamed into place:
+    # no moment where the socket exists with the umask's mode at a path others can reach
+    private = Path(tempfile.mkdtemp(prefix=".k", dir=path.parent))
     try:
-        os.chmod(path, SOCKET_MODE)  # bound by add_insecure_port, accepting only after start
+        bound = private / "s"
+        if server.add_insecure_port(unix_target(bound)) == 0:
+            raise OSError(f"cannot listen on {path}")
+        os.chmod(bound, SOCKET_MODE)
+        os.replace(bound, path)
     except OSError:
         server.stop(None)
         raise
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
     server.start()
     return server
 

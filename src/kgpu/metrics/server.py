@@ -7,23 +7,21 @@ every interface, port 0 picks a free port (tests read :attr:`MetricsServer.port`
 The standard library's threading server starts a thread per connection and listens with a
 backlog of 5: 200 concurrent scrapes overflowed the backlog (clients waited for TCP retries, the
 slowest ~28 s) and a client that connected and sent nothing held its thread forever. This one
-listens with a backlog of :data:`BACKLOG`, serves from :data:`WORKERS` threads and closes a
-connection that sends nothing for :data:`READ_TIMEOUT` seconds.
+is :class:`kgpu.metrics.serving.PooledHTTPServer`: a backlog of :data:`BACKLOG`, one thread
+for the sockets, :data:`WORKERS` threads rendering, and a connection that has not sent its
+whole request within :data:`READ_TIMEOUT` seconds closed (16 trickling clients no longer
+starve a scrape).
 """
 
 from __future__ import annotations
 
 import logging
-import queue
-import socket
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Any
+from http.server import BaseHTTPRequestHandler
 
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.metrics.exposition import CONTENT_TYPE
-from kgpu.metrics.serving import ServerThread, send_reply
+from kgpu.metrics.serving import LISTEN_BACKLOG, Limits, PooledHTTPServer, ServerThread, send_reply
 
 log = logging.getLogger(__name__)
 
@@ -44,21 +42,18 @@ def parse_address(address: str, option: str = "--address") -> tuple[str, int]:
 
 #: Pending connections the kernel keeps for us (the standard library's default is 5: a burst
 #: of scrapes beyond it is refused or retried by the client's TCP stack after a second or more).
-BACKLOG = 512
-#: Threads that serve requests; a connection waits in a queue of :data:`QUEUE` for one.
-WORKERS = 16
-QUEUE = 1024
-#: Seconds a client may take to send its request (each read): an idle connection is closed
-#: after this, and cannot hold a worker for longer.
+BACKLOG = LISTEN_BACKLOG
+#: Threads that render answers; sockets are all served by one event-loop thread.
+WORKERS = 4
+#: Open connections: a burst of 200 scrapes fits; each holds at most one answer.
+MAX_CONNECTIONS = 256
+#: Seconds a client may take to send its whole request: an idle or trickling connection is
+#: closed after this, and never holds a worker.
 READ_TIMEOUT = 5.0
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-
-    def setup(self) -> None:
-        super().setup()
-        self.connection.settimeout(self.server.read_timeout)  # an idle client is dropped
+    server: _Server  # type: ignore[assignment]
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
@@ -74,67 +69,11 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("metrics http: " + format, *args)
 
 
-class _Server(HTTPServer):
-    """An HTTP server with a real listen backlog and a fixed pool of worker threads.
+class _Server(PooledHTTPServer):
+    """The pooled server (:class:`kgpu.metrics.serving.PooledHTTPServer`) with the render
+    function its handler calls."""
 
-    The accept loop only hands connections to a bounded queue; :data:`WORKERS` threads serve
-    them. When the queue is full the connection is closed at once (the scraper retries at its
-    next interval) rather than growing threads or memory without bound."""
-
-    request_queue_size = BACKLOG
-    allow_reuse_address = True
-    daemon_threads = True
     render: Callable[[], str]
-    read_timeout: float = READ_TIMEOUT
-
-    def start_workers(self, workers: int) -> None:
-        self._queue: queue.Queue[tuple[socket.socket, Any] | None] = queue.Queue(QUEUE)
-        self._workers = [
-            threading.Thread(target=self._work, name=f"kgpu-metrics-http-{i}", daemon=True)
-            for i in range(workers)
-        ]
-        for thread in self._workers:
-            thread.start()
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        try:
-            self._queue.put_nowait((request, client_address))
-        except queue.Full:
-            log.warning("metrics http: %d connections waiting; dropping one", QUEUE)
-            self.shutdown_request(request)
-
-    def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            request, client_address = item
-            try:
-                self.finish_request(request, client_address)
-            except Exception:  # one bad client never stops the worker
-                self.handle_error(request, client_address)
-            finally:
-                self.shutdown_request(request)
-
-    def stop_workers(self) -> None:
-        while True:  # close what still waits: nobody will serve it
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if item is not None:
-                self.shutdown_request(item[0])
-        for _ in self._workers:
-            self._queue.put(None)
-        for thread in self._workers:
-            thread.join(timeout=self.read_timeout + 5)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("metrics http: error serving %s", client_address, exc_info=True)
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
 
 
 class MetricsServer:
@@ -151,11 +90,14 @@ class MetricsServer:
         read_timeout: float = READ_TIMEOUT,
     ) -> None:
         host, port = parse_address(address)
-        server_class = _Server6 if ":" in host else _Server
-        self._httpd = server_class((host, port), _Handler)
+        limits = Limits(
+            workers=workers,
+            max_connections=MAX_CONNECTIONS,
+            read_timeout=read_timeout,
+            idle_timeout=read_timeout,
+        )
+        self._httpd = _Server((host, port), _Handler, name="kgpu-metrics-http", limits=limits)
         self._httpd.render = render
-        self._httpd.read_timeout = read_timeout
-        self._httpd.start_workers(workers)
         self._serving = ServerThread(self._httpd, "kgpu-metrics-http", join_timeout_s=10)
 
     @property
@@ -174,4 +116,3 @@ class MetricsServer:
 
     def stop(self) -> None:
         self._serving.stop()
-        self._httpd.stop_workers()

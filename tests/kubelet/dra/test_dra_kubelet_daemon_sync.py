@@ -48,7 +48,12 @@ def _daemon_claim(domain_uid: str) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"name": "train-daemon", "namespace": "default", "uid": "claim-d"},
+        "metadata": {
+            "name": "train-daemon",
+            "namespace": "nvidia-dra-driver-gpu",  # the controller's, made from its template
+            "uid": "claim-d",
+            "labels": {DOMAIN_LABEL: domain_uid},
+        },
         "status": {
             "allocation": {
                 "devices": {
@@ -108,7 +113,7 @@ def started(
         component.start()
         components.append(component)
         claim = _daemon_claim(uid)
-        ref = ClaimRef("default", "claim-d", "train-daemon")
+        ref = ClaimRef("nvidia-dra-driver-gpu", "claim-d", "train-daemon")
         result = component.plugins[CD_DRIVER].prepare([ref], {ref.uid: claim})[ref.uid]
         assert not result.error
         (config,) = (short_tmp / "kubelet").rglob(f"domains/{uid}/hosts")
