@@ -142,7 +142,7 @@ build_assembled() {
   site="$tmp/site"
   python3 -m pip install -q --no-index --find-links "$wheels" --find-links "$tmp/own" \
     --platform "$platform" --python-version 3.11 --implementation cp --only-binary=:all: \
-    --no-compile --target "$site" "kgpu[cluster]" >&2
+    --no-compile --no-warn-conflicts --target "$site" "kgpu[cluster]" >&2
   rm -rf "$site/bin"  # console scripts written for the host's interpreter
   python3 "$here/slim-site.py" "$site" >&2
   ctr=$(bh from --quiet --arch "$arch" "$base")

@@ -240,3 +240,24 @@ def test_the_imex_daemon_image_is_a_value_and_the_controllers_flag(helm: str) ->
     )
     refused = helm_template(helm, RELEASES_HERE[-1], "--set", "controller.imexDaemonImage=")
     assert refused.returncode != 0 and "imexDaemonImage" in refused.stderr
+
+
+def test_the_image_is_referenced_by_digest_once_published(helm: str) -> None:
+    digest = "sha256:" + "0123456789abcdef" * 4
+    done = helm_template(
+        helm,
+        RELEASES_HERE[-1],
+        "--set",
+        f"image.repository=registry.example.com/kgpu,image.digest={digest}",
+    )
+    assert done.returncode == 0, done.stderr
+    images = {
+        c["image"]
+        for o in yaml.safe_load_all(done.stdout)
+        if o and o["kind"] in ("DaemonSet", "Deployment")
+        for c in o["spec"]["template"]["spec"].get("initContainers", [])
+        + o["spec"]["template"]["spec"]["containers"]
+    }
+    assert images == {f"registry.example.com/kgpu@{digest}"}
+    refused = helm_template(helm, RELEASES_HERE[-1], "--set", "image.digest=latest")
+    assert refused.returncode != 0 and "digest" in refused.stderr

@@ -43,8 +43,14 @@ app.kubernetes.io/component: {{ .component }}
 app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
+{{/* The image by digest once published (image.digest: every node runs the same bytes), else
+     by tag. */}}
 {{- define "kgpu.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* ServiceAccount of one process (dict "context" $ "component" "agent"). */}}
