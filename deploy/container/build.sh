@@ -2,11 +2,12 @@
 # Build the kgpu image with buildah, without a Docker daemon or an image registry, for
 # linux/amd64 and linux/arm64, and write each as an OCI archive (docs/install.md "Build the image").
 #
-#   bash deploy/container/build.sh [--arch amd64|arm64|all] [--out DIR]
+#   bash deploy/container/build.sh [--arch amd64|arm64|all] [--out DIR] [--rebuild]
 #
 # Writes DIR/kgpu-<version>-linux-<arch>.oci.tar (default DIR: dist/) and prints, per archive,
-# "<archive> <manifest digest>". Needs root, buildah and debootstrap (Debian: apt-get install
-# buildah debootstrap), and PyPI for the Python wheels.
+# "<archive> <manifest digest>". An archive already built from the same inputs (the files the
+# image is made of, hashed into <archive>.inputs) is kept unless --rebuild. Needs root, buildah
+# and debootstrap (Debian: apt-get install buildah debootstrap), and PyPI for the wheels.
 #
 # The Python base: a Debian bookworm root (debootstrap --variant=minbase: python3, python3-venv,
 # ca-certificates) with a virtual environment at /opt/venv on PATH, so that the Dockerfile's
@@ -32,10 +33,12 @@ here=deploy/container
 
 archs=()
 out=dist
+rebuild=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --arch) [ "$2" = all ] && archs+=(amd64 arm64) || archs+=("$2"); shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --rebuild) rebuild=1; shift ;;
     -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -168,7 +171,22 @@ check_elf() {
   bh rm "$ctr" >/dev/null
 }
 
+# what the image is made of: the Dockerfile's build context, this script and its helpers
+inputs_hash() {
+  { echo "$1 $suite r$base_recipe"
+    find pyproject.toml README.md src "$here" -type f ! -name '*.pyc' ! -path '*/__pycache__/*' \
+      ! -path '*.egg-info/*' -print0 | sort -z | xargs -0 sha256sum
+  } | sha256sum | cut -d' ' -f1
+}
+
 for arch in "${archs[@]}"; do
+  archive="$out/kgpu-$version-linux-$arch.oci.tar"
+  hash=$(inputs_hash "$arch")
+  if [ "$rebuild" = 0 ] && [ -f "$archive" ] && [ "$(sed -n 1p "$archive.inputs" 2>/dev/null)" = "$hash" ]; then
+    echo "== $archive is built from these inputs already (--rebuild to build it again)" >&2
+    echo "$archive $(sed -n 2p "$archive.inputs")"
+    continue
+  fi
   base=$(import_base "$arch")
   if [ "$arch" = "$host_arch" ]; then
     build_native "$arch" "$base"
@@ -176,10 +194,11 @@ for arch in "${archs[@]}"; do
     build_assembled "$arch" "$base"
   fi
   check_elf "$arch"
-  archive="$out/kgpu-$version-linux-$arch.oci.tar"
-  rm -f "$archive"
+  rm -f "$archive" "$archive.inputs"
   bh push --quiet --digestfile "$out/.digest-$arch" "localhost/kgpu:$version-$arch" \
     "oci-archive:$archive:kgpu:$version" >&2
+  printf '%s\n%s\n' "$hash" "$(cat "$out/.digest-$arch")" > "$archive.inputs"
   echo "$archive $(cat "$out/.digest-$arch")"
   rm -f "$out/.digest-$arch"
+  bh rmi --prune >/dev/null 2>&1 || true  # the image this one replaced (vfs: a full copy each)
 done
