@@ -72,7 +72,7 @@ base_tar() { echo "$cache/base-$suite-$1-r$base_recipe.tar"; }
 make_base() {
   local arch="$1" root
   root=$(mktemp -d /var/tmp/kgpu-base.XXXXXX)
-  echo "== debootstrap $suite $arch (cached as $(base_tar "$arch"))" >&2
+  echo "== [${SECONDS}s] debootstrap $suite $arch (cached as $(base_tar "$arch"))" >&2
   if [ "$arch" = "$host_arch" ]; then
     debootstrap --variant=minbase --include="$base_packages" "$suite" "$root" "$mirror" >&2
     chroot "$root" python3 -m venv /opt/venv >&2
@@ -121,7 +121,7 @@ import_base() {
 # --- the images -----------------------------------------------------------------------------
 build_native() {
   local arch="$1" base="$2"
-  echo "== buildah bud ($arch) from $base" >&2
+  echo "== [${SECONDS}s] buildah bud ($arch) from $base" >&2
   bh bud --isolation chroot --layers=false --arch "$arch" \
     -f "$here/Dockerfile" --build-arg PYTHON_IMAGE="$base" \
     --volume "$ca_bundle:/etc/ssl/certs/ca-certificates.crt:ro" \
@@ -135,7 +135,7 @@ build_assembled() {
     arm64) platform=manylinux2014_aarch64 ;;
     *) fail "no wheel platform known for $arch" ;;
   esac
-  echo "== assembling $arch from $base and $platform wheels" >&2
+  echo "== [${SECONDS}s] assembling $arch from $base and $platform wheels" >&2
   tmp=$(mktemp -d /var/tmp/kgpu-assemble.XXXXXX)
   mkdir -p "$wheels"
   python3 -m pip wheel -q --no-deps --wheel-dir "$tmp/own" . >&2
@@ -183,7 +183,7 @@ for arch in "${archs[@]}"; do
   archive="$out/kgpu-$version-linux-$arch.oci.tar"
   hash=$(inputs_hash "$arch")
   if [ "$rebuild" = 0 ] && [ -f "$archive" ] && [ "$(sed -n 1p "$archive.inputs" 2>/dev/null)" = "$hash" ]; then
-    echo "== $archive is built from these inputs already (--rebuild to build it again)" >&2
+    echo "== [${SECONDS}s] $archive is built from these inputs already (--rebuild to build it again)" >&2
     echo "$archive $(sed -n 2p "$archive.inputs")"
     continue
   fi
@@ -194,6 +194,7 @@ for arch in "${archs[@]}"; do
     build_assembled "$arch" "$base"
   fi
   check_elf "$arch"
+  echo "== [${SECONDS}s] writing $archive" >&2
   rm -f "$archive" "$archive.inputs"
   bh push --quiet --digestfile "$out/.digest-$arch" "localhost/kgpu:$version-$arch" \
     "oci-archive:$archive:kgpu:$version" >&2

@@ -106,7 +106,7 @@ def slim(site: Path) -> list[str]:
     for rel in SOURCELESS:
         package = site / rel
         if package.is_dir():
-            if not compileall.compile_dir(package, quiet=1, legacy=True):
+            if not compileall.compile_dir(package, quiet=1, legacy=True, workers=0):
                 raise SystemExit(f"slim-site: cannot compile {package}")
             for source in package.rglob("*.py"):
                 source.unlink()
@@ -114,7 +114,7 @@ def slim(site: Path) -> list[str]:
     # have no source left, so compile_dir passes over them)
     for top in tops:
         ok = (
-            compileall.compile_dir(top, quiet=1)
+            compileall.compile_dir(top, quiet=1, workers=0)
             if top.is_dir()
             else top.suffix != ".py" or compileall.compile_file(top, quiet=1)
         )
