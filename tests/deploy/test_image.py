@@ -1,7 +1,8 @@
 """The kgpu image, built and run as the chart runs it.
 
 deploy/container/build.sh builds the linux/amd64 image with buildah from the Dockerfile (on its
-cached debootstrap base) and writes the OCI archive; this test takes the image back from that
+cached debootstrap base) and writes the OCI archive (kept while the files the image is made of
+do not change: a rerun then takes seconds); this test takes the image back from that
 archive and runs its processes in its root file system (a private mount namespace and
 ``chroot``: no container runtime is needed) with what ``helm template`` renders for the agent
 DaemonSet and the controller Deployment: the command or the image's entrypoint with the
