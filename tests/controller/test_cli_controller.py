@@ -36,6 +36,8 @@ def test_bad_flags_are_refused_together_naming_each_flag(tmp_path: Path) -> None
             "5",
             "--log-level",
             "loud",
+            "--imex-daemon-image",
+            "",
         ],
     )
     assert result.exit_code == 1
@@ -46,6 +48,7 @@ def test_bad_flags_are_refused_together_naming_each_flag(tmp_path: Path) -> None
         "--webhook-cert-dir: needed with --webhook-address",
         "--device-classes: 'tpus': allowed gpus, compute-domains",
         "--leader-elect-lease-duration: 5s must be greater than the renew deadline (10s)",
+        "--imex-daemon-image: '' is not an image reference",
         "no such file",
     ):
         assert expected in text, text

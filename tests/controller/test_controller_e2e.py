@@ -233,3 +233,17 @@ def test_on_kubernetes_1_32_the_controller_speaks_v1beta1(tmp_path: Any) -> None
     finally:
         cluster.close()
         server.stop()
+
+
+def test_the_imex_daemons_run_the_image_the_controller_is_given(cluster: Cluster) -> None:
+    """A cluster that cannot reach nvcr.io mirrors the IMEX image; the chart passes
+    ``controller.imexDaemonImage`` as ``--imex-daemon-image``."""
+    admin = cluster.admin
+    admin.create(node("tray-0", RACK_A, "10.0.0.1"))
+    mirror = "registry.example.com/nvidia/k8s-dra-driver-gpu@sha256:" + "ab" * 32
+    ctl = cluster.controller("replica-a", daemon_image=mirror)
+    assert wait_for(lambda: ctl.leading)
+    admin.create(domain("train", num_nodes=1))
+    ds = wait_for(lambda: next(iter(admin.list("apps/v1", "DaemonSet", namespace=NAMESPACE)), None))
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == mirror

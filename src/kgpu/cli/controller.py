@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from kgpu.cli.options import InCluster, LogLevel, setup_logging
-from kgpu.computedomain.objects import DRIVER_NAMESPACE
+from kgpu.computedomain.objects import DAEMON_IMAGE, DRIVER_NAMESPACE
 
 
 def register(app: typer.Typer) -> None:
@@ -75,6 +75,14 @@ def register(app: typer.Typer) -> None:
                 "empty: none).",
             ),
         ] = "gpus,compute-domains",
+        imex_daemon_image: Annotated[
+            str,
+            typer.Option(
+                "--imex-daemon-image",
+                help="Image of the IMEX daemons the ComputeDomain DaemonSets run (it must "
+                "hold nvidia-imex, as upstream's driver image does).",
+            ),
+        ] = DAEMON_IMAGE,
         lease_name: Annotated[
             str, typer.Option("--lease-name", help="Name of the leader Lease.")
         ] = "kgpu-controller",
@@ -169,6 +177,14 @@ def register(app: typer.Typer) -> None:
                 problems.append(
                     FieldProblem(f"{group!r}: allowed {', '.join(GROUPS)}", "--device-classes")
                 )
+        if not imex_daemon_image.strip() or any(c.isspace() for c in imex_daemon_image):
+            problems.append(
+                FieldProblem(
+                    f"{imex_daemon_image!r} is not an image reference "
+                    "(REGISTRY/NAME:TAG or NAME@sha256:DIGEST)",
+                    "--imex-daemon-image",
+                )
+            )
         me = identity or socket.gethostname()
         try:
             LeaseConfig(
@@ -206,6 +222,7 @@ def register(app: typer.Typer) -> None:
             retry_period_s=retry_period,
             workers=workers,
             device_classes=groups,
+            daemon_image=imex_daemon_image,
             health_address=addresses["--health-address"],
             webhook_address=addresses["--webhook-address"],
             webhook_cert_dir=webhook_cert_dir,

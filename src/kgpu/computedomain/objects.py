@@ -59,6 +59,9 @@ from kgpu.dra.api import RESOURCE_API
 
 #: Where the driver's own objects (daemon claim templates, DaemonSets) live, as upstream's chart.
 DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
+#: The IMEX daemon's image by default: upstream's driver image, which holds ``nvidia-imex``;
+#: ``kgpu controller --imex-daemon-image`` (the chart's ``controller.imexDaemonImage``) replaces
+#: it, for a mirror or a pinned digest.
 DAEMON_IMAGE = "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.8.0"
 APP_LABEL = "app.kubernetes.io/name"
 APP_NAME = "kgpu-compute-domain"
@@ -188,7 +191,9 @@ def daemon_claim_template(
     return template
 
 
-def daemon_set(domain: ComputeDomain, namespace: str = DRIVER_NAMESPACE) -> dict[str, Any]:
+def daemon_set(
+    domain: ComputeDomain, namespace: str = DRIVER_NAMESPACE, image: str = DAEMON_IMAGE
+) -> dict[str, Any]:
     """One IMEX daemon per node carrying the domain's node label; it tolerates every taint
     (as upstream) because the workload already chose the node."""
     selector = {DOMAIN_LABEL: domain.uid}
@@ -209,7 +214,7 @@ def daemon_set(domain: ComputeDomain, namespace: str = DRIVER_NAMESPACE) -> dict
                     "containers": [
                         {
                             "name": DAEMON_CONTAINER,
-                            "image": DAEMON_IMAGE,
+                            "image": image,
                             "command": ["sh", "-c", DAEMON_SCRIPT],
                             "env": [
                                 {

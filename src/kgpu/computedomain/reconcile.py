@@ -45,6 +45,7 @@ from kgpu.computedomain.api import (
 )
 from kgpu.computedomain.members import pending_pods
 from kgpu.computedomain.objects import (
+    DAEMON_IMAGE,
     DRIVER_NAMESPACE,
     channel_claim_template,
     clique_object,
@@ -206,10 +207,15 @@ class SyncResult:
 
 
 def sync_domain(
-    store: ObjectStore, raw: Obj, view: ClusterView, namespace: str = DRIVER_NAMESPACE
+    store: ObjectStore,
+    raw: Obj,
+    view: ClusterView,
+    namespace: str = DRIVER_NAMESPACE,
+    daemon_image: str = DAEMON_IMAGE,
 ) -> SyncResult:
-    """Bring one domain (its stored object ``raw``) to what it asks for. Raises the store's
-    errors (:class:`Conflict` when someone wrote in between): the caller retries later."""
+    """Bring one domain (its stored object ``raw``) to what it asks for; its IMEX DaemonSet
+    runs ``daemon_image``. Raises the store's errors (:class:`Conflict` when someone wrote in
+    between): the caller retries later."""
     result = SyncResult()
     meta = _meta(raw)
     try:
@@ -227,7 +233,7 @@ def sync_domain(
     for desired in (
         channel_claim_template(domain),
         daemon_claim_template(domain, namespace),
-        daemon_set(domain, namespace),
+        daemon_set(domain, namespace, daemon_image),
     ):
         api, kind = desired["apiVersion"], desired["kind"]
         result.events += _ensure(store, desired, domain.uid, view.owned(api, kind, domain.uid), ref)

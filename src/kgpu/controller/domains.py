@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kgpu.computedomain.api import API_VERSION, KIND
+from kgpu.computedomain.objects import DAEMON_IMAGE
 from kgpu.computedomain.reconcile import DomainEvent, remove_owned, sync_domain
 from kgpu.controller.index import ClusterIndex, Touched
 from kgpu.store import ObjectStore
@@ -50,8 +51,10 @@ class DomainController:
         *,
         identity: str = COMPONENT,
         record_events: bool = True,
+        daemon_image: str = DAEMON_IMAGE,
     ) -> None:
         self.store = store
+        self.daemon_image = daemon_image
         self.index = index
         self.namespace = namespace
         self.identity = identity
@@ -119,7 +122,7 @@ class DomainController:
         if raw is None:
             return  # deleted: what it owned goes by its orphan key
         uid = str((raw.get("metadata") or {}).get("uid") or "")
-        result = sync_domain(self.store, raw, self.index, self.namespace)
+        result = sync_domain(self.store, raw, self.index, self.namespace, self.daemon_image)
         with self._lock:
             if result.domain is not None:
                 self._written[(namespace, name)] = result.domain

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from kgpu.computedomain.admission import Mutation, mutate_pod
 from kgpu.computedomain.api import ComputeDomain, parse_compute_domain
+from kgpu.computedomain.objects import DAEMON_IMAGE
 from kgpu.controller.deviceclasses import GROUPS, KEY, DeviceClassKeeper
 from kgpu.controller.domains import DomainController
 from kgpu.controller.fence import FencedStore, NotLeader
@@ -59,6 +60,7 @@ class ControllerOptions:
     webhook_client_ca: Path | None = None  # require the API server's client certificate
     record_events: bool = True
     informer_backoff: Backoff | None = None
+    daemon_image: str = DAEMON_IMAGE  # the IMEX DaemonSets' image
 
     def lease(self) -> LeaseConfig:
         return LeaseConfig(
@@ -112,6 +114,7 @@ class Controller:
             options.namespace,
             identity=options.identity,
             record_events=options.record_events,
+            daemon_image=options.daemon_image,
         )
         self.classes = DeviceClassKeeper(self.fenced, self.informers, options.device_classes)
         self.queue: WorkQueue[Key] = WorkQueue()

@@ -43,8 +43,14 @@ app.kubernetes.io/component: {{ .component }}
 app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
+{{/* The image by digest once published (image.digest: every node runs the same bytes), else
+     by tag. */}}
 {{- define "kgpu.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* ServiceAccount of one process (dict "context" $ "component" "agent"). */}}
@@ -57,11 +63,52 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
-{{/* The resource.k8s.io version for DeviceClasses: v1, the one every supported release
-     (1.34-1.37, Chart.yaml's kubeVersion) serves by default; deviceClasses.apiVersion overrides
-     it for a cluster that switched v1 off. */}}
+{{/* The resource.k8s.io version DRA objects are written in (v1 on every supported release,
+     1.34-1.37, unless the cluster switched it off): the newest one that both the
+     cluster serves (.Capabilities.APIVersions: discovery at `helm install`/`upgrade`) and its
+     Kubernetes release knows (v1 from 1.34, v1beta2 on 1.33, v1beta1 on 1.32); "" when the
+     cluster serves none (DRA off, the default on 1.32 and 1.33): then the chart installs the
+     device-plugin side only. `helm template` has no cluster and reports every API version as
+     served, so there the release decides. deviceClasses.apiVersion overrides. */}}
 {{- define "kgpu.resourceApiVersion" -}}
-{{- default "resource.k8s.io/v1" .Values.deviceClasses.apiVersion }}
+{{- if .Values.deviceClasses.apiVersion }}
+{{- .Values.deviceClasses.apiVersion }}
+{{- else }}
+{{- $kube := .Capabilities.KubeVersion.Version }}
+{{- $known := list }}
+{{- if semverCompare ">=1.34.0-0" $kube }}{{ $known = append $known "resource.k8s.io/v1" }}{{ end }}
+{{- if semverCompare ">=1.33.0-0" $kube }}{{ $known = append $known "resource.k8s.io/v1beta2" }}{{ end }}
+{{- if semverCompare ">=1.32.0-0" $kube }}{{ $known = append $known "resource.k8s.io/v1beta1" }}{{ end }}
+{{- $found := "" }}
+{{- range $known }}
+{{- if and (not $found) ($.Capabilities.APIVersions.Has .) }}{{ $found = . }}{{ end }}
+{{- end }}
+{{- $found }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when the agent runs its DRA kubelet plugins: dra.enabled, on a cluster serving
+     resource.k8s.io (kgpu.resourceApiVersion). */}}
+{{- define "kgpu.draOn" -}}
+{{- if and .Values.dra.enabled (include "kgpu.resourceApiVersion" .) }}true{{ end }}
+{{- end }}
+
+{{/* The GPU Operator values kgpu accepts and ignores (values.schema.json lets them through,
+     each described "GPU Operator value, ignored by kgpu"), as the dotted keys the user set;
+     NOTES.txt lists them. Keep the two lists the same (tests/deploy/test_chart_install.py). */}}
+{{- define "kgpu.ignoredOperatorKeys" -}}
+{{- $found := list }}
+{{- range $key := list "operator" "driver" "toolkit" "daemonsets" "validator" "dcgm" "cdi" "psp" "sandboxWorkloads" "sandboxDevicePlugin" "vgpuManager" "vgpuDeviceManager" "vfioManager" "kataManager" "ccManager" "nodeStatusExporter" "gds" "gdrcopy" "node-feature-discovery" "platform" "hostPaths" }}
+{{- if hasKey $.Values $key }}{{ $found = append $found $key }}{{ end }}
+{{- end }}
+{{- $component := list "repository" "image" "version" "imagePullPolicy" "imagePullSecrets" "env" "args" "resources" }}
+{{- $nested := dict "devicePlugin" $component "migManager" $component "dcgmExporter" $component "gfd" $component "nfd" (append $component "enabled") "mps" (append $component "enabled") }}
+{{- range $parent := keys $nested | sortAlpha }}
+{{- range $key := index $nested $parent }}
+{{- if hasKey (index $.Values $parent) $key }}{{ $found = append $found (printf "%s.%s" $parent $key) }}{{ end }}
+{{- end }}
+{{- end }}
+{{- join ", " $found }}
 {{- end }}
 
 {{/* The agent's settings file: the chart's values that have the GPU Operator's names, in the
@@ -89,10 +136,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{/* --device-classes of kgpu controller: the DeviceClass groups the chart installs, which the
-     controller then keeps present (empty when deviceClasses.create is false). */}}
+     controller then keeps present (empty when deviceClasses.create is false or the cluster
+     serves no resource.k8s.io version). */}}
 {{- define "kgpu.controllerDeviceClasses" -}}
 {{- $groups := list }}
-{{- if .Values.deviceClasses.create }}
+{{- if and .Values.deviceClasses.create (include "kgpu.resourceApiVersion" .) }}
 {{- if .Values.resources.gpus.enabled }}{{ $groups = append $groups "gpus" }}{{ end }}
 {{- if .Values.resources.computeDomains.enabled }}{{ $groups = append $groups "compute-domains" }}{{ end }}
 {{- end }}
