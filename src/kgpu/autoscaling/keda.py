@@ -238,7 +238,7 @@ def _trigger(
         problems.append(
             FieldProblem(
                 f"{meta['threshold']!r} is out of range: KEDA gives the HPA the threshold in "
-                f"milli-units as a 64-bit integer (|threshold| at most {_MAX_MILLI / 1000:.0f})",
+                "milli-units as a 64-bit integer (|threshold| at most 9223372036854775.807)",
                 join_path(meta_path, "threshold"),
             )
         )

@@ -56,10 +56,10 @@ class Timer:
 class Loops:
     """A time-ordered queue of timers."""
 
-    def __init__(self, limit: int = MAX_RUNS) -> None:
+    def __init__(self, limit: int | None = None) -> None:
         self._heap: list[Timer] = []
         self._seq = itertools.count()
-        self.limit = limit
+        self.limit = MAX_RUNS if limit is None else limit
         self.runs: dict[int, int] = {}  # timers popped so far, by order (kind)
 
     def __bool__(self) -> bool:
