@@ -289,7 +289,7 @@ CA_VALUES: dict[str, list[Any]] = {
     ],
     "scale-down-gpu-utilization-threshold": [0.5, 1e308, -1, float("nan")],
 }
-ADVANCES = ["20m", "168h", "23h", "1ms", "8760h", 10**12, "1e308s"]
+ADVANCES = ["20m", "168h", "570m", "23h", "1ms", "8760h", 10**12, "1e308s"]
 
 
 @st.composite

@@ -302,7 +302,7 @@ def _check_periodic(
                     f"the advance steps reach {seconds:g} s of simulated time: {runs:,.0f} "
                     "periodic runs at least (cluster-autoscaler scans every "
                     f"{settings.scan_interval:g} s, scrapes, KEDA polls, HPA syncs); kgpu sim "
-                    f"runs at most {MAX_RUNS:,} in one scenario (a day at the default "
+                    f"runs at most {MAX_RUNS:,} in one scenario (10 hours at the default "
                     "intervals): shorten the advance or lengthen "
                     "clusterAutoscaler.scan-interval",
                     join_path("steps", step.index, "advance"),
