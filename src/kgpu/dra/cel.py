@@ -543,8 +543,11 @@ def _clean(message: str) -> str:
 
 
 def _hashable(v: Any) -> Any:
+    """``v`` as a cache key: maps and lists (a capacity's ``requestPolicy.validValues``) too."""
     if isinstance(v, dict):
-        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+        return tuple(sorted((str(k), _hashable(x)) for k, x in v.items()))
+    if isinstance(v, list):
+        return ("[]", *(_hashable(x) for x in v))
     return v
 
 
