@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...], bool]] = [
         "core",
         (
             "errors",
+            "regex",
             "userfiles",
             "quantity",
             "releases",

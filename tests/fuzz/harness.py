@@ -60,6 +60,7 @@ class Outcome:
     stdout: str = ""
     stderr: str = ""
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # this process's CPU time for the run (steady on a busy machine)
     failure: str = ""  # why the run broke the promise ("" when it kept it)
     details: str = ""  # the traceback, the output: what to look at
     notes: list[str] = field(default_factory=list)
@@ -142,9 +143,11 @@ def run_cli(
     runner = CliRunner()
     rss_before = _peak_rss()
     start = time.perf_counter()
+    cpu_start = time.process_time()
     try:
         with _memory_cap(MEMORY_BYTES), _time_limit(RUN_SECONDS):
             result = runner.invoke(app, list(args), catch_exceptions=True)
+        outcome.cpu_seconds = time.process_time() - cpu_start
     except RunTimeout:
         outcome.seconds = time.perf_counter() - start
         outcome.failure = f"hang: still running after {RUN_SECONDS:g} s"
@@ -195,3 +198,28 @@ def run_cli(
                 outcome.details = result.stderr[-3000:]
                 return outcome
     return outcome
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one run may cost per byte of its input (issue 28): CPU seconds, characters of
+    output, bytes of memory, each a base plus so much per input byte. The memory budget is
+    checked where the run is in-process library code (tracemalloc's peak); CLI runs keep the
+    address-space cap above."""
+
+    cpu_base: float = 1.0
+    cpu_per_byte: float = 0.0005
+    output_base: int = 4096
+    output_per_byte: int = 4
+    memory_base: int = 16 << 20
+    memory_per_byte: int = 4096
+
+    def excess(self, size: int, *, cpu: float = 0.0, output: int = 0, memory: int = 0) -> str:
+        """Why a run of a ``size``-byte input cost too much ("" when it did not)."""
+        if cpu > self.cpu_base + self.cpu_per_byte * size:
+            return f"slow: {cpu:.2f} CPU s for {size} input bytes"
+        if output > self.output_base + self.output_per_byte * size:
+            return f"output: {output:,} characters for {size} input bytes"
+        if memory > self.memory_base + self.memory_per_byte * size:
+            return f"memory: {memory // 1024:,} KiB for {size} input bytes"
+        return ""

@@ -13,7 +13,6 @@ ConfigMap the ``priority`` expander reads (priority -> list of node-group name r
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -21,6 +20,8 @@ from typing import Any
 from kgpu.config.goduration import INFINITE
 from kgpu.config.goduration import parse_go_duration as go_parse
 from kgpu.errors import FieldError, FieldProblem, join_path, shown
+from kgpu.regex import RegexError
+from kgpu.regex import compile as compile_regex
 
 EXPANDERS = ("random", "most-pods", "least-waste", "priority")
 #: The range of a Go ``int`` flag (64-bit): cluster-autoscaler refuses a value beyond it.
@@ -211,8 +212,8 @@ def _value(key: str, value: object) -> Any:
             raise ValueError(f"priority {priority}: expected a list of regexes")
         for pattern in patterns:
             try:
-                re.compile(pattern)
-            except re.error as exc:
+                compile_regex(pattern)
+            except RegexError as exc:
                 raise ValueError(f"priority {priority}: bad regex {pattern!r}: {exc}") from None
         out[priority] = tuple(patterns)
     return out

@@ -39,15 +39,16 @@ from __future__ import annotations
 
 import math
 import random
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any
 
 from kgpu.autoscaling.ca_settings import CASettings, go_duration
 from kgpu.autoscaling.drain import is_daemonset_pod, is_terminal, pods_to_move
 from kgpu.autoscaling.events import Event
+from kgpu.regex import Regex
+from kgpu.regex import compile as compile_regex
 
 STATUS_CONFIGMAP = "ConfigMap/kube-system/cluster-autoscaler-status"
 SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
@@ -57,6 +58,13 @@ IN_BACKOFF = "in backoff after failed scale-up"
 MAX_TOTAL_NODES = "max total nodes in cluster reached"
 #: Pods younger than this are "very new": cluster-autoscaler waits one loop for more.
 UNSCHEDULABLE_POD_TIME_BUFFER = 2.0
+
+
+@lru_cache(maxsize=256)
+def _regex(pattern: str) -> Regex:
+    """A priority-expander pattern, compiled once (RE2, unanchored: upstream's
+    ``regexp.MatchString``); :func:`~kgpu.autoscaling.ca_settings.parse_settings` checked it."""
+    return compile_regex(pattern)
 
 
 @dataclass(frozen=True)
@@ -276,7 +284,7 @@ def best_option(
             chosen: list[Option] = []
             for option in remaining:
                 for priority, patterns in settings.expander_priorities.items():
-                    if not any(re.search(p, option.group) for p in patterns):
+                    if not any(_regex(p).search(option.group) for p in patterns):
                         continue
                     if best_priority is None or priority > best_priority:
                         best_priority, chosen = priority, []

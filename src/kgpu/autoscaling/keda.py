@@ -42,7 +42,7 @@ from typing import Any
 from kgpu.autoscaling.events import Event
 from kgpu.autoscaling.hpa_spec import HPASpec, format_milli, parse_behavior, parse_hpa
 from kgpu.errors import FieldError, FieldProblem, join_path
-from kgpu.promql import Expr, PromQLError, Scalar, Value, parse
+from kgpu.promql import MAX_RANGE_MS, Expr, PromQLError, Scalar, Value, max_range_ms, parse
 
 API_VERSION = "keda.sh/v1alpha1"
 OWNER_LABEL = "scaledobject.keda.sh/name"
@@ -132,6 +132,14 @@ def _int_field(
     return raw
 
 
+#: The largest milli-value an int64 quantity holds (KEDA: ``int64(threshold * 1000)``).
+_MAX_MILLI = 2**63 - 1
+
+
+def _hours(ms: int) -> str:
+    return f"{ms / 3_600_000:,.2f}".rstrip("0").rstrip(".") + " h"
+
+
 def _float_param(
     meta: Mapping[str, Any], key: str, path: str, problems: list[FieldProblem]
 ) -> float | None:
@@ -140,6 +148,15 @@ def _float_param(
         return None
     try:
         value = float(str(raw))
+        if math.isinf(value) and "inf" not in str(raw).lower():  # Go: "1e400" out of range
+            problems.append(
+                FieldProblem(
+                    f'unable to set param "{key}" value "{raw}": strconv.ParseFloat: parsing '
+                    f'"{raw}": value out of range',
+                    join_path(path, key),
+                )
+            )
+            return None
     except ValueError:
         problems.append(
             FieldProblem(
@@ -217,6 +234,15 @@ def _trigger(
                 )
             )
     threshold = _float_param(meta, "threshold", meta_path, problems)
+    if threshold is not None and not abs(threshold) * 1000 <= _MAX_MILLI:  # NaN too
+        problems.append(
+            FieldProblem(
+                f"{meta['threshold']!r} is out of range: KEDA gives the HPA the threshold in "
+                "milli-units as a 64-bit integer (|threshold| at most 9223372036854775.807)",
+                join_path(meta_path, "threshold"),
+            )
+        )
+        threshold = None
     activation = _float_param(meta, "activationThreshold", meta_path, problems)
     for flag in ("ignoreNullValues", "unsafeSsl"):
         text = str(meta.get(flag, "true"))
@@ -254,6 +280,16 @@ def _trigger(
             expr = parse(query)
         except PromQLError as exc:
             problems.append(FieldProblem(str(exc), join_path(meta_path, "query")))
+        if expr is not None and max_range_ms(expr) > MAX_RANGE_MS:
+            problems.append(
+                FieldProblem(
+                    f"the query reads {_hours(max_range_ms(expr))} back (its longest range plus "
+                    f"offset); kgpu's simulated Prometheus keeps {_hours(MAX_RANGE_MS)} of "
+                    "samples: use a shorter range",
+                    join_path(meta_path, "query"),
+                )
+            )
+            expr = None
     if expr is None or threshold is None or not isinstance(query, str):
         return None
     return PrometheusTrigger(

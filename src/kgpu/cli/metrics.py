@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
         except (KgpuError, BackendError) as exc:
             fail(exc if isinstance(exc, KgpuError) else str(exc))
         for warning in counters.warnings:
-            warn(Console(stderr=True), warning)
+            warn(Console(stderr=True, emoji=False), warning)
         component = MetricsComponent(
             address,
             backend,

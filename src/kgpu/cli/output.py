@@ -20,8 +20,10 @@ from rich.markup import escape
 
 from kgpu.errors import MAX_PROBLEMS_SHOWN, FieldError, FieldProblem, KgpuError, more_problems
 
-console = Console()
-err_console = Console(stderr=True)
+# emoji=False: rich would turn ":thumbs_up:" in a quoted name into an emoji; kgpu prints the
+# user's text as written (markup is escaped where user text meets a styled string: plain.py)
+console = Console(emoji=False)
+err_console = Console(stderr=True, emoji=False)
 
 #: Every format ``-o`` takes, in the order help and errors list them.
 OUTPUT_FORMATS = ("table", "wide", "json", "yaml")
@@ -141,7 +143,7 @@ def table_console(output: str) -> Console:
     every column is there and no id is folded (pipe it to ``less -S`` on a narrow terminal)."""
     if output != "wide":
         return console
-    return Console(width=WIDE_COLUMNS, highlight=False)
+    return Console(width=WIDE_COLUMNS, highlight=False, emoji=False)
 
 
 def header(out: Console, title: str, detail: str = "") -> None:

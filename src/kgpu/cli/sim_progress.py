@@ -84,7 +84,7 @@ class ProgressBar:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        console = Console(file=self.stream, force_terminal=True)
+        console = Console(file=self.stream, force_terminal=True, emoji=False)
         # tables --watch prints to the same terminal go above the bar, not through it
         stdout = sys.stdout
         above = stdout is not self.stream and bool(getattr(stdout, "isatty", lambda: False)())

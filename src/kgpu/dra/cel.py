@@ -425,6 +425,9 @@ class Selector:
                 f"no such key: {exc.args[0] if exc.args else ''}. Consider using CEL optional "
                 "chaining (?), has() macro, or orValue() for optional fields"
             ) from None
+        except ZeroDivisionError as exc:  # cel-go's wording: an evaluation error, no panic
+            modulus = "modulo" in str(exc) or "modulus" in str(exc)
+            raise CelRuntimeError("modulus by zero" if modulus else "division by zero") from None
         except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
             raise CelRuntimeError(_clean(str(exc))) from None
 
@@ -540,8 +543,11 @@ def _clean(message: str) -> str:
 
 
 def _hashable(v: Any) -> Any:
+    """``v`` as a cache key: maps and lists (a capacity's ``requestPolicy.validValues``) too."""
     if isinstance(v, dict):
-        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+        return tuple(sorted((str(k), _hashable(x)) for k, x in v.items()))
+    if isinstance(v, list):
+        return ("[]", *(_hashable(x) for x in v))
     return v
 
 

@@ -16,6 +16,7 @@ from kgpu.dra.cel import CelCompileError, compile_selector
 from kgpu.dra.classes import GPU_DRIVER
 from kgpu.dra.opaque import parse_config
 from kgpu.errors import FieldError, FieldProblem, join_path
+from kgpu.quantity import QuantityError, parse_quantity
 
 
 def selector_problems(selectors: Any, path: str) -> list[FieldProblem]:
@@ -61,6 +62,34 @@ def _configs(configs: Any, path: str) -> list[FieldProblem]:
     return out
 
 
+def quantity_problems(values: Any, path: str) -> list[FieldProblem]:
+    """Every value of a map of quantities (``capacity.requests``) that is not one: the API
+    server cannot decode such a claim (``quantities must match the regular expression ...``),
+    and the allocator must never meet it."""
+    out: list[FieldProblem] = []
+    if not isinstance(values, dict):
+        return out
+    for name, value in values.items():
+        if value is None:
+            continue
+        try:
+            parse_quantity(value)
+        except QuantityError as exc:
+            out.append(FieldProblem(str(exc), join_path(path, str(name))))
+    return out
+
+
+def _request_problems(request: Any, path: str) -> list[FieldProblem]:
+    """Selectors and capacity requests of one ``exactly`` or ``firstAvailable`` entry."""
+    if not isinstance(request, dict):
+        return []
+    out = selector_problems(request.get("selectors"), join_path(path, "selectors"))
+    capacity = request.get("capacity")
+    if isinstance(capacity, dict):
+        out += quantity_problems(capacity.get("requests"), join_path(path, "capacity", "requests"))
+    return out
+
+
 def claim_spec_problems(spec: Any, path: str) -> list[FieldProblem]:
     """CEL and GPU parameters in a ResourceClaim spec (``spec`` of a claim, ``spec.spec`` of a
     template)."""
@@ -75,17 +104,12 @@ def claim_spec_problems(spec: Any, path: str) -> list[FieldProblem]:
         at = join_path(path, "devices", "requests", j)
         exactly = req.get("exactly")
         if isinstance(exactly, dict):
-            out += selector_problems(
-                exactly.get("selectors"), join_path(at, "exactly", "selectors")
-            )
-        elif "selectors" in req:  # the v1beta1 shape
-            out += selector_problems(req.get("selectors"), join_path(at, "selectors"))
+            out += _request_problems(exactly, join_path(at, "exactly"))
+        elif "selectors" in req or "capacity" in req:  # the v1beta1 shape
+            out += _request_problems(req, at)
         subs = req.get("firstAvailable")
         for k, sub in enumerate(subs if isinstance(subs, list) else []):
-            if isinstance(sub, dict):
-                out += selector_problems(
-                    sub.get("selectors"), join_path(at, "firstAvailable", k, "selectors")
-                )
+            out += _request_problems(sub, join_path(at, "firstAvailable", k))
     out += _configs(devices.get("config"), join_path(path, "devices", "config"))
     return out
 

@@ -166,6 +166,34 @@ def _mapping(value: Any) -> Obj:
     return value if isinstance(value, dict) else {}
 
 
+def _policy_problems(capacity: Obj, at: str) -> list[FieldProblem]:
+    """Quantities in a capacity's ``requestPolicy`` (``default``, ``validValues``,
+    ``validRange`` min/max/step): the API server cannot decode a slice with one that is not."""
+    policy = capacity.get("requestPolicy")
+    if not isinstance(policy, dict):
+        return []
+    found: list[tuple[str, Any]] = []
+    if "default" in policy:
+        found.append((join_path(at, "default"), policy["default"]))
+    values = policy.get("validValues")
+    if isinstance(values, list):
+        found += [(join_path(at, "validValues", i), v) for i, v in enumerate(values)]
+    rng = policy.get("validRange")
+    if isinstance(rng, dict):
+        found += [
+            (join_path(at, "validRange", k), rng[k]) for k in ("min", "max", "step") if k in rng
+        ]
+    out: list[FieldProblem] = []
+    for path, raw in found:
+        if raw is None:
+            continue
+        try:
+            parse_quantity(raw)
+        except QuantityError as exc:
+            out.append(FieldProblem(str(exc), path))
+    return out
+
+
 def _device_problems(
     device: Obj, where: str, apart: bool, local: dict[str, set[Any]]
 ) -> list[FieldProblem]:
@@ -199,6 +227,7 @@ def _device_problems(
             parse_quantity(raw)
         except QuantityError as exc:
             out.append(FieldProblem(str(exc), at))
+        out += _policy_problems(value, join_path(where, "capacity", str(key), "requestPolicy"))
     uses = _mappings(device.get("consumesCounters"))
     if apart and len(uses) > MAX_CONSUMPTIONS_PER_DEVICE:
         out.append(

@@ -22,11 +22,12 @@ nothing else from the simulator, so tests and docs can use it alone.
 from kgpu.promql.ast import Expr, max_range_ms, metric_names
 from kgpu.promql.errors import PromQLError, UnsupportedError
 from kgpu.promql.evaluator import Sample, Scalar, Value, Vector, evaluate, query
-from kgpu.promql.history import LOOKBACK_MS, History, Labels, Series, parse_exposition
+from kgpu.promql.history import LOOKBACK_MS, MAX_RANGE_MS, History, Labels, Series, parse_exposition
 from kgpu.promql.parser import parse
 
 __all__ = [
     "LOOKBACK_MS",
+    "MAX_RANGE_MS",
     "Expr",
     "History",
     "Labels",

@@ -8,9 +8,10 @@ in Prometheus, so window edges compare exactly.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+from kgpu.regex import Regex
 
 #: Operator groups, by PromQL's precedence (highest last) and semantics.
 ARITHMETIC = frozenset({"+", "-", "*", "/", "%", "^", "atan2"})
@@ -20,13 +21,14 @@ SET_OPERATORS = frozenset({"and", "or", "unless"})
 
 @dataclass(frozen=True)
 class Matcher:
-    """One label matcher: ``op`` is ``=``, ``!=``, ``=~`` or ``!~``. Regexes are fully
-    anchored, as in Prometheus (``=~"a|b"`` means ``^(?:a|b)$``)."""
+    """One label matcher: ``op`` is ``=``, ``!=``, ``=~`` or ``!~``. Regexes are RE2 (Go's
+    ``regexp``, as in Prometheus, matched in linear time) and fully anchored, as Prometheus
+    anchors them (``=~"a|b"`` means ``^(?:a|b)$``)."""
 
     name: str
     op: str
     value: str
-    pattern: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+    pattern: Regex | None = field(default=None, compare=False, repr=False)
 
     def matches(self, value: str) -> bool:
         if self.op == "=":
@@ -34,13 +36,22 @@ class Matcher:
         if self.op == "!=":
             return value != self.value
         assert self.pattern is not None
-        found = self.pattern.fullmatch(value) is not None
+        found = self.pattern.search(value)
         return found if self.op == "=~" else not found
 
 
 @dataclass(frozen=True)
 class Expr:
+    """``height`` is the tree's depth below and including this node (a leaf is 1), computed
+    as the node is built: the parser refuses a query deeper than its limit before anything
+    recursive (``type``, :func:`walk`, the evaluator) descends into it."""
+
     pos: int
+    height: int = field(default=1, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        below = max((child.height for child in self.children()), default=0)
+        object.__setattr__(self, "height", below + 1)
 
     @property
     def type(self) -> str:

@@ -20,10 +20,10 @@ This is Prometheus 2.42's instant-query semantics (``promql/engine.go``), which 
 * Division by zero and the like give IEEE results (``+Inf``, ``NaN``), as Go does.
 
 What is not reproduced: native histograms, ``@``, subqueries, group_left/right (all rejected by
-the parser); RE2-only regex syntax (Python's ``re`` is used, which agrees on the syntax label
-matchers use in practice). Sums, means and extremes follow 2.42's arithmetic step by step
-(running mean for ``avg``, compensated sums in ``*_over_time``), so results agree to the bit in
-the cases the differential and ported tests check.
+the parser). Label-matcher regexes are RE2 itself (:mod:`kgpu.regex`), as in Prometheus. Sums,
+means and extremes follow 2.42's arithmetic step by step (running mean for ``avg``, compensated
+sums in ``*_over_time``), so results agree to the bit in the cases the differential and ported
+tests check.
 """
 
 from __future__ import annotations

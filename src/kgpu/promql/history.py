@@ -26,6 +26,11 @@ Labels = tuple[tuple[str, str], ...]
 
 #: Prometheus' default lookback for instant selectors (``--query.lookback-delta``).
 LOOKBACK_MS = 5 * 60 * 1000
+#: The most history a query may read (its longest range plus offset). Each evaluation of a
+#: range reads every sample in it, and KEDA evaluates every 30 s; with no cap, ``[10000y]``
+#: keeps every sample of the run and reads them all at each poll (minutes, growing memory).
+#: kgpu's simulated Prometheus keeps this much, and refuses a query that would read further.
+MAX_RANGE_MS = 6 * 3600 * 1000
 
 
 def labels_of(mapping: Mapping[str, str]) -> Labels:

@@ -53,6 +53,7 @@ KEYWORDS = frozenset(
 )
 
 _IDENT = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_DIGITS = frozenset("0123456789")
 _WORD_CHAR = re.compile(r"[a-zA-Z0-9_]")
 _DURATION = re.compile(r"(?:[0-9]+(?:ms|[smhdwy]))+")
 _HEX = re.compile(r"0[xX][0-9a-fA-F]+")
@@ -155,7 +156,8 @@ def tokenize(query: str) -> list[Token]:
             tokens.append(Token("string", value, i))
             i = end
             continue
-        if ch.isdigit() or (ch == "." and i + 1 < n and query[i + 1].isdigit()):
+        # ASCII digits only: str.isdigit() is true for "²" too, which no number pattern takes
+        if ch in _DIGITS or (ch == "." and i + 1 < n and query[i + 1] in _DIGITS):
             duration = _DURATION.match(query, i)
             if duration and not _WORD_CHAR.match(query, duration.end()):
                 tokens.append(Token("duration", duration.group(), i))

@@ -41,6 +41,8 @@ from kgpu.promql.ast import (
 from kgpu.promql.errors import PromQLError, UnsupportedError
 from kgpu.promql.functions import FUNCTIONS, UNSUPPORTED_FUNCTIONS
 from kgpu.promql.lexer import AGGREGATORS, Token, tokenize
+from kgpu.regex import RegexError
+from kgpu.regex import compile as compile_regex
 
 #: The aggregations kgpu evaluates.
 SUPPORTED_AGGREGATIONS = ("sum", "avg", "min", "max", "count", "group", "stddev", "stdvar")
@@ -68,6 +70,12 @@ _DURATION_UNITS = {
     "w": 604_800_000,
     "y": 31_536_000_000,
 }
+#: The deepest query tree kgpu parses (levels of parentheses, operators, calls, aggregations,
+#: unary signs; a chain ``a + b + c`` is as deep as it is long). Prometheus has no such limit
+#: (Go's stack grows); Python's recursion does not, and no trigger needs more.
+MAX_DEPTH = 128
+#: The longest query kgpu parses, in characters.
+MAX_QUERY = 65_536
 _DURATION_PART = re.compile(r"([0-9]+)(ms|[smhdwy])")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _TYPE_WORDS = {
@@ -98,50 +106,6 @@ def parse_duration_ms(text: str) -> int:
     return total
 
 
-_FLAG_GROUP = re.compile(r"\(\?([a-zA-Z-]+)\)")
-
-
-def re2_to_python(pattern: str) -> str:
-    """Go's RE2 syntax to Python's: RE2 lets ``(?i)`` appear mid-pattern (it then applies to the
-    rest of the enclosing group); Python wants such flags scoped, as ``(?i:...)``."""
-    out: list[str] = []
-    pending = [0]  # per open group: how many scoped-flag groups to close with it
-    i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "\\":
-            out.append(pattern[i : i + 2])
-            i += 2
-            continue
-        if ch == "[":
-            end = i + 1
-            if end < len(pattern) and pattern[end] == "^":
-                end += 1
-            if end < len(pattern) and pattern[end] == "]":
-                end += 1
-            while end < len(pattern) and pattern[end] != "]":
-                end += 2 if pattern[end] == "\\" else 1
-            out.append(pattern[i : end + 1])
-            i = end + 1
-            continue
-        flags = _FLAG_GROUP.match(pattern, i)
-        if flags and i > 0:
-            if "U" in flags.group(1):
-                raise ValueError("the U (ungreedy) flag has no Python equivalent")
-            out.append(f"(?{flags.group(1)}:")
-            pending[-1] += 1
-            i = flags.end()
-            continue
-        if ch == "(":
-            pending.append(0)
-        elif ch == ")" and len(pending) > 1:
-            out.append(")" * pending.pop())
-        out.append(ch)
-        i += 1
-    out.append(")" * pending[0])
-    return "".join(out)
-
-
 def _number(text: str) -> float:
     lower = text.lower()
     if lower == "inf":
@@ -158,6 +122,16 @@ class _Parser:
         self.query = query
         self.tokens = tokenize(query)
         self.i = 0
+        self.depth = 0  # expression() calls open now
+
+    def too_deep(self, pos: int) -> PromQLError:
+        return self.error(
+            f"the query nests more than {MAX_DEPTH} levels deep (parentheses, operators, "
+            "function calls, aggregations, signs; a chain a + b + c counts one level per "
+            "operator), kgpu's limit: simplify it, e.g. sum() over one selector instead of a "
+            "long chain of terms",
+            pos,
+        )
 
     # -- token helpers ---------------------------------------------------------------------
     @property
@@ -204,6 +178,8 @@ class _Parser:
         expr = self.expression(0)
         if self.tok.kind != "eof":
             raise self.error(f"unexpected {self.describe(self.tok)} after the expression")
+        if expr.height > MAX_DEPTH:
+            raise self.too_deep(expr.pos)
         if expr.type == "matrix":
             raise self.unsupported(
                 "a range vector as the query's result",
@@ -223,6 +199,15 @@ class _Parser:
         return None
 
     def expression(self, min_precedence: int) -> Expr:
+        if self.depth >= MAX_DEPTH:
+            raise self.too_deep(self.tok.pos)
+        self.depth += 1
+        try:
+            return self.operators(min_precedence)
+        finally:
+            self.depth -= 1
+
+    def operators(self, min_precedence: int) -> Expr:
         lhs = self.unary()
         while True:
             op = self.binary_operator()
@@ -238,9 +223,10 @@ class _Parser:
             matching = self.vector_matching(op)
             right_assoc = op == "^"
             rhs = self.expression(_PRECEDENCE[op] + (0 if right_assoc else 1))
-            lhs = self.check_binary(
-                Binary(op_tok.pos, op, lhs, rhs, return_bool, matching), op_tok.pos
-            )
+            node = Binary(op_tok.pos, op, lhs, rhs, return_bool, matching)
+            if node.height > MAX_DEPTH:
+                raise self.too_deep(op_tok.pos)
+            lhs = self.check_binary(node, op_tok.pos)
 
     def vector_matching(self, op: str) -> VectorMatching | None:
         if not (self.is_keyword("on") or self.is_keyword("ignoring")):
@@ -540,8 +526,8 @@ class _Parser:
         pattern = None
         if tok.text in ("=~", "!~"):
             try:
-                pattern = re.compile(re2_to_python(value_tok.text))
-            except (re.error, ValueError) as exc:
+                pattern = compile_regex(value_tok.text, anchored=True)
+            except RegexError as exc:
                 raise self.error(
                     f'error parsing regexp "{value_tok.text}": {exc}', value_tok.pos
                 ) from None
@@ -553,4 +539,9 @@ def parse(query: str) -> Expr:
     the ``line:column`` of the problem."""
     if not isinstance(query, str):
         raise PromQLError(f"a query is a string, not {type(query).__name__}")
+    if len(query) > MAX_QUERY:
+        raise PromQLError(
+            f"the query is {len(query):,} characters long; kgpu parses at most {MAX_QUERY:,}: "
+            "shorten it"
+        )
     return _Parser(query).parse()

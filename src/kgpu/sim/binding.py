@@ -57,8 +57,17 @@ def schedule_pending(ctx: SimContext) -> bool:
     queue = list(ctx.pending.values())
     if any(r.req.priority for r in queue):
         queue.sort(key=lambda r: -r.req.priority)  # stable: by creation within a priority
+    # A pod of a template that just failed, with nothing changed since, fails alike: the
+    # verdict is reused (every pod still gets its FailedScheduling event and status), so
+    # 100,000 replicas on two nodes cost one filter pass, not 100,000. Cleared when anything
+    # is reserved or bound (the only changes a pass makes before it returns).
+    verdicts: dict[str, str] = {}
     for rec in queue:
         if rec.key not in ctx.pending or rec.failed_epoch == ctx.epoch:
+            continue
+        template = _template(rec)
+        if template is not None and template in verdicts:
+            _unschedulable(ctx, rec, verdicts[template])
             continue
         if rec.req.node_name:
             progress |= _bind_direct(ctx, rec)
@@ -80,9 +89,13 @@ def schedule_pending(ctx: SimContext) -> bool:
         placement = ctx.scheduler.find_node(rec)
         node = placement.node
         if node is None:
-            if _post_filter(ctx, rec, placement):
+            preempted, reusable = _post_filter(ctx, rec, placement)
+            if preempted:
                 return True  # pods were preempted for this one: it goes first next pass
+            if reusable and template is not None:
+                verdicts[template] = rec.last_message
             continue
+        verdicts.clear()
         try:
             ctx.scheduler.reserve(rec, node)
         except KgpuError as exc:
@@ -94,6 +107,20 @@ def schedule_pending(ctx: SimContext) -> bool:
     if progress and follows_pods:
         ctx.epoch += 1
     return progress
+
+
+def _template(rec: PodRecord) -> str | None:
+    """The ReplicaSet or Job whose template made this pod (its owner's uid): pods of one
+    template ask the scheduler the same question. None for pods whose verdict depends on more
+    than the template and the nodes (claims, gangs, pod affinity, spread, a node name)."""
+    if rec.gang or rec.req.node_name or rec.req.affinity_terms or rec.req.spread:
+        return None
+    if rec.obj["spec"].get("resourceClaims"):
+        return None
+    for ref in rec.obj["metadata"].get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("kind") in ("ReplicaSet", "Job") and ref.get("uid"):
+            return f"{ref['kind']}/{ref['uid']}"
+    return None
 
 
 def _prebind_plugins(ctx: SimContext) -> list[Any]:
@@ -148,14 +175,15 @@ def _prebind_waiting(ctx: SimContext) -> bool:
     return progress
 
 
-def _post_filter(ctx: SimContext, rec: PodRecord, placement: Placement) -> bool:
+def _post_filter(ctx: SimContext, rec: PodRecord, placement: Placement) -> tuple[bool, bool]:
     """The PostFilter plugins for a pod no node took, in the framework's order (DynamicResources,
-    then DefaultPreemption); True when preemption evicted pods. A scheduler plugin with a
+    then DefaultPreemption): (whether preemption evicted pods, whether the verdict holds for
+    an identical pod now: nothing was freed or evicted). A scheduler plugin with a
     ``post_filter(pod, store)`` hook speaks for DynamicResources when it frees something (its
     message, e.g. ``deallocation of ResourceClaim completed``)."""
     if placement.diagnosis is None:  # no nodes at all: no FitError, no PostFilter
         _unschedulable(ctx, rec, placement.message)
-        return False
+        return False, True
     notes = []
     said = None
     for plugin in ctx.scheduler.plugins:
@@ -174,10 +202,10 @@ def _post_filter(ctx: SimContext, rec: PodRecord, placement: Placement) -> bool:
     if outcome.candidate is not None:
         _unschedulable(ctx, rec, placement.message, nominated=outcome.candidate.node.name)
         _evict(ctx, rec, outcome.candidate)
-        return True
+        return True, False
     notes.append(PREFIX + outcome.message)
     _unschedulable(ctx, rec, f"{placement.message} {', '.join(notes)}")
-    return False
+    return False, not said
 
 
 def _evict(ctx: SimContext, preemptor: PodRecord, candidate: Candidate) -> None:

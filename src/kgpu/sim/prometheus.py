@@ -22,7 +22,16 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from kgpu.metrics.counters import DEFAULT as DEFAULT_COUNTERS
-from kgpu.promql import LOOKBACK_MS, Expr, History, Value, evaluate, max_range_ms, metric_names
+from kgpu.promql import (
+    LOOKBACK_MS,
+    MAX_RANGE_MS,
+    Expr,
+    History,
+    Value,
+    evaluate,
+    max_range_ms,
+    metric_names,
+)
 from kgpu.promql.history import parse_exposition
 from kgpu.sim.context import SimContext
 from kgpu.sim.loops import SCRAPE
@@ -74,7 +83,8 @@ class SimPrometheus:
                 self.names = None
             elif self.names is not None:
                 self.names |= names
-            keep = (max_range_ms(expr) + LOOKBACK_MS) / 1000
+            # KEDA refused longer ranges (MAX_RANGE_MS); the cap keeps memory bounded whatever
+            keep = (min(max_range_ms(expr), MAX_RANGE_MS) + LOOKBACK_MS) / 1000
             self.history.retention_ms = max(self.history.retention_ms, round(keep * 1000))
             if not self._scraping:
                 self._scraping = True

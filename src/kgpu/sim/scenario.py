@@ -20,6 +20,7 @@ from kgpu.dra.features import FeatureGateError, Features
 from kgpu.errors import FieldError, FieldProblem, join_path, shown
 from kgpu.sim.expect.schema import Expectations, load_expectations, read_expectations
 from kgpu.sim.kubeversion import DEFAULT_VERSION, KubeVersion, parse_version, version_problem
+from kgpu.sim.loops import MAX_RUNS
 from kgpu.sim.manifests import Manifest
 from kgpu.sim.mig_settings import MigManagerSettings, parse_mig_manager
 from kgpu.sim.scenario_parts import (
@@ -36,6 +37,7 @@ from kgpu.sim.scenario_parts import (
     unreadable,
 )
 from kgpu.sim.steps import STEP_TYPES, Step, read_step
+from kgpu.sim.steps.clock import AdvanceStep
 from kgpu.sim.steps.nodes import AddNodesStep
 from kgpu.sim.steps.objects import ApplyStep, ScaleStep
 from kgpu.userfiles import display_name, read_yaml
@@ -220,6 +222,7 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         for found in exc.problems:
             err.add(found.message, found.path)
     mig_manager = parse_mig_manager(data.get("migManager"), "migManager", err, parse_duration)
+    _check_periodic(nodes, applied, steps, settings, err)
     if err.problems:
         raise FieldError(err.problems)
     return Scenario(
@@ -292,6 +295,52 @@ def _check_totals(
             f"{MAX_PODS} in one scenario",
             "apply",
         )
+
+
+def _check_periodic(
+    nodes: list[NodeSpec],
+    applied: list[Manifest],
+    steps: list[Step],
+    settings: CASettings,
+    err: Errors,
+) -> None:
+    """The periodic work the scenario's ``advance`` steps ask for, counted up front where it is
+    known (cluster-autoscaler's scans when a group autoscales; Prometheus' scrapes and the HPA
+    controller's syncs, every 15 s, when a ScaledObject or HorizontalPodAutoscaler is applied),
+    against :data:`~kgpu.sim.loops.MAX_RUNS`: ``validate`` and ``sim`` refuse it before the
+    first pod. The run counts every timer too (KEDA polls, scans of groups added later)."""
+    manifests = list(applied)
+    for step in steps:
+        if isinstance(step, ApplyStep):
+            manifests.extend(step.manifests)
+    per_second = 0.0
+    if any(spec.autoscale for spec in nodes) or any(
+        isinstance(step, AddNodesStep) and any(s.autoscale for s in step.specs) for step in steps
+    ):
+        per_second += 1 / settings.scan_interval
+    kinds = {m.kind for m in manifests}
+    if "ScaledObject" in kinds:  # scrapes and the HPA KEDA makes every 15 s, polls every 30 s
+        per_second += 2 / 15 + 1 / 30
+    elif "HorizontalPodAutoscaler" in kinds:
+        per_second += 1 / 15
+    if not per_second:
+        return
+    seconds = 0.0
+    for step in steps:
+        if isinstance(step, AdvanceStep):
+            seconds += step.seconds
+            if seconds * per_second > MAX_RUNS:
+                runs = seconds * per_second
+                err.add(
+                    f"the advance steps reach {seconds:g} s of simulated time: {runs:,.0f} "
+                    "periodic runs at least (cluster-autoscaler scans every "
+                    f"{settings.scan_interval:g} s, scrapes, KEDA polls, HPA syncs); kgpu sim "
+                    f"runs at most {MAX_RUNS:,} in one scenario (10 hours at the default "
+                    "intervals): shorten the advance or lengthen "
+                    "clusterAutoscaler.scan-interval",
+                    join_path("steps", step.index, "advance"),
+                )
+                return
 
 
 def _parse_expect(raw: object, base: Path, err: Errors, steps: list[Step]) -> Expectations:

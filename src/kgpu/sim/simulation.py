@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kgpu.config.loader import ConfigSet
+from kgpu.errors import FieldError, FieldProblem, join_path
 from kgpu.releases import outside_window
 from kgpu.sim import node_lifecycle, nodeside, objects, pod_lifecycle, traffic
 from kgpu.sim.context import SimContext
@@ -39,6 +40,7 @@ from kgpu.sim.controllers.keda import KedaController
 from kgpu.sim.dra_binding import FakeAttachController
 from kgpu.sim.dra_taints import DeviceTaintEvictionController
 from kgpu.sim.gcpause import full_collections_deferred
+from kgpu.sim.loops import LoopLimitError
 from kgpu.sim.manifests import Manifest
 from kgpu.sim.plugin_loader import install_device_classes, load_plugins
 from kgpu.sim.plugins import Controller, KubeletPlugin, SchedulerPlugin
@@ -217,7 +219,11 @@ class Simulation:
                 base=self.scenario.base,
                 index=self._steps_done,
             )
-        step.perform(self)
+        try:
+            step.perform(self)
+        except LoopLimitError as exc:  # the step asked for too much periodic work: say which
+            where = join_path("steps", step.index, step.action)
+            raise FieldError(FieldProblem(str(exc), where, self.scenario.file)) from None
         self.settle()
         steps = self.scenario.steps
         if self._steps_done < len(steps) and step is steps[self._steps_done]:

@@ -18,6 +18,8 @@ from typing import Any, ClassVar, Protocol
 
 from kgpu.errors import join_path, shown
 from kgpu.quantity import QuantityError
+from kgpu.regex import Regex, RegexError
+from kgpu.regex import compile as compile_regex
 from kgpu.sim.plugins import Event
 from kgpu.sim.quantity import format_units, to_units
 from kgpu.sim.scenario_parts import Errors
@@ -520,7 +522,7 @@ class EventCheck(Check):
     reason: str | None
     object: str | None
     message: str | None
-    regex: re.Pattern[str] | None
+    regex: Regex | None  # RE2, unanchored (a search), as Go's regexp.MatchString
     absent: bool
     count: Amount | None = field(default=None)
 
@@ -530,8 +532,8 @@ class EventCheck(Check):
         pattern = _str_field(raw, "messageRegex", path, err)
         if pattern is not None:
             try:
-                regex = re.compile(pattern)
-            except re.error as exc:
+                regex = compile_regex(pattern)
+            except RegexError as exc:
                 err.add(
                     f"{pattern!r} is not a regular expression: {exc}",
                     join_path(path, "messageRegex"),
@@ -571,7 +573,7 @@ class EventCheck(Check):
             and (self.reason is None or e.reason == self.reason)
             and (self.object is None or e.object == self.object)
             and (self.message is None or self.message in e.message)
-            and (self.regex is None or self.regex.search(e.message) is not None)
+            and (self.regex is None or self.regex.search(e.message))
         )
 
     def evaluate(self, seen: Observed) -> list[Miss]:
