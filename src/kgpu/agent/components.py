@@ -32,7 +32,7 @@ from kgpu.drivers.metrics import MetricsComponent
 from kgpu.drivers.migmanager import MIG_STATE_LABEL, MigManagerOptions, mig_manager
 from kgpu.drivers.mps import MpsComponent
 from kgpu.drivers.ownership import GpuOwnership
-from kgpu.hardware.backend import Backend
+from kgpu.hardware.backend import Backend, ComputeModeBackend
 from kgpu.kubelet.nvidia_cdi import NodeDriver
 from kgpu.metrics.counters import DEFAULT as DEFAULT_COUNTERS
 from kgpu.metrics.counters import CounterSet
@@ -71,10 +71,13 @@ ComponentFactory = Callable[[AgentContext], Component | None]
 def mps(ctx: AgentContext) -> Component | None:
     if not ctx.options.device_plugin:  # MPS daemons serve the device plugin's replicas
         return None
+    backend = ctx.backend
     return MpsComponent(
         use_binary=ctx.options.machine == "nvml",
         refresh_interval_s=ctx.options.health_probe_interval_s,
         on_change=ctx.on_change,
+        # sets each MPS GPU's compute mode to EXCLUSIVE_PROCESS while its daemon serves
+        backend=backend if isinstance(backend, ComputeModeBackend) else None,
     )
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kgpu.hardware.backend import BackendError, XidEvent
+from kgpu.hardware.backend import BackendError, ComputeMode, XidEvent
 from kgpu.hardware.model import NVML_SOURCE, FabricInfo, Gpu, Machine, MigDevice, MigEngines, NvLink
 from kgpu.hardware.nvml_mig import NvmlMigOps
 from kgpu.hardware.profiles import product_by_name
@@ -62,6 +62,19 @@ _FABRIC_STATES = {
     "NOT_STARTED": "not-started",
     "IN_PROGRESS": "in-progress",
     "COMPLETED": "completed",
+}
+#: kgpu's compute modes by the suffix of NVML's ``NVML_COMPUTEMODE_<NAME>`` constant
+_COMPUTE_MODES = {
+    "DEFAULT": ComputeMode.DEFAULT,
+    "EXCLUSIVE_THREAD": ComputeMode.EXCLUSIVE_THREAD,
+    "PROHIBITED": ComputeMode.PROHIBITED,
+    "EXCLUSIVE_PROCESS": ComputeMode.EXCLUSIVE_PROCESS,
+}
+_COMPUTE_MODE_VALUES = {
+    "DEFAULT": 0,
+    "EXCLUSIVE_THREAD": 1,
+    "PROHIBITED": 2,
+    "EXCLUSIVE_PROCESS": 3,
 }
 _NO_ID = 0xFFFFFFFF  # NVML's "not attributed to a MIG device"
 SYSFS_PCI_DEVICES = Path("/sys/bus/pci/devices")
@@ -424,6 +437,27 @@ class NvmlBackend(NvmlMigOps):
                 if self._closed:
                     self._free()
         return events
+
+    # -- compute mode (ComputeModeBackend) --------------------------------------------------------
+
+    def compute_mode(self, gpu: int) -> ComputeMode:
+        value = self._call(f"GPU {gpu} compute mode", "nvmlDeviceGetComputeMode", self._handle(gpu))
+        for suffix, mode in _COMPUTE_MODES.items():
+            if self._const("NVML_COMPUTEMODE_" + suffix, _COMPUTE_MODE_VALUES[suffix]) == value:
+                return mode
+        raise BackendError(f"GPU {gpu}: NVML reports an unknown compute mode {value}")
+
+    def set_compute_mode(self, gpu: int, mode: ComputeMode) -> None:
+        """Needs root; the mode lasts until changed or the node reboots (not across a reboot:
+        NVIDIA's daemon setup sets it each time, and so does kgpu)."""
+        suffix = next(s for s, m in _COMPUTE_MODES.items() if m == mode)
+        value = self._const("NVML_COMPUTEMODE_" + suffix, _COMPUTE_MODE_VALUES[suffix])
+        self._call(
+            f"GPU {gpu}: setting compute mode {mode}",
+            "nvmlDeviceSetComputeMode",
+            self._handle(gpu),
+            value,
+        )
 
     def probe(self, gpu_uuid: str) -> bool:
         if self._closed:
