@@ -129,6 +129,8 @@ def test_a_gpu_whose_compute_mode_cannot_be_set_gets_no_daemon_and_offers_no_rep
 ) -> None:
     sim, daemon, manager = _setup(monkeypatch, tmp_path)
     sim.refuse_compute_mode = "not root"
+    events: list[tuple[str, str, str]] = []
+    manager.on_event = lambda *event: events.append(event)
     view = _view(sim, tmp_path)
     manager.sync(view)
     assert [what for who, what in daemon.log if who != "nvml"] == []  # no daemon started
@@ -140,6 +142,24 @@ def test_a_gpu_whose_compute_mode_cannot_be_set_gets_no_daemon_and_offers_no_rep
     mps_devices = [d for d in served.resource("nvidia.com/gpu").devices if d.mps is not None]
     assert len(mps_devices) == 8 and not any(d.healthy for d in mps_devices)
     assert all(d.healthy for d in served.resource("nvidia.com/gpu.ts").devices)
+    assert [(kind, reason) for kind, reason, _ in events] == [("Warning", "MpsNotEnforced")] * 2
+    assert (
+        "GPU 1 (" in events[0][2] and "4 replicas of nvidia.com/gpu are Unhealthy" in events[0][2]
+    )
+
+
+def test_a_mode_that_cannot_be_restored_is_a_warning_with_the_command_to_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    sim, _, manager = _setup(monkeypatch, tmp_path)
+    events: list[tuple[str, str, str]] = []
+    manager.on_event = lambda *event: events.append(event)
+    manager.sync(_view(sim, tmp_path))
+    sim.refuse_compute_mode = "GPU is lost"
+    manager.stop_all()
+    assert sim.compute_mode(1) == ComputeMode.EXCLUSIVE_PROCESS
+    assert [reason for _, reason, _ in events] == ["ComputeModeNotRestored"] * 2
+    assert "nvidia-smi -i 1 -c DEFAULT" in events[0][2]
 
 
 def test_the_agent_does_not_advertise_mps_replicas_it_cannot_enforce(root: Path) -> None:

@@ -49,6 +49,9 @@ from kgpu.node.sharing.mps import mps_shm_directory
 
 log = logging.getLogger(__name__)
 
+#: records an event: (type ``Warning``/``Normal``, reason, message)
+EventSink = Callable[[str, str, str], None]
+
 CONTROL_BINARY = "nvidia-cuda-mps-control"
 
 
@@ -170,14 +173,20 @@ class MpsManager:
     """Keeps one daemon per MPS-shared GPU in line with the current view.
 
     ``backend`` sets the GPUs' compute mode; without one (a test of the daemons alone) the
-    mode is not managed and the status says so (``computeMode: null``)."""
+    mode is not managed and the status says so (``computeMode: null``). ``on_event`` records
+    a Warning (on the Node, in the agent) when a GPU's shares are not enforced."""
 
     def __init__(
-        self, *, use_binary: bool | None = None, backend: ComputeModeBackend | None = None
+        self,
+        *,
+        use_binary: bool | None = None,
+        backend: ComputeModeBackend | None = None,
+        on_event: EventSink | None = None,
     ) -> None:
         binary = shutil.which(CONTROL_BINARY)
         self.binary = binary if (use_binary is None or use_binary) else None
         self.backend = backend
+        self.on_event = on_event
         self.daemons: dict[tuple[str, str], MpsDaemon] = {}
 
     def sync(self, view: NodeView) -> None:
@@ -270,7 +279,21 @@ class MpsManager:
                 with contextlib.suppress(OSError, subprocess.SubprocessError):
                     self._control(daemon, "quit")
             self._restore(daemon)
+            self._event(
+                "MpsNotEnforced",
+                f"GPU {plan.gpu_index} ({plan.gpu_uuid}): no MPS daemon: {exc}; its "
+                f"{plan.replicas} replicas of {plan.resource} are Unhealthy until this is fixed "
+                "and the agent restarts or its config changes",
+            )
         return daemon
+
+    def _event(self, reason: str, message: str) -> None:
+        if self.on_event is None:
+            return
+        try:
+            self.on_event("Warning", reason, message)
+        except Exception as exc:
+            log.warning("cannot record event %s: %s", reason, exc)
 
     def _exclusive(self, daemon: MpsDaemon) -> None:
         """Put the daemon's GPU in EXCLUSIVE_PROCESS (remembering its mode) before the daemon
@@ -314,6 +337,11 @@ class MpsManager:
                 exc,
                 index,
                 previous.name,
+            )
+            self._event(
+                "ComputeModeNotRestored",
+                f"GPU {index} stays in compute mode {ComputeMode.EXCLUSIVE_PROCESS} after its MPS "
+                f"daemon stopped: {exc}; run nvidia-smi -i {index} -c {previous.name}",
             )
             return
         daemon.previous_compute_mode = None
@@ -369,8 +397,9 @@ class MpsComponent:
         refresh_interval_s: float = 5.0,
         on_change: Callable[[], None] | None = None,
         backend: ComputeModeBackend | None = None,
+        on_event: EventSink | None = None,
     ) -> None:
-        self.manager = MpsManager(use_binary=use_binary, backend=backend)
+        self.manager = MpsManager(use_binary=use_binary, backend=backend, on_event=on_event)
         self.refresh_interval_s = refresh_interval_s
         self._on_change = on_change or (lambda: None)
         self._lock = threading.Lock()
