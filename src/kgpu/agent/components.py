@@ -30,10 +30,15 @@ from kgpu.drivers.computedomain import compute_domain_driver
 from kgpu.drivers.deviceplugin import DevicePluginComponent
 from kgpu.drivers.dra import DraComponent
 from kgpu.drivers.metrics import MetricsComponent
-from kgpu.drivers.migmanager import MIG_STATE_LABEL, MigManagerOptions, mig_manager
+from kgpu.drivers.migmanager import (
+    MIG_STATE_LABEL,
+    MigManagerOptions,
+    mig_manager,
+    store_event_sink,
+)
 from kgpu.drivers.mps import MpsComponent
 from kgpu.drivers.ownership import GpuOwnership
-from kgpu.hardware.backend import Backend
+from kgpu.hardware.backend import Backend, ComputeModeBackend
 from kgpu.kubelet.nvidia_cdi import NodeDriver
 from kgpu.metrics.counters import DEFAULT as DEFAULT_COUNTERS
 from kgpu.metrics.counters import CounterSet
@@ -72,10 +77,21 @@ ComponentFactory = Callable[[AgentContext], Component | None]
 def mps(ctx: AgentContext) -> Component | None:
     if not ctx.options.device_plugin:  # MPS daemons serve the device plugin's replicas
         return None
+    backend = ctx.backend
+    node_name = ctx.options.node_name
+
+    def record(kind: str, reason: str, message: str) -> None:  # on the Node, when connected
+        store = ctx.store()
+        if store is not None and node_name:
+            store_event_sink(store, node_name, component="kgpu-mps")(kind, reason, message)
+
     return MpsComponent(
         use_binary=ctx.options.machine == "nvml",
         refresh_interval_s=ctx.options.health_probe_interval_s,
         on_change=ctx.on_change,
+        # sets each MPS GPU's compute mode to EXCLUSIVE_PROCESS while its daemon serves
+        backend=backend if isinstance(backend, ComputeModeBackend) else None,
+        on_event=record,
     )
 
 

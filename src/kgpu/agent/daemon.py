@@ -503,7 +503,10 @@ class Agent:
 
     def _publish(self, view: NodeView, sequence: int) -> None:
         """Hand ``view`` to every component in order, each under its own lock, skipping a
-        component that already has a newer view (threads publish concurrently)."""
+        component that already has a newer view (threads publish concurrently). The
+        components after the MPS daemons get the view less the MPS replicas of GPUs whose daemon
+        failed (:func:`kgpu.drivers.mps.withhold_failed`): a share nothing enforces is not
+        offered."""
         for component in list(self.components):
             key = id(component)
             with self._component_locks.setdefault(key, threading.Lock()):
@@ -514,6 +517,8 @@ class Agent:
                     component.on_view(view)
                 except Exception as exc:
                     log.error("%s.on_view failed: %s", type(component).__name__, exc)
+            if isinstance(component, MpsComponent):
+                view = component.served(view)
 
     def _update_health(
         self, update: Callable[[NodeView, health.HealthState], health.HealthState]
@@ -553,6 +558,7 @@ class Agent:
             components=lambda: list(self.components),
             ownership=self.ownership,
         )
+        started = view
         for make in self._factories:
             try:
                 component = make(context)
@@ -569,13 +575,14 @@ class Agent:
                 self.device_plugin = component
             elif isinstance(component, MpsComponent):
                 self.mps = component
+                view = component.served(view)  # the device plugin must not offer failed GPUs
             elif isinstance(component, MigManager):
                 self.mig_manager = component
             elif isinstance(component, FeaturesComponent):
                 self.features = component
             log.info("started component %s", type(component).__name__)
         served = self._served
-        if served is not None and served is not view:  # health changed while they started
+        if served is not None and served is not started:  # health changed while they started
             self._publish(served, self._sequence)
 
     # -- threads -------------------------------------------------------------------------------

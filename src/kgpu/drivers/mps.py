@@ -15,8 +15,16 @@ With ``nvidia-cuda-mps-control`` on PATH (a real node) the daemon is started wit
 GPU; upstream also sets the limit by ordinal because limits set by UUID were not applied).
 Without the binary (simulation) the daemon is modelled: the same directories, limits and
 control commands are recorded and reported (nothing is written to the host), and the state is
-``modelled``. kgpu never changes the GPUs' compute mode (upstream sets EXCLUSIVE_PROCESS); set
-it in the node's provisioning if wanted.
+``modelled``.
+
+Before a daemon starts, its GPU's compute mode is set to ``EXCLUSIVE_PROCESS`` (as NVIDIA's MPS
+daemon setup does), through the backend's :class:`~kgpu.hardware.backend.ComputeModeBackend`,
+and the mode it had is restored when the daemon stops (agent stop, a config that no longer
+shares that GPU with MPS, a changed plan). Without it a client that drops
+``CUDA_MPS_PIPE_DIRECTORY`` opens its own context beside the MPS server and none of the limits
+apply; with it the driver refuses that client. A GPU whose mode cannot be set gets no daemon
+(state ``failed``, the error says why) and :func:`withhold_failed` marks its MPS replicas
+Unhealthy, so kubelet never hands out a share that would not be enforced.
 
 :class:`MpsComponent` is the agent's component around :class:`MpsManager`: every view syncs the
 daemons (only a changed plan restarts one; health changes leave them alone), and a background
@@ -31,15 +39,19 @@ import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from kgpu.hardware.backend import BackendError, ComputeMode, ComputeModeBackend
 from kgpu.kubelet.dirs import ensure_directory
 from kgpu.node.model import NodeView
 from kgpu.node.sharing.mps import mps_shm_directory
 
 log = logging.getLogger(__name__)
+
+#: records an event: (type ``Warning``/``Normal``, reason, message)
+EventSink = Callable[[str, str, str], None]
 
 CONTROL_BINARY = "nvidia-cuda-mps-control"
 #: The agent's environment variables a daemon inherits: the rest (API credentials' paths,
@@ -114,6 +126,10 @@ class MpsDaemon:
     error: str = ""
     commands: list[str] = field(default_factory=list)
     clients: list[int] | None = None  # client PIDs the running daemon reported; None: unknown
+    # the GPU's compute mode before kgpu set EXCLUSIVE_PROCESS for this daemon (restored when
+    # it stops); None: kgpu did not change it
+    previous_compute_mode: ComputeMode | None = None
+    compute_mode: ComputeMode | None = None  # the mode while it serves; None: not managed
 
     def status(self) -> dict[str, object]:
         plan = self.plan
@@ -131,6 +147,10 @@ class MpsDaemon:
             "activeThreadPercentage": plan.active_thread_percentage,
             "pinnedDeviceMemoryLimitMiB": plan.pinned_memory_limit_mib,
             "controlCommands": list(self.commands),
+            "computeMode": None if self.compute_mode is None else str(self.compute_mode),
+            "previousComputeMode": (
+                None if self.previous_compute_mode is None else str(self.previous_compute_mode)
+            ),
             "error": self.error,
         }
 
@@ -162,12 +182,48 @@ def plans(view: NodeView) -> dict[tuple[str, str], MpsPlan]:
     return {key: replace(plan, replicas=counts[key]) for key, plan in out.items()}
 
 
-class MpsManager:
-    """Keeps one daemon per MPS-shared GPU in line with the current view."""
+def withhold_failed(view: NodeView, failed: Mapping[str, str]) -> NodeView:
+    """``view`` with the MPS replicas of the GPUs in ``failed`` (UUID -> why) Unhealthy: a
+    daemon that could not start or put its GPU in EXCLUSIVE_PROCESS enforces nothing, so its
+    shares are not offered. Other resources on those GPUs are left alone."""
+    if not failed:
+        return view
+    return replace(
+        view,
+        resources=tuple(
+            replace(
+                res,
+                devices=tuple(
+                    replace(dev, healthy=False)
+                    if dev.mps is not None and dev.gpu_uuid in failed
+                    else dev
+                    for dev in res.devices
+                ),
+            )
+            for res in view.resources
+        ),
+    )
 
-    def __init__(self, *, use_binary: bool | None = None, run: Runner = _run) -> None:
+
+class MpsManager:
+    """Keeps one daemon per MPS-shared GPU in line with the current view.
+
+    ``backend`` sets the GPUs' compute mode; without one (a test of the daemons alone) the
+    mode is not managed and the status says so (``computeMode: null``). ``on_event`` records
+    a Warning (on the Node, in the agent) when a GPU's shares are not enforced."""
+
+    def __init__(
+        self,
+        *,
+        use_binary: bool | None = None,
+        backend: ComputeModeBackend | None = None,
+        on_event: EventSink | None = None,
+        run: Runner = _run,
+    ) -> None:
         binary = shutil.which(CONTROL_BINARY)
         self.binary = binary if (use_binary is None or use_binary) else None
+        self.backend = backend
+        self.on_event = on_event
         self._run = run  # mount(8), replaceable in tests
         self.daemons: dict[tuple[str, str], MpsDaemon] = {}
 
@@ -187,6 +243,10 @@ class MpsManager:
     def status(self) -> list[dict[str, object]]:
         ordered = sorted(self.daemons.values(), key=lambda d: (d.plan.resource, d.plan.gpu_index))
         return [d.status() for d in ordered]
+
+    def failed(self) -> dict[str, str]:
+        """GPU UUID -> error, for the GPUs whose daemon failed (their replicas are withheld)."""
+        return {d.plan.gpu_uuid: d.error for d in self.daemons.values() if d.state == "failed"}
 
     @property
     def running(self) -> bool:
@@ -222,6 +282,7 @@ class MpsManager:
         daemon.commands = plan.commands
         started = False
         try:
+            self._exclusive(daemon)
             if self.binary:
                 for directory in (plan.pipe_directory, plan.log_directory, plan.shm_directory):
                     ensure_directory(Path(directory), MPS_DIRECTORY_MODE)
@@ -244,11 +305,11 @@ class MpsManager:
                 plan.pinned_memory_limit_mib,
                 plan.pipe_directory,
             )
-        except (OSError, subprocess.SubprocessError) as exc:
+        except (OSError, subprocess.SubprocessError, BackendError) as exc:
             daemon.state = "failed"
             daemon.error = str(exc)
             log.error(
-                "MPS daemon for %s on GPU %d failed to start: %s",
+                "MPS daemon for %s on GPU %d failed to start: %s; its MPS replicas are not offered",
                 plan.resource,
                 plan.gpu_index,
                 exc,
@@ -256,7 +317,75 @@ class MpsManager:
             if started:  # running but unconfigured: _stop only quits "running" daemons
                 with contextlib.suppress(OSError, subprocess.SubprocessError):
                     self._control(daemon, "quit")
+            self._restore(daemon)
+            self._event(
+                "MpsNotEnforced",
+                f"GPU {plan.gpu_index} ({plan.gpu_uuid}): no MPS daemon: {exc}; its "
+                f"{plan.replicas} replicas of {plan.resource} are Unhealthy until this is fixed "
+                "and the agent restarts or its config changes",
+            )
         return daemon
+
+    def _event(self, reason: str, message: str) -> None:
+        if self.on_event is None:
+            return
+        try:
+            self.on_event("Warning", reason, message)
+        except Exception as exc:
+            log.warning("cannot record event %s: %s", reason, exc)
+
+    def _exclusive(self, daemon: MpsDaemon) -> None:
+        """Put the daemon's GPU in EXCLUSIVE_PROCESS (remembering its mode) before the daemon
+        starts, so only the MPS server may hold a context there. Raises BackendError."""
+        if self.backend is None:
+            return
+        index = daemon.plan.gpu_index
+        try:
+            before = self.backend.compute_mode(index)
+            if before != ComputeMode.EXCLUSIVE_PROCESS:
+                self.backend.set_compute_mode(index, ComputeMode.EXCLUSIVE_PROCESS)
+                daemon.previous_compute_mode = before
+        except BackendError as exc:
+            raise BackendError(
+                f"could not set GPU {index} to compute mode {ComputeMode.EXCLUSIVE_PROCESS}, "
+                f"which MPS needs to enforce its limits ({exc}); run the agent as root with "
+                "the GPU not in use by other processes"
+            ) from None
+        daemon.compute_mode = ComputeMode.EXCLUSIVE_PROCESS
+        log.info(
+            "GPU %d compute mode %s for its MPS daemon (was %s)",
+            index,
+            ComputeMode.EXCLUSIVE_PROCESS,
+            before,
+        )
+
+    def _restore(self, daemon: MpsDaemon) -> None:
+        """Give the GPU back the compute mode it had before kgpu changed it."""
+        previous = daemon.previous_compute_mode
+        if self.backend is None or previous is None:
+            return
+        index = daemon.plan.gpu_index
+        try:
+            self.backend.set_compute_mode(index, previous)
+        except BackendError as exc:
+            log.error(
+                "GPU %d stays in compute mode %s: restoring %s failed: %s (nvidia-smi -i %d -c %s)",
+                index,
+                ComputeMode.EXCLUSIVE_PROCESS,
+                previous,
+                exc,
+                index,
+                previous.name,
+            )
+            self._event(
+                "ComputeModeNotRestored",
+                f"GPU {index} stays in compute mode {ComputeMode.EXCLUSIVE_PROCESS} after its MPS "
+                f"daemon stopped: {exc}; run nvidia-smi -i {index} -c {previous.name}",
+            )
+            return
+        daemon.previous_compute_mode = None
+        daemon.compute_mode = None
+        log.info("GPU %d compute mode %s restored", index, previous)
 
     def _stop(self, daemon: MpsDaemon) -> None:
         plan = daemon.plan
@@ -271,6 +400,7 @@ class MpsManager:
                     exc,
                 )
         daemon.state = "stopped"
+        self._restore(daemon)
         log.info("MPS daemon for %s on GPU %d stopped", plan.resource, plan.gpu_index)
 
     def _env(self, daemon: MpsDaemon) -> dict[str, str]:
@@ -308,8 +438,10 @@ class MpsComponent:
         use_binary: bool | None = None,
         refresh_interval_s: float = 5.0,
         on_change: Callable[[], None] | None = None,
+        backend: ComputeModeBackend | None = None,
+        on_event: EventSink | None = None,
     ) -> None:
-        self.manager = MpsManager(use_binary=use_binary)
+        self.manager = MpsManager(use_binary=use_binary, backend=backend, on_event=on_event)
         self.refresh_interval_s = refresh_interval_s
         self._on_change = on_change or (lambda: None)
         self._lock = threading.Lock()
@@ -337,6 +469,16 @@ class MpsComponent:
     def status(self) -> list[dict[str, object]]:
         with self._lock:
             return self.manager.status()
+
+    def failed(self) -> dict[str, str]:
+        """GPU UUID -> why, for the GPUs whose MPS replicas must not be offered."""
+        with self._lock:
+            return self.manager.failed()
+
+    def served(self, view: NodeView) -> NodeView:
+        """``view`` as the components after this one should serve it (failed GPUs' MPS
+        replicas Unhealthy)."""
+        return withhold_failed(view, self.failed())
 
     def _refresh_loop(self) -> None:
         while not self._stopping.wait(self.refresh_interval_s):

@@ -184,3 +184,30 @@ class MigBackend(Protocol):
     def gpu_processes(self, gpu: int) -> tuple[int, ...]:
         """PIDs of the processes running on the GPU or any of its MIG devices (busy if any)."""
         ...
+
+
+# -- compute mode ---------------------------------------------------------------------------
+
+
+class ComputeMode(StrEnum):
+    """A GPU's compute mode, in ``nvidia-smi -c`` words (NVML's ``NVML_COMPUTEMODE_<NAME>``).
+
+    ``EXCLUSIVE_PROCESS`` lets one process hold a context on the GPU: with an MPS daemon
+    serving, that process is the MPS server, so a client that bypasses MPS (drops
+    ``CUDA_MPS_PIPE_DIRECTORY``) is refused instead of escaping its MPS memory limit."""
+
+    DEFAULT = "Default"
+    EXCLUSIVE_THREAD = "Exclusive_Thread"  # deprecated by NVIDIA; only ever read
+    PROHIBITED = "Prohibited"
+    EXCLUSIVE_PROCESS = "Exclusive_Process"
+
+
+@runtime_checkable
+class ComputeModeBackend(Protocol):
+    """Reads and sets a GPU's compute mode, by GPU index. Refusals (no permission, a GPU
+    lost) raise :class:`BackendError` saying why. The MPS daemons
+    (:mod:`kgpu.drivers.mps`) use it, as NVIDIA's daemon setup does."""
+
+    def compute_mode(self, gpu: int) -> ComputeMode: ...
+
+    def set_compute_mode(self, gpu: int, mode: ComputeMode) -> None: ...

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kgpu.hardware import hostfacts
-from kgpu.hardware.backend import BackendError, TelemetryAccess, XidEvent
+from kgpu.hardware.backend import BackendError, ComputeMode, TelemetryAccess, XidEvent
 from kgpu.hardware.events import EventHub
 from kgpu.hardware.model import NVML_SOURCE, FabricInfo, Gpu, Machine, MigDevice, MigEngines, NvLink
 from kgpu.hardware.nvml_mig import NvmlMigOps
@@ -72,6 +72,19 @@ _VIRTUALIZATION = {
     "VGPU": "vgpu",
     "HOST_VGPU": "host-vgpu",
     "HOST_VSGA": "host-vsga",
+}
+#: kgpu's compute modes by the suffix of NVML's ``NVML_COMPUTEMODE_<NAME>`` constant
+_COMPUTE_MODES = {
+    "DEFAULT": ComputeMode.DEFAULT,
+    "EXCLUSIVE_THREAD": ComputeMode.EXCLUSIVE_THREAD,
+    "PROHIBITED": ComputeMode.PROHIBITED,
+    "EXCLUSIVE_PROCESS": ComputeMode.EXCLUSIVE_PROCESS,
+}
+_COMPUTE_MODE_VALUES = {
+    "DEFAULT": 0,
+    "EXCLUSIVE_THREAD": 1,
+    "PROHIBITED": 2,
+    "EXCLUSIVE_PROCESS": 3,
 }
 _NO_ID = 0xFFFFFFFF  # NVML's "not attributed to a MIG device"
 SYSFS_PCI_DEVICES = Path("/sys/bus/pci/devices")
@@ -492,6 +505,27 @@ class NvmlBackend(NvmlMigOps):
     def telemetry(self) -> TelemetryAccess:
         """The exporter reads through this backend's NVML library; XIDs come from the hub."""
         return TelemetryAccess(nvml=self._nvml, xids=self._hub.last_xids, hub=self._hub)
+
+    # -- compute mode (ComputeModeBackend) --------------------------------------------------------
+
+    def compute_mode(self, gpu: int) -> ComputeMode:
+        value = self._call(f"GPU {gpu} compute mode", "nvmlDeviceGetComputeMode", self._handle(gpu))
+        for suffix, mode in _COMPUTE_MODES.items():
+            if self._const("NVML_COMPUTEMODE_" + suffix, _COMPUTE_MODE_VALUES[suffix]) == value:
+                return mode
+        raise BackendError(f"GPU {gpu}: NVML reports an unknown compute mode {value}")
+
+    def set_compute_mode(self, gpu: int, mode: ComputeMode) -> None:
+        """Needs root; the mode lasts until changed or the node reboots (not across a reboot:
+        NVIDIA's daemon setup sets it each time, and so does kgpu)."""
+        suffix = next(s for s, m in _COMPUTE_MODES.items() if m == mode)
+        value = self._const("NVML_COMPUTEMODE_" + suffix, _COMPUTE_MODE_VALUES[suffix])
+        self._call(
+            f"GPU {gpu}: setting compute mode {mode}",
+            "nvmlDeviceSetComputeMode",
+            self._handle(gpu),
+            value,
+        )
 
     def probe(self, gpu_uuid: str) -> bool:
         if self._closed:

@@ -11,6 +11,11 @@ It follows what the NVML backend reports on real hardware:
 - The MIG operations (:class:`~kgpu.hardware.backend.MigBackend`) follow a real GPU's rules
   (:mod:`kgpu.hardware.simulated_mig`); ``set_processes``, ``set_needs_reset`` and
   ``reset_gpus`` make a GPU busy, make its mode changes wait for a reset, and reset it.
+- The compute mode (:class:`~kgpu.hardware.backend.ComputeModeBackend`) starts ``Default``;
+  ``open_context`` models what the CUDA driver does with it: in ``Exclusive_Process`` a GPU
+  already held by a process (the MPS server of ``set_mps_server``) refuses every other process
+  that does not come through MPS, and ``Prohibited`` refuses all. A GPU reset keeps the mode,
+  as a real one does (only a reboot or ``nvidia-smi -c`` changes it).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import TypeVar
 from kgpu.hardware.backend import (
     BackendError,
     ComputeInstance,
+    ComputeMode,
     GpuInstance,
     MigMode,
     MigOpError,
@@ -51,6 +57,9 @@ class SimulatedBackend:
         self._closed = False
         self._mig = SimulatedMig()
         self._hub = EventHub(self.wait_events)
+        self._compute_modes: dict[str, ComputeMode] = {}  # GPU UUID -> mode, when not Default
+        self._mps_servers: dict[str, int] = {}  # GPU UUID -> PID of the MPS server on it
+        self.refuse_compute_mode: str | None = None  # set: set_compute_mode fails with this
 
     # -- Backend protocol ---------------------------------------------------------------------
 
@@ -228,6 +237,44 @@ class SimulatedBackend:
                 tuple(gpu if g.index == index else g for g in self._machine.gpus)
             )
             return result
+
+    # -- compute mode (ComputeModeBackend protocol) --------------------------------------------
+
+    def compute_mode(self, gpu: int) -> ComputeMode:
+        with self._cond:
+            return self._compute_modes.get(self._mig_gpu(gpu).uuid, ComputeMode.DEFAULT)
+
+    def set_compute_mode(self, gpu: int, mode: ComputeMode) -> None:
+        with self._cond:
+            uuid = self._mig_gpu(gpu).uuid
+            if self.refuse_compute_mode is not None:
+                raise BackendError(f"GPU {gpu}: {self.refuse_compute_mode}")
+            self._compute_modes[uuid] = mode
+
+    def set_mps_server(self, gpu: int | str, pid: int | None) -> None:
+        """An MPS server now holds the GPU (index or UUID) as process ``pid``; None: it quit."""
+        with self._cond:
+            uuid = self._resolve(gpu).uuid
+            if pid is None:
+                self._mps_servers.pop(uuid, None)
+            else:
+                self._mps_servers[uuid] = pid
+
+    def open_context(self, gpu: int | str, *, through_mps: bool) -> None:
+        """A process creates a CUDA context on the GPU, as an MPS client or directly; raises
+        :class:`BackendError` with the CUDA driver's refusal when the compute mode forbids it."""
+        with self._cond:
+            found = self._resolve(gpu)
+            mode = self._compute_modes.get(found.uuid, ComputeMode.DEFAULT)
+            server = self._mps_servers.get(found.uuid)
+            if through_mps and server is not None and mode != ComputeMode.PROHIBITED:
+                return
+            busy = server is not None or bool(self._mig.processes(found))
+            if mode == ComputeMode.PROHIBITED or (mode == ComputeMode.EXCLUSIVE_PROCESS and busy):
+                raise BackendError(
+                    f"GPU {found.index} is in {mode} compute mode and held: "
+                    "all CUDA-capable devices are busy or unavailable"
+                )
 
     # -- helpers ------------------------------------------------------------------------------
 

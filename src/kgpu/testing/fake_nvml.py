@@ -46,7 +46,7 @@ from typing import Any
 
 import pynvml
 
-from kgpu.hardware.backend import MigOpError, MigRefusal
+from kgpu.hardware.backend import BackendError, ComputeMode, MigOpError, MigRefusal
 from kgpu.hardware.mig import MigGeometry, MigProfile, geometry_for
 from kgpu.hardware.model import Gpu, MigDevice
 from kgpu.hardware.simulated import SimulatedBackend
@@ -461,6 +461,23 @@ class FakeNvml:
         self._enter("nvmlComputeInstanceDestroy")
         self._sim_call(self.sim.destroy_compute_instance, h.index, h.gi_id, h.ci_id)
         return int(pynvml.NVML_SUCCESS)
+
+    # -- compute mode ----------------------------------------------------------------------------
+
+    def nvmlDeviceGetComputeMode(self, h: _Device) -> int:
+        self._enter("nvmlDeviceGetComputeMode")
+        mode = self._sim_call(self.sim.compute_mode, h.index)
+        return int(getattr(pynvml, "NVML_COMPUTEMODE_" + mode.name))
+
+    def nvmlDeviceSetComputeMode(self, h: _Device, value: int) -> None:
+        self._enter("nvmlDeviceSetComputeMode")
+        names = {int(getattr(pynvml, "NVML_COMPUTEMODE_" + m.name)): m for m in ComputeMode}
+        if value not in names:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        try:
+            self.sim.set_compute_mode(h.index, names[value])
+        except BackendError:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION) from None
 
     # -- processes -------------------------------------------------------------------------------
 
