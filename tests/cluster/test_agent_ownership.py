@@ -10,6 +10,7 @@ is gone; then the reverse: the claim holds it and Allocate is refused, naming th
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -17,6 +18,7 @@ import pytest
 
 from kgpu.agent.daemon import Agent, AgentOptions
 from kgpu.cluster.kube import KubeStore
+from kgpu.dra.withhold import OWNER_TAINT_KEY
 from kgpu.kubelet.dra.handler import ClaimRef
 from kgpu.kubelet.podresources import ContainerResources, PodResources
 from kgpu.testing.apiserver import FakeApiServer
@@ -24,7 +26,7 @@ from kgpu.testing.fake_kubelet import FakeKubelet
 from kgpu.testing.fake_kubelet_dra import FakeDraKubelet
 from kgpu.testing.fake_podresources import FakePodResourcesServer
 
-from .conftest import TEST_CLIENT, write_kubeconfig
+from .conftest import TEST_CLIENT, TOKEN, write_kubeconfig
 
 NODE = "a40-0"
 GPU = "nvidia.com/gpu"
@@ -32,6 +34,8 @@ DRIVER = "gpu.nvidia.com"
 
 
 def _published(kubeconfig: Path) -> list[str]:
+    """The devices DRA offers: published and not tainted as the device plugin's (up to 1.35 a
+    held GPU is left out of the slice, from 1.36 it is tainted: kgpu.dra.withhold)."""
     store = KubeStore.from_config(str(kubeconfig), user_agent=TEST_CLIENT)
     try:
         return [
@@ -39,6 +43,7 @@ def _published(kubeconfig: Path) -> list[str]:
             for s in store.list("resource.k8s.io/v1", "ResourceSlice")
             if s["spec"]["driver"] == DRIVER
             for d in s["spec"].get("devices", [])
+            if not any(t.get("key") == OWNER_TAINT_KEY for t in d.get("taints") or ())
         ]
     finally:
         store.close()
@@ -84,7 +89,18 @@ def _claim(kubeconfig: Path, name: str) -> ClaimRef:
     return ClaimRef("default", claim["metadata"]["uid"], name)
 
 
-def test_device_plugin_then_claim_then_the_reverse(apiserver: FakeApiServer, root: Path) -> None:
+@pytest.fixture(params=["1.35", "1.37"])
+def server(request: pytest.FixtureRequest) -> Iterator[FakeApiServer]:
+    """A release where a held GPU leaves the slice (1.35) and one where it is tainted (1.37)."""
+    started = FakeApiServer(token=TOKEN, release=request.param).start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def test_device_plugin_then_claim_then_the_reverse(server: FakeApiServer, root: Path) -> None:
+    apiserver = server
     kubeconfig = write_kubeconfig(root / "kubeconfig", apiserver.url)
     kubelet_root = root / "kubelet"
     opts = AgentOptions(
