@@ -464,7 +464,8 @@ def render(
         f" — {sim.scenario.description}" if sim.scenario.description else ""
     )
     console.print(
-        f"[bold]{escape(clip(title, limit))}[/bold] (t={time_label(sim.now)})", highlight=False
+        f"[bold]{escape(clip(title, limit))}[/bold]{clock_note(sim.now, ' (t={})')}",
+        highlight=False,
     )
     shown_nodes = sim.nodes[:100]
     node_width = _longest([clip(n.name, limit) for n in shown_nodes], 4)
@@ -570,7 +571,7 @@ def render_step(
         return escape(clip(text, limit))
 
     where = snap["title"] if i == 0 else f"steps[{i - 1}]  {snap['title']}"
-    table = Table(title=fit(f"{where}  t={time_label(snap['time'])}"))
+    table = Table(title=fit(where + clock_note(snap["time"], "  t={}")))
     shown = snap["nodes"][:STEP_NODE_ROWS]
     table.add_column(
         "NODE", min_width=min(limit, _longest([n["name"] for n in shown])), overflow="fold"
@@ -643,6 +644,13 @@ def clip(text: str, limit: int) -> str:
     return text[:limit] + marker
 
 
+def clock_note(seconds: float, template: str) -> str:
+    """``template`` with the simulated time filled in, or "" while the clock has not moved: a
+    scenario without ``advance`` (the quickstart) happens in one instant, and a ``t=0s`` on
+    every step would read as if time were missing rather than not passing."""
+    return template.format(time_label(seconds)) if seconds else ""
+
+
 def time_label(seconds: float) -> str:
     """A moment of the simulated clock for people: ``0s``, ``45s``, ``15m15s``, ``1h2m3s``."""
     whole = int(seconds)
@@ -693,7 +701,7 @@ def render_summary(sim: SimContext, console: Console, *, cell_limit: int | None 
     title = sim.scenario.name + (
         f" — {sim.scenario.description}" if sim.scenario.description else ""
     )
-    console.print(f"[bold]{fit(title)}[/bold] (t={time_label(sim.now)})", highlight=False)
+    console.print(f"[bold]{fit(title)}[/bold]{clock_note(sim.now, ' (t={})')}", highlight=False)
     groups: dict[str, list[SimNode]] = {}
     for n in sim.nodes:
         groups.setdefault(n.group or n.name, []).append(n)
