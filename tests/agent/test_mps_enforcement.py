@@ -49,6 +49,8 @@ class FakeDaemon:
         self.log: list[tuple[str, str]] = []  # (GPU UUID or "nvml", what)
 
     def __call__(self, args: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        if args[0] == "mount":  # the shm tmpfs: an unprivileged test cannot mount
+            raise subprocess.CalledProcessError(32, args)
         env = kw["env"]
         assert isinstance(env, dict)
         uuid = env["CUDA_VISIBLE_DEVICES"]
