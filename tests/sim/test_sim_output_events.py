@@ -85,7 +85,9 @@ def test_compute_domain_status_table() -> None:
 
 def test_watch_shows_each_steps_events_folded_with_the_outcome_last() -> None:
     out = _text(["sim", str(HEAL), "--watch"])
-    step = out[out.index("steps[0]") : out.index("heal-four-node-domain (t=")]
+    final = re.search(r"^heal-four-node-domain\b", out, re.M)  # the final state's title
+    assert final is not None, out
+    step = out[out.index("steps[0]") : final.start()]
     lines = [line for line in step.splitlines() if line.startswith(("  Normal", "  Warning"))]
     reasons = [line.split()[1] for line in lines]
     assert reasons[-1] == "ComputeDomainReady", lines
