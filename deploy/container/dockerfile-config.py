@@ -19,7 +19,9 @@ CONFIG = {"LABEL", "ENV", "USER", "ENTRYPOINT", "CMD", "WORKDIR", "EXPOSE"}
 IGNORED = {"FROM", "ARG", "COPY", "RUN"}  # file system steps build.sh does itself
 
 
-def final_stage(text: str) -> list[tuple[str, str]]:
+def logical_lines(text: str) -> list[str]:
+    """The Dockerfile's instructions, one a line: continuations joined, comments dropped
+    (tests/deploy/test_dockerfile.py reads the file through this too)."""
     lines: list[str] = []
     pending = ""
     for raw in text.splitlines():
@@ -31,8 +33,12 @@ def final_stage(text: str) -> list[tuple[str, str]]:
             continue
         lines.append(pending + stripped)
         pending = ""
+    return lines
+
+
+def final_stage(text: str) -> list[tuple[str, str]]:
     stage: list[tuple[str, str]] = []
-    for line in lines:
+    for line in logical_lines(text):
         op, _, rest = line.partition(" ")
         if op.upper() == "FROM":
             stage = []

@@ -15,6 +15,7 @@ them satisfied; that the dependency wheels exist for the image's platform is not
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -25,6 +26,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -55,23 +57,23 @@ def _strip_run_flags(arg: str) -> str:
     return " ".join(words)
 
 
+def _dockerfile_config() -> ModuleType:
+    """deploy/container/dockerfile-config.py (a standalone script, hence loaded by path): the
+    one reader of the Dockerfile's instruction lines, for build.sh and these tests alike."""
+    path = REPO / "deploy" / "container" / "dockerfile-config.py"
+    spec = importlib.util.spec_from_file_location("dockerfile_config", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def parse_dockerfile(text: str) -> tuple[dict[str, str], list[Stage]]:
     """Global ARG defaults and the stages, each with its instructions (continuations joined,
     comments dropped)."""
-    lines: list[str] = []
-    pending = ""
-    for raw in text.splitlines():
-        stripped = raw.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        if stripped.endswith("\\"):
-            pending += stripped[:-1] + " "
-            continue
-        lines.append(pending + stripped)
-        pending = ""
     args: dict[str, str] = {}
     stages: list[Stage] = []
-    for line in lines:
+    for line in _dockerfile_config().logical_lines(text):
         op, _, rest = line.partition(" ")
         op = op.upper()
         if op == "FROM":
