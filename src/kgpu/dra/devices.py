@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kgpu.dra.engines import Engines, profile_engines
+from kgpu.dra.shares import DISABLED_POLICY, SharePolicy, share_device
 from kgpu.hardware.mig import MigGeometry, MigProfile, geometry_for
 from kgpu.hardware.model import Gpu, Machine, MigDevice
 from kgpu.quantity import format_binary
@@ -388,17 +389,24 @@ def _dynamic(machine: Machine, gpu: Gpu, geometry: MigGeometry) -> GpuDevices:
     return GpuDevices(devices, {"name": cset, "counters": everything})
 
 
-def gpu_devices(machine: Machine, gpu: Gpu, *, dynamic_mig: bool = False) -> GpuDevices:
+def gpu_devices(
+    machine: Machine,
+    gpu: Gpu,
+    *,
+    dynamic_mig: bool = False,
+    shares: SharePolicy = DISABLED_POLICY,
+) -> GpuDevices:
     """The devices of one GPU: with ``dynamic_mig`` and a capable GPU, the partitionable model;
     otherwise the GPU itself, or its existing MIG devices when it is in MIG mode (a GPU in MIG
-    mode is not allocatable whole)."""
+    mode is not allocatable whole). ``shares`` publishes a whole GPU outside dynamic MIG for
+    consumable shares (:mod:`kgpu.dra.shares`)."""
     geometry = geometry_for(gpu)
     if dynamic_mig and geometry is not None and dynamic_mig_capable(gpu):
         return _dynamic(machine, gpu, geometry)
     if gpu.mig_enabled:
         devices = [mig_device(machine, gpu, m) for m in gpu.mig_devices]
     else:
-        devices = [gpu_device(machine, gpu)]
+        devices = [share_device(gpu_device(machine, gpu), gpu.memory_mib, shares)]
     return GpuDevices(sorted(devices, key=lambda d: str(d["name"])))
 
 

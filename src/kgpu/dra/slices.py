@@ -24,6 +24,7 @@ from typing import Any
 from kgpu.config.fields import is_dns_subdomain
 from kgpu.dra.api import RESOURCE_API
 from kgpu.dra.devices import DRIVER, GpuDevices, gpu_devices, gpus_in_order, taint_devices
+from kgpu.dra.shares import DISABLED_POLICY, SharePolicy
 from kgpu.errors import FieldProblem, join_path, shown
 from kgpu.hardware.model import Machine
 from kgpu.quantity import QuantityError, parse_quantity
@@ -102,9 +103,14 @@ def _slice(
     }
 
 
-def node_devices(machine: Machine, *, dynamic_mig: bool = False) -> list[GpuDevices]:
+def node_devices(
+    machine: Machine, *, dynamic_mig: bool = False, shares: SharePolicy = DISABLED_POLICY
+) -> list[GpuDevices]:
     """Every GPU's devices (and counter set), GPUs in upstream's order."""
-    return [gpu_devices(machine, g, dynamic_mig=dynamic_mig) for g in gpus_in_order(machine)]
+    return [
+        gpu_devices(machine, g, dynamic_mig=dynamic_mig, shares=shares)
+        for g in gpus_in_order(machine)
+    ]
 
 
 def resource_slices(
@@ -117,13 +123,15 @@ def resource_slices(
     partitionable: bool = False,
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
     unhealthy: Mapping[str, str] | None = None,
+    shares: SharePolicy = DISABLED_POLICY,
 ) -> list[Obj]:
     """The ResourceSlices of one node (see the module docstring for the shapes);
     ``partitionable`` turns dynamic MIG on, ``kubernetes_version`` is the API server's;
     ``unhealthy`` (GPU/MIG UUID -> reason, :mod:`kgpu.node.health`) taints those devices as
-    NVIDIA's driver does (:func:`kgpu.dra.devices.taint_devices`)."""
+    NVIDIA's driver does (:func:`kgpu.dra.devices.taint_devices`); ``shares`` publishes whole
+    GPUs for consumable shares (:mod:`kgpu.dra.shares`)."""
     limit = max(1, min(max_devices_per_slice, MAX_DEVICES_PER_SLICE))
-    per_gpu = node_devices(machine, dynamic_mig=partitionable)
+    per_gpu = node_devices(machine, dynamic_mig=partitionable, shares=shares)
     if unhealthy:
         per_gpu = [replace(g, devices=taint_devices(g.devices, unhealthy)) for g in per_gpu]
     groups: list[tuple[list[Obj], list[Obj]]] = []  # (devices, counter sets) per slice

@@ -39,6 +39,7 @@ from typing import Any
 
 from kgpu import releases
 from kgpu.dra import opaque
+from kgpu.dra.shares import DISABLED_POLICY, SharePolicy
 from kgpu.dra.withhold import withhold_devices, withhold_method
 from kgpu.drivers.mps import MPS_DIRECTORY_MODE
 from kgpu.drivers.ownership import GpuOwnership
@@ -206,7 +207,8 @@ class GpuHandler:
     (the simulator materialises it); on a real node only existing devices are prepared.
     ``kubernetes_version`` is the API server's (``v1.35.2``): it decides how partitionable
     devices and their counters are packed into slices (:mod:`kgpu.dra.slices`); None packs
-    them for the newest version.
+    them for the newest version. ``shares`` publishes whole GPUs for consumable shares
+    (:mod:`kgpu.dra.shares`).
     """
 
     driver = DRIVER
@@ -224,8 +226,10 @@ class GpuHandler:
         node_driver: NodeDriver | None = None,
         kubernetes_version: str | None = None,
         ownership: GpuOwnership | None = None,
+        shares: SharePolicy = DISABLED_POLICY,
     ) -> None:
         self.node_name = node_name
+        self.shares = shares
         self.ownership = ownership
         self._withheld: dict[str, str] = {}  # what the last slices left out (GPU UUID -> why)
         self._slices: tuple[tuple[object, ...], list[Obj]] | None = None
@@ -287,7 +291,13 @@ class GpuHandler:
         from kgpu.dra.slices import DEFAULT_KUBERNETES_VERSION, resource_slices
 
         version = self.kubernetes_version or DEFAULT_KUBERNETES_VERSION
-        key = (node_name, self._machine, tuple(sorted(self._unhealthy.items())), version)
+        key = (
+            node_name,
+            self._machine,
+            tuple(sorted(self._unhealthy.items())),
+            version,
+            self.shares,
+        )
         cached = self._slices
         if cached is None or cached[0] != key:  # built once per hardware and health state:
             slices = resource_slices(  # an ownership change only filters them
@@ -296,6 +306,7 @@ class GpuHandler:
                 partitionable=self.partitionable,
                 kubernetes_version=version,
                 unhealthy=self._unhealthy,
+                shares=self.shares,
             )
             self._slices = cached = (key, slices)
         slices = cached[1]
