@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,8 @@ DRIVER = "gpu.nvidia.com"
 CDI_KIND = "k8s.gpu.nvidia.com/claim"
 
 Obj = dict[str, Any]
+#: (namespace, name) -> the Pod object, or None when there is no such pod
+PodLookup = Callable[[str, str], Mapping[str, Any] | None]
 
 
 @dataclass(frozen=True)
@@ -227,9 +229,13 @@ class GpuHandler:
         kubernetes_version: str | None = None,
         ownership: GpuOwnership | None = None,
         shares: SharePolicy = DISABLED_POLICY,
+        pod_lookup: PodLookup | None = None,
     ) -> None:
         self.node_name = node_name
         self.shares = shares
+        # (namespace, name) -> the Pod object, or None: who consumes a shared GPU's claim (its
+        # runAsUser picks the MPS server that enforces the share)
+        self.pod_lookup = pod_lookup
         self.ownership = ownership
         self._withheld: dict[str, str] = {}  # what the last slices left out (GPU UUID -> why)
         self._slices: tuple[tuple[object, ...], list[Obj]] | None = None
