@@ -315,9 +315,10 @@ def gate_off_note(minor: int, gate: str, needs: str) -> str | None:
     state = rel.gate(gate) if rel is not None else None
     if state is not None and state.default:
         return None
-    where = f"Kubernetes 1.{minor} does not have {gate}" if state is None else (
-        f"{gate} is {state.stage} and off by default in Kubernetes 1.{minor}"
-    )
+    if state is None:  # no gate to turn on: the release does not serve the feature at all
+        since = GATES[gate].since()
+        return f"Kubernetes 1.{minor} does not have {gate} (1.{since} adds it): {needs}"
+    where = f"{gate} is {state.stage} and off by default in Kubernetes 1.{minor}"
     return f"{where}: {needs} unless the gate is on for kube-apiserver and kube-scheduler"
 
 

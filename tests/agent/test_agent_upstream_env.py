@@ -49,6 +49,7 @@ BAD = {
     "DEVICE_DISCOVERY_STRATEGY": "tegra",
     "DCGM_EXPORTER_LISTEN": "9400",
     "DCGM_EXPORTER_KUBERNETES": "maybe",
+    "CONSUMABLE_SHARES": "half",
 }
 #: Taken as given (a file that cannot be read fails the start when it is loaded).
 FREE_TEXT = {"NODE_NAME", "CDI_ANNOTATION_PREFIX", "CONFIG_FILE", "DCGM_EXPORTER_COLLECTORS"}

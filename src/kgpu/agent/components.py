@@ -25,6 +25,7 @@ from pathlib import Path
 from kgpu.agent.nfd import FeaturesComponent
 from kgpu.agent.options import HOSTNAME_LABELS, AgentOptions
 from kgpu.config.loader import EMPTY, ConfigSet
+from kgpu.dra.shares import DISABLED_POLICY, SharePolicy
 from kgpu.drivers.component import Component
 from kgpu.drivers.computedomain import compute_domain_driver
 from kgpu.drivers.deviceplugin import DevicePluginComponent
@@ -157,6 +158,7 @@ def dra(ctx: AgentContext) -> Component | None:
         driver=ctx.driver,
         ownership=ctx.ownership,
         namespace=ctx.namespace,
+        shares=opts.share_policy,
     )
 
 
@@ -216,6 +218,7 @@ def load_dra(
     driver: Callable[[], NodeDriver | None] | None = None,
     ownership: GpuOwnership | None = None,
     namespace: str | None = None,
+    shares: SharePolicy = DISABLED_POLICY,
 ) -> Component:
     """The DRA drivers; ``namespace``: the agent's, which is the controller's (the chart's
     release namespace), the one namespace whose IMEX daemon claims are prepared."""
@@ -235,4 +238,5 @@ def load_dra(
         kubernetes_version=kubernetes_version,
         node_driver_for=(lambda _backend: driver()) if driver is not None else for_backend,
         ownership=ownership,
+        shares=shares,
     )

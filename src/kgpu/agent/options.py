@@ -16,6 +16,7 @@ from typing import Any
 
 from kgpu.cluster.ratelimit import DEFAULT_BURST, DEFAULT_QPS
 from kgpu.config.plugin import MIG_STRATEGIES
+from kgpu.dra.shares import DISABLED, SharePolicy, parse_share_policy
 from kgpu.errors import FieldError, FieldProblem
 from kgpu.kubelet.cdi import DEFAULT_CDI_ROOT
 from kgpu.node import health
@@ -27,6 +28,11 @@ STATUS_FILE = Path("kgpu") / "agent-status.json"
 LOCK_FILE = Path("kgpu") / "agent.lock"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 HOSTNAME_LABELS = ("Hostname", "hostname")  # dcgm-exporter releases; its main branch
+#: ``parse_share_policy`` paths -> the agent's flags
+_SHARE_FLAGS = {
+    "--consumable-shares.memoryMinimumMiB": "--share-memory-minimum-mib",
+    "--consumable-shares.memoryStepMiB": "--share-memory-step-mib",
+}
 
 
 @dataclass
@@ -81,6 +87,11 @@ class AgentOptions:
     # the device-plugin side: kubelet restarts, removed sockets, due registrations
     kubelet_poll_s: float = 0.1
     register_timeout_s: float = 5.0
+    # DRA consumable shares of whole GPUs (kgpu.dra.shares): NVIDIA's --consumable-shares
+    # modes; None: $CONSUMABLE_SHARES, else disabled
+    consumable_shares: str | None = None
+    share_memory_minimum_mib: int = 1024
+    share_memory_step_mib: int = 1024
 
     @property
     def status_path(self) -> Path:
@@ -89,6 +100,17 @@ class AgentOptions:
     @property
     def lock_path(self) -> Path:
         return self.kubelet_root / LOCK_FILE
+
+    @property
+    def share_policy(self) -> SharePolicy:
+        """The consumable-shares policy these options give the DRA driver (checked by
+        :meth:`problems`; FieldError naming the flag when it is not usable)."""
+        return parse_share_policy(
+            self.consumable_shares or DISABLED,
+            memory_minimum_mib=self.share_memory_minimum_mib,
+            memory_step_mib=self.share_memory_step_mib,
+            path="--consumable-shares",
+        )
 
     @property
     def store_configured(self) -> bool:
@@ -215,7 +237,23 @@ class AgentOptions:
         if self.kube_burst < 1:
             out.append(FieldProblem(f"{self.kube_burst!r}: must be >= 1", "--kube-burst"))
         out.extend(connection_problems(self.kubeconfig, self.in_cluster))
+        out.extend(self._share_problems())
         return out
+
+    def _share_problems(self) -> list[FieldProblem]:
+        """The consumable-shares flags' mistakes, each naming its own flag."""
+        try:
+            policy = self.share_policy
+        except FieldError as exc:
+            return [FieldProblem(p.message, _SHARE_FLAGS.get(p.path, p.path)) for p in exc.problems]
+        if policy.enabled and self.dra is False:
+            return [
+                FieldProblem(
+                    f"{policy.mode!r} needs the DRA driver, which --no-dra turns off: drop one",
+                    "--consumable-shares",
+                )
+            ]
+        return []
 
     def validate(self) -> None:
         """FieldError with every problem of :meth:`problems`."""

@@ -28,6 +28,7 @@ from kgpu.errors import FieldProblem
 
 DEVICE_PLUGIN = "device plugin"
 DCGM_EXPORTER = "dcgm-exporter"
+DRA_DRIVER = "DRA driver"
 
 _TRUE = ("1", "t", "T", "TRUE", "true", "True")
 _FALSE = ("0", "f", "F", "FALSE", "false", "False")
@@ -98,6 +99,18 @@ def _hooks(text: str) -> frozenset[str]:
     if bad:
         raise ValueError(f"unknown hook {', '.join(bad)}: allowed all, {', '.join(HOOKS)}")
     return items
+
+
+def _share_mode(text: str) -> str:
+    """A ``--consumable-shares`` mode, as NVIDIA's DRA driver takes ``CONSUMABLE_SHARES``."""
+    from kgpu.dra.shares import parse_share_policy
+    from kgpu.errors import FieldError
+
+    try:
+        parse_share_policy(text)
+    except FieldError as exc:
+        raise ValueError("; ".join(p.message for p in exc.problems)) from None
+    return text
 
 
 @dataclass(frozen=True)
@@ -316,6 +329,15 @@ VARIABLES: tuple[Variable, ...] = (
         "false turns pod attribution off (kgpu's default is on)",
         "option:metrics_pods",
         parse_bool,
+    ),
+    Variable(
+        "CONSUMABLE_SHARES",
+        DRA_DRIVER,
+        "share whole GPUs between claims: disabled, memory, unlimited or a share count",
+        "`--consumable-shares`: the same modes; kgpu enforces `memory` shares through MPS",
+        "option:consumable_shares",
+        _share_mode,
+        "--consumable-shares",
     ),
 )
 

@@ -105,6 +105,30 @@ def register(app: typer.Typer) -> None:
             bool | None,
             typer.Option("--dra/--no-dra", help="Serve the DRA kubelet plugin (default: on)."),
         ] = None,
+        consumable_shares: Annotated[
+            str | None,
+            typer.Option(
+                "--consumable-shares",
+                metavar="MODE",
+                help="DRA: share whole GPUs between claims (NVIDIA's modes): disabled, memory "
+                "(claims ask for GPU memory, enforced through MPS), unlimited or a share count N "
+                "(time-sliced, not enforced). Default: $CONSUMABLE_SHARES, else disabled.",
+            ),
+        ] = None,
+        share_memory_minimum_mib: Annotated[
+            int,
+            typer.Option(
+                "--share-memory-minimum-mib",
+                help="memory mode: the smallest share of a GPU's memory, in MiB.",
+            ),
+        ] = DEFAULTS.share_memory_minimum_mib,
+        share_memory_step_mib: Annotated[
+            int,
+            typer.Option(
+                "--share-memory-step-mib",
+                help="memory mode: shares are the minimum plus multiples of this, in MiB.",
+            ),
+        ] = DEFAULTS.share_memory_step_mib,
         device_plugin: Annotated[
             bool,
             typer.Option(
@@ -229,6 +253,9 @@ def register(app: typer.Typer) -> None:
             in_cluster=in_cluster,
             cdi_root=cdi_root,
             dra=dra,
+            consumable_shares=consumable_shares,
+            share_memory_minimum_mib=share_memory_minimum_mib,
+            share_memory_step_mib=share_memory_step_mib,
             device_plugin=device_plugin,
             health_address=health_address,
             mig_strategy=mig_strategy,

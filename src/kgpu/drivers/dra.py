@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from kgpu.dra.shares import DISABLED_POLICY, SharePolicy
 from kgpu.drivers.gpu import GpuHandler
 from kgpu.drivers.ownership import GpuOwnership
 from kgpu.drivers.publish import SlicePublisher, publish_slices
@@ -75,7 +76,10 @@ class DraComponent:
         kubernetes_version: str | None = None,
         node_driver_for: Callable[[Backend], NodeDriver | None] = nvidia_cdi.for_backend,
         ownership: GpuOwnership | None = None,
+        shares: SharePolicy = DISABLED_POLICY,
     ) -> None:
+        # whole GPUs published for consumable shares (``--consumable-shares``)
+        self.shares = shares
         # the node's ledger shared with the device plugin: GPUs it holds are not published,
         # and the slices are republished when that changes
         self.ownership = ownership
@@ -142,6 +146,7 @@ class DraComponent:
                 node_driver=self._node_driver_for(self.backend),
                 kubernetes_version=self.kubernetes_version,
                 ownership=self.ownership,
+                shares=self.shares,
             )
             machine = self.gpu.machine
             for factory in self.driver_factories:

@@ -183,10 +183,21 @@ def _choose_config(
     return None
 
 
-def gate_notes(kubernetes_version: str | None, partitionable: bool) -> list[str]:
+#: What a release without ``DRAConsumableCapacity`` on does to shared GPUs (its API server
+#: drops the fields on write: ``dropDisabledDRAConsumableCapacityFields``).
+SHARES_OFF = (
+    "no GPU is shared: the API server drops allowMultipleAllocations and the capacities' "
+    "requestPolicy from the slices, so each GPU stays exclusive (one claim at a time)"
+)
+
+
+def gate_notes(
+    kubernetes_version: str | None, partitionable: bool, shares: SharePolicy = DISABLED_POLICY
+) -> list[str]:
     """What the API server's release leaves off by default of what this driver publishes
-    (:mod:`kgpu.releases`): taints on unhealthy GPUs (``DRADeviceTaints``, on from 1.36) and,
-    with ``partitionable``, counter sets (``DRAPartitionableDevices``, on from 1.36)."""
+    (:mod:`kgpu.releases`): taints on unhealthy GPUs (``DRADeviceTaints``, on from 1.36); with
+    ``partitionable``, counter sets (``DRAPartitionableDevices``, on from 1.36); with
+    ``shares`` on, shared GPUs (``DRAConsumableCapacity``, on from 1.36)."""
     if not kubernetes_version:
         return []
     try:
@@ -198,6 +209,8 @@ def gate_notes(kubernetes_version: str | None, partitionable: bool) -> list[str]
         wanted.append(
             ("DRAPartitionableDevices", "MIG placements' counters are dropped and not honoured")
         )
+    if shares.enabled:
+        wanted.append(("DRAConsumableCapacity", SHARES_OFF))
     notes = (releases.gate_off_note(minor, gate, needs) for gate, needs in wanted)
     return [n for n in notes if n]
 
@@ -248,7 +261,18 @@ class GpuHandler:
         self.dynamic_mig = dynamic_mig
         self.partitionable = partitionable
         self.kubernetes_version = kubernetes_version
-        for note in gate_notes(kubernetes_version, partitionable):
+        if shares.enabled and (partitionable or dynamic_mig):
+            # as NVIDIA's driver refuses MPS with DynamicMIG: a partitionable full GPU
+            # consumes every counter of its GPU, which a share of that GPU must not
+            raise FieldError(
+                FieldProblem(
+                    f"consumable shares ({shares.describe()}) cannot be combined with dynamic "
+                    "MIG (partitionable devices): a shared GPU would also be offered whole "
+                    "and as MIG placements; turn consumable shares or dynamic MIG off",
+                    "--consumable-shares",
+                )
+            )
+        for note in gate_notes(kubernetes_version, partitionable, shares):
             log.warning("gpu.nvidia.com: %s", note)
         self._lock = threading.Lock()
         self._machine = machine
