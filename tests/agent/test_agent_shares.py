@@ -116,3 +116,42 @@ def test_release_notes_follow_the_gate_table(root: Path, caplog: pytest.LogCaptu
     with caplog.at_level(logging.WARNING, logger="kgpu.drivers.gpu"):
         GpuHandler(make_machine(1), "n", root, kubernetes_version="1.35", shares=policy)
     assert "DRAConsumableCapacity is alpha" in caplog.text
+
+
+def _publish_to(release: str, tmp_path: Path, **gates: bool) -> list[dict[str, object]]:
+    """Shared GPUs published to an API-server stand-in of ``release``; the stored devices."""
+    from kgpu.cluster.kube import KubeStore
+    from kgpu.drivers.publish import publish_slices
+    from kgpu.testing.apiserver import FakeApiServer, write_kubeconfig
+
+    policy = AgentOptions.parse(consumable_shares="memory").share_policy
+    tmp_path.mkdir()
+    handler = GpuHandler(make_machine(1), "node-a", tmp_path, kubernetes_version=release,
+                         shares=policy)  # fmt: skip
+    server = FakeApiServer(release=release, feature_gates=dict(gates)).start()
+    store = KubeStore.from_config(
+        str(write_kubeconfig(tmp_path / "kubeconfig", server.url)), user_agent="test-client/1.0"
+    )
+    try:
+        publish_slices(store, handler.driver, "node-a", handler.resource_slices("node-a"), None)
+        return [
+            d
+            for s in store.list("resource.k8s.io/v1", "ResourceSlice")
+            for d in s["spec"]["devices"]
+        ]
+    finally:
+        store.close()
+        server.stop()
+
+
+def test_an_api_server_without_the_gate_drops_the_shared_fields(tmp_path: Path) -> None:
+    # kube-apiserver's dropDisabledDRAConsumableCapacityFields: 1.35 has the fields in its
+    # schema but its gate is off, so the stored GPU is an ordinary exclusive device
+    (off,) = _publish_to("1.35", tmp_path / "off")
+    assert "allowMultipleAllocations" not in off
+    assert off["capacity"]["memory"] == {"value": "80Gi"}
+    (on,) = _publish_to("1.35", tmp_path / "on", DRAConsumableCapacity=True)
+    assert on["allowMultipleAllocations"] is True
+    assert on["capacity"]["memory"]["requestPolicy"]["default"] == "80Gi"
+    (beta,) = _publish_to("1.36", tmp_path / "beta")  # beta, on by default
+    assert beta["allowMultipleAllocations"] is True

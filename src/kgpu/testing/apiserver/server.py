@@ -16,6 +16,10 @@ reproduces, per Kubernetes release (``release="1.32"`` ... ``"1.37"``, :mod:`kgp
   otherwise (a real server drops them with a warning). Objects are stored once and served in
   any version the release serves, converted by :mod:`kgpu.dra.versions`; every converted answer
   is checked against the schema too, so a conversion bug is a 500, not a silent pass.
+- **Feature gates**: fields whose gate is off in the release (or in ``feature_gates``, the
+  server's ``--feature-gates``) are dropped on write as kube-apiserver's strategies drop them
+  (:mod:`.gates`: ``DRAConsumableCapacity``'s ``allowMultipleAllocations`` and
+  ``requestPolicy`` on ResourceSlices at 1.34-1.35).
 - **resourceVersion**: one counter, bumped by every write (a no-op write keeps it); per object
   and per list (the collection's version when the list was taken); a PUT or patch with a stale
   one is 409 ``Conflict``; a PUT of a custom resource without one is 422.
@@ -77,7 +81,7 @@ import yaml
 from kgpu.dra import versions as dra_versions
 from kgpu.store.objects import merge_patch
 from kgpu.testing.apiserver import apply as ssa
-from kgpu.testing.apiserver import ledger
+from kgpu.testing.apiserver import gates, ledger
 from kgpu.testing.apiserver.kinds import (
     BOOL_FIELDS,
     DEFAULT_RELEASE,
@@ -290,6 +294,9 @@ class FakeApiServer:
     validate: bool = True
     requests: list[Recorded] = field(default_factory=list)
     objects: dict[Key, Obj] = field(default_factory=dict)
+    #: kube-apiserver's ``--feature-gates`` over the release's defaults (:mod:`kgpu.releases`);
+    #: a gate that is off drops its fields on write (:mod:`.gates`)
+    feature_gates: dict[str, bool] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.kinds = kinds_for(self.release, self.kinds)
@@ -659,6 +666,16 @@ class FakeApiServer:
         )
 
     # -- versions and schemas ----------------------------------------------------------------
+    def gate_on(self, name: str) -> bool:
+        """Whether feature gate ``name`` is on in this server (``feature_gates``, else the
+        release's default; a gate the release does not have is off)."""
+        if name in self.feature_gates:
+            return self.feature_gates[name]
+        from kgpu import releases
+
+        state = releases.release(releases.parse_minor(self.release)).gate(name)
+        return state is not None and state.default
+
     def out(self, kind: Kind, version: str, stored: Obj) -> Obj:
         """A stored object as served in ``version`` (apiVersion and kind set)."""
         obj = copy.deepcopy(stored)
@@ -938,6 +955,7 @@ class FakeApiServer:
                 self._details(kind, name),
             )
         stored = self._store_form(kind, version, obj)
+        stored = gates.drop_disabled(kind.kind, stored, None, self.gate_on)
         smeta = stored["metadata"]
         for server_set in ("resourceVersion", "uid", "deletionTimestamp"):
             smeta.pop(server_set, None)
@@ -1034,6 +1052,7 @@ class FakeApiServer:
             strict=strict,
         )
         new = self._store_form(kind, version, body)
+        new = gates.drop_disabled(kind.kind, new, current, self.gate_on)
         return self._write(
             kind, version, self._key(kind, namespace, name), current, new, status_only, manager
         )
@@ -1104,6 +1123,7 @@ class FakeApiServer:
         assert current is not None
         self._check_schema(kind, result, strict=strict)
         new = self._store_form(kind, version, result)
+        new = gates.drop_disabled(kind.kind, new, current, self.gate_on)
         return self._write(kind, version, key, current, new, status_only, manager)
 
     def _delete(self, kind: Kind, version: str, namespace: str, name: str) -> Obj:
