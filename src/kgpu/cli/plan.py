@@ -13,12 +13,37 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from kgpu import releases
 from kgpu.cli.output import output_option
 from kgpu.cli.plain import add_row, cell, warn
+from kgpu.dra.shares import DISABLED_POLICY, SHARES, SharePolicy, is_shared
 from kgpu.node import ownership
 
 #: the label the MIG manager writes once a layout is applied
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+
+
+def shares_gate_note() -> str:
+    """Under the shares table: what the cluster must serve for shared GPUs, from the release
+    table (:mod:`kgpu.releases`)."""
+    gate = releases.GATES["DRAConsumableCapacity"]
+    on = [m for m in releases.MODELLED if (state := gate.at(m)) is not None and state.default]
+    off = [m for m in releases.SUPPORTED if gate.at(m) is not None and m not in on]
+    parts = []
+    if on:
+        first = gate.at(on[0])
+        assert first is not None
+        parts.append(f"{first.stage}, on by default from Kubernetes 1.{on[0]}")
+    if off:
+        stage = gate.at(off[0])
+        assert stage is not None
+        span = f"1.{off[0]}" if len(off) == 1 else f"1.{off[0]}-1.{off[-1]}"
+        parts.append(
+            f"{stage.stage} and off in {span}, where the API server drops "
+            "allowMultipleAllocations and each GPU stays exclusive"
+        )
+    return f"shared GPUs need {gate.name} on kube-apiserver and kube-scheduler ({'; '.join(parts)})"
+
 
 if TYPE_CHECKING:
     from kgpu.drivers.migpreview import MigPreview
@@ -30,13 +55,15 @@ def plan_json(
     slices: list[Any] | None = None,
     preview: MigPreview | None = None,
     after: NodeView | None = None,
+    shares: SharePolicy | None = None,
 ) -> dict[str, Any]:
     """The ``-o json`` document (keys: capacity, allocatable, resources, labels, devices,
     warnings, gpus: the node as
     its GPUs are; refused when the device plugin refuses a resource; migPending when the GPUs
     lack the desired MIG layout, with migManager: the manager's plan and the same document for
     the node after it). Resources and devices are what the device plugin lists: without the
-    GPUs ``gpuOwnership`` gives to DRA."""
+    GPUs ``gpuOwnership`` gives to DRA. With ``shares`` on (``--consumable-shares``),
+    consumableShares: the policy, and on each shared GPU its device and capacities."""
     whole = view
     view = listed(view)
     devices = [
@@ -65,6 +92,7 @@ def plan_json(
                 }
     gpus = []
     offers = {o.index: o for o in ownership.offers(whole)}
+    shared = shared_gpus(view, slices or [], shares) if shares is not None else {}
     for g in view.gpus:
         entry: dict[str, Any] = {
             "index": g.index,
@@ -80,6 +108,8 @@ def plan_json(
             entry["offeredBy"] = list(offers[g.index].offered_by)
         if g.index in mps:
             entry["mps"] = mps[g.index]
+        if g.index in shared:
+            entry["consumableShares"] = shared[g.index]
         gpus.append(entry)
     out: dict[str, Any] = {
         # as a Node's status has them (quantities are strings in the Kubernetes API), the
@@ -98,6 +128,13 @@ def plan_json(
         out["migPending"] = view.mig_pending
     if slices is not None:
         out["resourceSlices"] = slices
+    if shares is not None and shares.enabled:
+        out["consumableShares"] = {
+            "mode": shares.mode if shares.mode != SHARES else str(shares.count),
+            "memoryMinimumMiB": shares.memory_minimum_mib,
+            "memoryStepMiB": shares.memory_step_mib,
+            "enforced": shares.enforced,
+        }
     if preview is not None and after is not None:
         from kgpu.cli.migmanager import plan_rows
 
@@ -116,6 +153,40 @@ def plan_json(
 def listed(view: NodeView) -> NodeView:
     """What the device plugin lists of ``view`` on a node where nothing is held yet."""
     return ownership.device_plugin_view(view, ownership.EMPTY, ownership.policy_of(view))
+
+
+def shared_gpus(
+    view: NodeView, slices: list[Any], shares: SharePolicy
+) -> dict[int, dict[str, Any]]:
+    """GPU index -> what its shared device publishes (``allowMultipleAllocations``): the
+    device's name, the policy, whether kgpu enforces the shares, and per capacity its
+    ``value`` and request policy (``default``, ``min``, ``max``, ``step``), quantities as the
+    ResourceSlice has them. GPUs the slices do not share (MIG mode, withheld) are absent."""
+    index = {g.uuid: g.index for g in view.machine.gpus}
+    out: dict[int, dict[str, Any]] = {}
+    for s in slices:
+        for device in (s.get("spec") or {}).get("devices") or []:
+            if not is_shared(device):
+                continue
+            uuid = ((device.get("attributes") or {}).get("uuid") or {}).get("string")
+            if uuid not in index:
+                continue
+            capacity: dict[str, dict[str, str]] = {}
+            for name, cap in sorted((device.get("capacity") or {}).items()):
+                policy = cap.get("requestPolicy") or {}
+                valid = policy.get("validRange") or {}
+                capacity[name] = {
+                    "value": str(cap.get("value", "")),
+                    **{k: str(policy[k]) for k in ("default",) if k in policy},
+                    **{k: str(valid[k]) for k in ("min", "max", "step") if k in valid},
+                }
+            out[index[uuid]] = {
+                "device": device["name"],
+                "policy": shares.describe(),
+                "enforced": shares.enforced,
+                "capacity": capacity,
+            }
+    return out
 
 
 def describe_gpu(view: NodeView, index: int) -> str:
@@ -248,12 +319,37 @@ def _print_mig_plan(preview: MigPreview, console: Any) -> None:
         console.print(cell(f"unchanged: GPU {unchanged}"), highlight=False)
 
 
+def _share_table(view: NodeView, slices: list[Any], shares: SharePolicy) -> Any:
+    from rich.table import Table
+
+    how = (
+        "enforced through the GPU's MPS daemon" if shares.enforced else "time-sliced, not enforced"
+    )
+    table = Table(title=f"Consumable shares: {shares.describe()}, {how}")
+    for col in ("GPU", "DEVICE", "CAPACITY", "VALUE", "DEFAULT", "MIN", "STEP"):
+        table.add_column(col, overflow="fold")
+    for gpu, entry in sorted(shared_gpus(view, slices, shares).items()):
+        for name, cap in entry["capacity"].items():
+            add_row(
+                table,
+                str(gpu),
+                entry["device"],
+                name,
+                cap["value"],
+                cap.get("default", ""),
+                cap.get("min", ""),
+                cap.get("step", ""),
+            )
+    return table
+
+
 def _print_tables(
     view: NodeView,
     slices: list[Any] | None,
     console: Any,
     preview: MigPreview | None = None,
     after: NodeView | None = None,
+    shares: SharePolicy | None = None,
 ) -> None:
     """The node as its GPUs are; with a MIG layout they lack, only their resources, then the
     MIG manager's plan and the node in full after it, each table saying so."""
@@ -299,6 +395,9 @@ def _print_tables(
                 str(len(spec.get("devices") or [])),
             )
         console.print(st)
+        if shares is not None and shares.enabled:
+            console.print(_share_table(view, slices, shares))
+            console.print(cell(shares_gate_note()), highlight=False)
 
     if preview is None or after is None:
         for w in view.warnings:
@@ -313,13 +412,15 @@ def _print_tables(
             warn(console, f"after {preview.config}: {w}")
 
 
-def _resource_slices(view: NodeView, node_name: str) -> list[Any]:
+def _resource_slices(
+    view: NodeView, node_name: str, shares: SharePolicy = DISABLED_POLICY
+) -> list[Any]:
     from kgpu.dra.slices import resource_slices
     from kgpu.dra.withhold import OMIT, withhold_devices
 
     # without the GPUs gpuOwnership gives to the device plugin
     withheld = ownership.dra_withheld(view.machine, ownership.EMPTY, ownership.policy_of(view))
-    return withhold_devices(resource_slices(view.machine, node_name), withheld, OMIT)
+    return withhold_devices(resource_slices(view.machine, node_name, shares=shares), withheld, OMIT)
 
 
 #: The machine ``kgpu plan`` plans without ``--machine`` (the seed guides' first GPU node).
@@ -382,6 +483,25 @@ def register(app: typer.Typer) -> None:
         dra: Annotated[
             bool, typer.Option("--dra", help="Also show the node's DRA ResourceSlices.")
         ] = False,
+        consumable_shares: Annotated[
+            str | None,
+            typer.Option(
+                "--consumable-shares",
+                metavar="MODE",
+                help="Plan the DRA driver's shared GPUs as `kgpu agent --consumable-shares` "
+                "publishes them: disabled, memory, unlimited or a share count N (implies --dra).",
+            ),
+        ] = None,
+        share_memory_minimum_mib: Annotated[
+            int,
+            typer.Option(
+                "--share-memory-minimum-mib", help="memory mode: the smallest share, in MiB."
+            ),
+        ] = DISABLED_POLICY.memory_minimum_mib,
+        share_memory_step_mib: Annotated[
+            int,
+            typer.Option("--share-memory-step-mib", help="memory mode: the step, in MiB."),
+        ] = DISABLED_POLICY.memory_step_mib,
         output: Annotated[str, output_option()] = "table",
         report: Annotated[
             Path | None,
@@ -398,6 +518,7 @@ def register(app: typer.Typer) -> None:
         from kgpu.cli.plain import fail
         from kgpu.config.loader import load_config_files, select_mig_config
         from kgpu.config.plugin import MIG_STRATEGIES
+        from kgpu.dra.shares import parse_share_policy
         from kgpu.drivers.migpreview import preview_mig
         from kgpu.errors import FieldError, FieldProblem, KgpuError
         from kgpu.hardware import BackendError, read_machine
@@ -413,6 +534,15 @@ def register(app: typer.Typer) -> None:
                 err=True,
             )
         try:
+            shares: SharePolicy | None = None
+            if consumable_shares is not None:
+                shares = parse_share_policy(
+                    consumable_shares,
+                    memory_minimum_mib=share_memory_minimum_mib,
+                    memory_step_mib=share_memory_step_mib,
+                    path="--consumable-shares",
+                )
+                dra = dra or shares.enabled
             labels = parse_label_args(label or [])
             if mig_strategy is not None and mig_strategy not in MIG_STRATEGIES:
                 raise FieldError(
@@ -457,15 +587,19 @@ def register(app: typer.Typer) -> None:
                     )
                 else:
                     preview = None
-            slices = _resource_slices(view, hostname or machine) if dra else None
+            slices = (
+                _resource_slices(view, hostname or machine, shares or DISABLED_POLICY)
+                if dra
+                else None
+            )
         except KgpuError as exc:
             fail(exc)
         except BackendError as exc:
             fail(str(exc))
         if is_data(output):
-            print_data(plan_json(view, slices, preview, after), output)
+            print_data(plan_json(view, slices, preview, after, shares), output)
         else:
-            _print_tables(view, slices, table_console(output), preview, after)
+            _print_tables(view, slices, table_console(output), preview, after, shares)
         if report is not None:
             from kgpu.sim.html import check_target, plan_picture, write_report
 
