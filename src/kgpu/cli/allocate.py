@@ -10,6 +10,11 @@ The file (YAML or JSON) has the keys ``node`` (``{name, labels}``), ``classes``,
 defaults apply (:mod:`kgpu.releases`); ``featureGates`` then ``--feature-gates`` override them
 as kube-scheduler's flag does.
 
+A shared device's results (``allowMultipleAllocations``) carry ``shareID`` and
+``consumedCapacity`` as the API has them; the table shows them in a CONSUMED column, and a note
+for each capacity request the allocator rounded up to the device's minimum or step (the JSON keeps
+the API's fields only: the rounding shows there as a ``consumedCapacity`` above the request).
+
 Exit status: 0 allocated, 2 unsatisfiable (``unsatisfiable`` says why), 3 broken input found by
 the allocator (``error``: a CEL runtime error, an invalid pool...), 1 when the file or a flag is
 wrong (every problem named with its path).
@@ -414,6 +419,45 @@ def run(data: dict[str, Any], features: Features | None = None) -> dict[str, Any
     return {"allocations": out, "error": None}
 
 
+def _capacity_requests(claim: dict[str, Any], request: str) -> dict[str, Any]:
+    """The ``capacity.requests`` of ``request`` (``name`` or ``name/subrequest``) in ``claim``."""
+    name, _, sub = request.partition("/")
+    for req in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+        if req.get("name") != name:
+            continue
+        found: dict[str, Any]
+        if sub:
+            found = next((a for a in req.get("firstAvailable") or [] if a.get("name") == sub), {})
+        else:
+            found = req.get("exactly") or req
+        return dict((found.get("capacity") or {}).get("requests") or {})
+    return {}
+
+
+def rounding_notes(data: dict[str, Any], answer: dict[str, Any]) -> list[str]:
+    """A line per capacity request the allocator rounded up (below the device's minimum or off
+    its step: kube-scheduler consumes the next valid amount, ``consumedCapacity`` says which),
+    for the table; the JSON answer keeps the API's fields only."""
+    from kgpu.quantity import parse_quantity
+
+    notes: list[str] = []
+    for claim, entry in zip(
+        data.get("claims") or [], answer.get("allocations") or [], strict=False
+    ):
+        for res in entry["results"]:
+            consumed = res.get("consumedCapacity") or {}
+            for name, asked in sorted(_capacity_requests(claim, res["request"]).items()):
+                got = consumed.get(name)
+                if got is None or parse_quantity(str(asked)) == parse_quantity(str(got)):
+                    continue
+                notes.append(
+                    f"{entry['claim']}, request {res['request']}: {name} {asked} rounded up to "
+                    f"{got} on {res['device']} (its requestPolicy's minimum and step, as "
+                    "kube-scheduler rounds)"
+                )
+    return notes
+
+
 def exit_code(answer: dict[str, Any]) -> int:
     if answer.get("allocations") is not None:
         return EXIT_ALLOCATED
@@ -482,13 +526,23 @@ def register(app: typer.Typer) -> None:
         if is_data(output):
             print_data(answer, output)
         else:
-            _print_table(table_console(output), file, answer)
+            _print_table(table_console(output), file, answer, rounding_notes(data, answer))
         code = exit_code(answer)
         if code:
             raise typer.Exit(code)
 
 
-def _print_table(console: Any, file: Path, answer: dict[str, Any]) -> None:
+def _consumed(res: dict[str, Any]) -> str:
+    """A shared device's result: its share and what it consumes (empty for exclusive ones)."""
+    consumed = res.get("consumedCapacity") or {}
+    amounts = ", ".join(f"{k} {v}" for k, v in sorted(consumed.items()))
+    share = res.get("shareID")
+    return f"share {share[:8]}: {amounts}" if share else amounts
+
+
+def _print_table(
+    console: Any, file: Path, answer: dict[str, Any], notes: list[str] | None = None
+) -> None:
     from rich.table import Table
 
     from kgpu.cli.output import header
@@ -515,6 +569,7 @@ def _print_table(console: Any, file: Path, answer: dict[str, Any]) -> None:
         return
     # nothing is cut with an ellipsis: at 80 columns long pool and device names fold instead
     rows: list[tuple[str, str, str, str]] = []
+    consumed: list[str] = []
     where: list[str] = []
     for entry in answer["allocations"]:
         sel = entry.get("nodeSelector")
@@ -523,6 +578,8 @@ def _print_table(console: Any, file: Path, answer: dict[str, Any]) -> None:
             admin = " (admin)" if res.get("adminAccess") else ""
             device = f"{res['pool']}/{res['device']}{admin}"
             rows.append((entry["claim"] if i == 0 else "", res["request"], device, res["driver"]))
+            consumed.append(_consumed(res))
+    shared = any(consumed)  # a CONSUMED column only when a device is shared
     table = Table(title="Allocation")
     wide = console.width >= 100  # narrower: the driver goes under the device, in one column
     widest = max((len(r[2]) for r in rows), default=0)
@@ -532,15 +589,19 @@ def _print_table(console: Any, file: Path, answer: dict[str, Any]) -> None:
     table.add_column(device_header, overflow="fold", min_width=min(widest, 40))
     if wide:
         table.add_column("DRIVER", overflow="fold")
-    for claim, request, device, driver in rows:
-        if wide:
-            add_row(table, claim, request, device, driver)
-        else:
-            add_row(table, claim, request, f"{device}\n{driver}")
+    if shared:
+        table.add_column("CONSUMED (SHARE)", overflow="fold")
+    for (claim, request, device, driver), used in zip(rows, consumed, strict=True):
+        cells = (
+            [claim, request, device, driver] if wide else [claim, request, f"{device}\n{driver}"]
+        )
+        add_row(table, *cells, *([used] if shared else []))
     console.print(table)
     console.print("Node selectors:", highlight=False)
     for line in where:
         console.print(f"  {cell(line)}", highlight=False, soft_wrap=True)
+    for note in notes or []:
+        console.print(f"[yellow]note:[/yellow] {cell(note)}", highlight=False, soft_wrap=True)
 
 
 def _describe_selector(sel: dict[str, Any]) -> str:
