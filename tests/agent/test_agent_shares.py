@@ -111,6 +111,10 @@ def test_release_notes_follow_the_gate_table(root: Path, caplog: pytest.LogCaptu
     (missing,) = [n for n in gate_notes("1.33", False, policy) if "DRAConsumableCapacity" in n]
     assert "Kubernetes 1.33 does not have DRAConsumableCapacity (1.34 adds it)" in missing
     assert "unless" not in missing  # no gate to turn on there
+    assert "kgpu publishes every GPU exclusive there" in missing
+    old = GpuHandler(make_machine(1), "n", root, kubernetes_version="1.33", shares=policy)
+    devices = [d for s in old.resource_slices("n") for d in s["spec"]["devices"]]
+    assert devices and not any("allowMultipleAllocations" in d for d in devices)
     assert not [n for n in gate_notes("1.36", False, policy) if "DRAConsumableCapacity" in n]
     assert not [n for n in gate_notes("1.35", False) if "DRAConsumableCapacity" in n]
     with caplog.at_level(logging.WARNING, logger="kgpu.drivers.gpu"):

@@ -186,9 +186,26 @@ def _choose_config(
 #: What a release without ``DRAConsumableCapacity`` on does to shared GPUs (its API server
 #: drops the fields on write: ``dropDisabledDRAConsumableCapacityFields``).
 SHARES_OFF = (
-    "no GPU is shared: the API server drops allowMultipleAllocations and the capacities' "
-    "requestPolicy from the slices, so each GPU stays exclusive (one claim at a time)"
+    "no GPU is shared, each stays exclusive (one claim at a time): the API server drops "
+    "allowMultipleAllocations and the capacities' requestPolicy from the slices"
 )
+#: The same where the release does not have the gate at all.
+SHARES_MISSING = "no GPU is shared: kgpu publishes every GPU exclusive there"
+
+
+def served_shares(shares: SharePolicy, kubernetes_version: str) -> SharePolicy:
+    """``shares``, or none where the release does not have ``DRAConsumableCapacity`` at all
+    (1.33 and older): their API has no ``allowMultipleAllocations`` and a strict write of it
+    would be refused, so GPUs are published exclusive there (:func:`gate_notes` says so)."""
+    if not shares.enabled:
+        return shares
+    try:
+        minor = releases.parse_minor(kubernetes_version)
+    except ValueError:
+        return shares
+    if releases.GATES["DRAConsumableCapacity"].at(minor) is None:
+        return DISABLED_POLICY
+    return shares
 
 
 def gate_notes(
@@ -210,7 +227,8 @@ def gate_notes(
             ("DRAPartitionableDevices", "MIG placements' counters are dropped and not honoured")
         )
     if shares.enabled:
-        wanted.append(("DRAConsumableCapacity", SHARES_OFF))
+        missing = releases.GATES["DRAConsumableCapacity"].at(minor) is None
+        wanted.append(("DRAConsumableCapacity", SHARES_MISSING if missing else SHARES_OFF))
     notes = (releases.gate_off_note(minor, gate, needs) for gate, needs in wanted)
     return [n for n in notes if n]
 
@@ -336,7 +354,7 @@ class GpuHandler:
                 partitionable=self.partitionable,
                 kubernetes_version=version,
                 unhealthy=self._unhealthy,
-                shares=self.shares,
+                shares=served_shares(self.shares, version),
             )
             self._slices = cached = (key, slices)
         slices = cached[1]
