@@ -222,3 +222,16 @@ def test_admission_expressions_refuse_undeclared_variables_as_the_api_server_doe
     )
     with pytest.raises(CelCompileError, match="undeclared reference to 'device'"):
         compile_admission("device.driver == 'x'")
+
+
+def test_the_simulator_names_the_policy_as_the_chart_does(helm: str) -> None:
+    from kgpu.sim.admission import SHARE_POLICY
+
+    objects = _rendered(helm, KUBE_VERSIONS[-1], "draDriver.consumableShares=memory")
+    (binding,) = [
+        o
+        for o in objects
+        if o["kind"] == "ValidatingAdmissionPolicyBinding"
+        and o["spec"]["policyName"] == _policy(objects)["metadata"]["name"]
+    ]
+    assert binding["metadata"]["name"] == binding["spec"]["policyName"] == SHARE_POLICY
