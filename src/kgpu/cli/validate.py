@@ -4,6 +4,11 @@ Manifests get :func:`kgpu.manifests.validate_manifest`, the check ``kgpu sim`` r
 applies (the API server's rules, the official schema, ComputeDomains by their controller's
 parser), so a file ``validate`` accepts is one the simulator runs; scenarios are loaded by the
 simulator's own loader.
+
+With ``--consumable-shares memory`` (and the grid flags ``kgpu agent`` and ``kgpu plan`` take),
+ResourceClaims and ResourceClaimTemplates also get the chart's memory-share admission check
+(:mod:`kgpu.dra.sharecheck`): a ``gpu.nvidia.com`` memory request below the minimum or off the
+step is an error naming its field and the sizes to ask, as the cluster would refuse it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
+    from kgpu.dra.shares import SharePolicy
     from kgpu.manifests import FileReport
 
 
@@ -120,9 +126,30 @@ def validate_allocate_input(path: Path, doc: dict[str, Any]) -> FileReport:
     return report
 
 
-def validate_path(path: Path) -> FileReport:
+def check_shares(report: FileReport, docs: list[Any], shares: SharePolicy) -> None:
+    """Add the memory-share admission problems of each claim or claim template that passed
+    the manifest checks (:func:`kgpu.dra.sharecheck.share_problems`)."""
+    from kgpu.dra.sharecheck import share_problems
+    from kgpu.errors import FieldProblem
+
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, dict) or doc.get("kind") not in (
+            "ResourceClaim",
+            "ResourceClaimTemplate",
+        ):
+            continue
+        entry = f"document {i}"
+        if any(p.entry == entry for p in report.problems):
+            continue  # not a valid object: the API server refuses it before admission
+        report.problems.extend(
+            FieldProblem(p.message, p.path, report.file, entry) for p in share_problems(doc, shares)
+        )
+
+
+def validate_path(path: Path, shares: SharePolicy | None = None) -> FileReport:
     """One file, read and parsed once (:mod:`kgpu.userfiles`), checked as what it is: an
-    expect file, a scenario, or configs and manifests."""
+    expect file, a scenario, or configs and manifests (claims also against ``shares``, the
+    cluster's GPU share policy, when given)."""
     from kgpu.errors import FieldError
     from kgpu.manifests import FileReport, validate_documents
     from kgpu.userfiles import display_name, read_yaml
@@ -139,7 +166,10 @@ def validate_path(path: Path) -> FileReport:
         return validate_scenario(path, docs[0])
     if looks_like_allocate_input(docs):
         return validate_allocate_input(path, docs[0])
-    return validate_documents(docs, file=display_name(path))
+    report = validate_documents(docs, file=display_name(path))
+    if shares is not None:
+        check_shares(report, docs, shares)
+    return report
 
 
 def register(app: typer.Typer) -> None:
@@ -155,18 +185,56 @@ def register(app: typer.Typer) -> None:
             ),
         ],
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print errors only.")] = False,
+        consumable_shares: Annotated[
+            str,
+            typer.Option(
+                "--consumable-shares",
+                metavar="MODE",
+                help="The cluster's GPU share mode (the chart's draDriver.consumableShares): "
+                "with memory, ResourceClaims and templates are checked as its admission policy "
+                "checks them (memory requests on the share grid).",
+            ),
+        ] = "disabled",
+        share_memory_minimum_mib: Annotated[
+            int,
+            typer.Option(
+                "--share-memory-minimum-mib",
+                min=1,
+                help="Smallest memory share of a GPU, in MiB (draDriver.shareMemoryMinimumMiB).",
+            ),
+        ] = 1024,
+        share_memory_step_mib: Annotated[
+            int,
+            typer.Option(
+                "--share-memory-step-mib",
+                min=1,
+                help="Step of the memory share grid, in MiB (draDriver.shareMemoryStepMiB).",
+            ),
+        ] = 1024,
     ) -> None:
         """Check each file; exit 1 with field-level errors (file, document, path)."""
         from rich.markup import escape
 
         from kgpu.cli.output import console, err_console
         from kgpu.cli.plain import warn
-        from kgpu.errors import MAX_PROBLEMS_SHOWN, more_problems
+        from kgpu.dra.shares import parse_share_policy
+        from kgpu.errors import MAX_PROBLEMS_SHOWN, FieldError, more_problems
         from kgpu.manifests import schema_validation_available
 
+        try:
+            shares = parse_share_policy(
+                consumable_shares,
+                memory_minimum_mib=share_memory_minimum_mib,
+                memory_step_mib=share_memory_step_mib,
+                path="--consumable-shares",
+            )
+        except FieldError as exc:
+            raise typer.BadParameter(
+                exc.problems[0].message, param_hint="--consumable-shares"
+            ) from None
         failed = False
         for path in files:
-            report = validate_path(path)
+            report = validate_path(path, shares if shares.enforced else None)
             for problem in report.problems[:MAX_PROBLEMS_SHOWN]:
                 err_console.print(
                     f"[red]error:[/red] {escape(str(problem))}", highlight=False, soft_wrap=True

@@ -417,7 +417,13 @@ class Selector:
                 "capacity": caps,
                 "allowMultipleAllocations": device.get("allowMultipleAllocations", False),
             }
-        variables.update(_ALL_FUNCTIONS)
+        return self.run(variables)
+
+    def run(self, variables: Mapping[str, Any]) -> Any:
+        """The expression's value with ``variables`` bound (``device`` for a selector; the
+        admission variables for :func:`compile_admission`); :class:`CelRuntimeError` on
+        failure, with cel-go's wording."""
+        variables = {**variables, **_ALL_FUNCTIONS}
         try:
             return self.program.execute(variables)
         except KeyError as exc:
@@ -596,10 +602,30 @@ def compile_expression(expression: str) -> Selector:
         return _compile(expression, require_bool=False)
 
 
-def _compile(expression: str, require_bool: bool) -> Selector:
+#: The variables the API server declares for a ValidatingAdmissionPolicy's expressions.
+ADMISSION_VARIABLES = frozenset(
+    {"object", "oldObject", "request", "params", "namespaceObject", "variables", "authorizer"}
+)
+
+
+def compile_admission(expression: str) -> Selector:
+    """Compile an expression of a ValidatingAdmissionPolicy (variables ``object``,
+    ``oldObject``, ``request``, ``variables``...; run it with :meth:`Selector.run`), so kgpu's
+    chart policies are checked with the same library functions (quantity, cel.bind) as its
+    selectors. The selector limits (length, estimated cost per device) do not apply: the API
+    server bounds a policy by its runtime cost budget instead."""
+    with _LOCK:
+        return _compile(expression, require_bool=False, declared=ADMISSION_VARIABLES)
+
+
+def _compile(
+    expression: str, require_bool: bool, declared: frozenset[str] | None = None
+) -> Selector:
     if not _ALL_FUNCTIONS:
         _ALL_FUNCTIONS.update(_stdlib_functions())
         _ALL_FUNCTIONS.update(FUNCTIONS)
+    if declared is not None:
+        return _compile_checked(expression, require_bool, declared)
     if len(expression) > MAX_EXPRESSION_LENGTH:
         raise CelCompileError(
             f"expression is {len(expression)} characters long; Kubernetes allows at most "
@@ -612,6 +638,10 @@ def _compile(expression: str, require_bool: bool) -> Selector:
             "(CELSelectorExpressionMaxCost): nested comprehensions over device attributes "
             "multiply the work per device"
         )
+    return _compile_checked(expression, require_bool, frozenset({"device"}))
+
+
+def _compile_checked(expression: str, require_bool: bool, declared: frozenset[str]) -> Selector:
     rewritten = rewrite_bind(expression)
     try:
         program = cel.compile(rewritten)
@@ -622,7 +652,7 @@ def _compile(expression: str, require_bool: bool) -> Selector:
         if "Syntax error" not in text:
             text = f"Syntax error: {text}"
         raise CelCompileError(text) from None
-    _check_references(expression, rewritten, program)
+    _check_references(expression, rewritten, program, declared)
     if not (set(program.variables()) - {m.group(2) for m in _MACROS.finditer(rewritten)}):
         _check_constant(expression, program, require_bool)
     tokens = _TOKENS.findall(expression)
@@ -652,14 +682,16 @@ def _check_constant(expression: str, program: Any, require_bool: bool) -> None:
         )
 
 
-def _check_references(expression: str, rewritten: str, program: Any) -> None:
+def _check_references(
+    expression: str, rewritten: str, program: Any, declared: frozenset[str]
+) -> None:
     """cel-go refuses unknown variables at compile time ("undeclared reference"); the library
-    would only fail when evaluating. ``device`` is the one variable Kubernetes declares, the
-    rest must be bound by a macro."""
+    would only fail when evaluating. ``declared`` are the variables Kubernetes declares
+    (``device`` for a selector), the rest must be bound by a macro."""
     bound = {m.group(2) for m in _MACROS.finditer(rewritten)}
-    declared = {"device", "cel"} | bound
+    known = {"cel"} | declared | bound
     for var in program.variables():
-        if var in declared:
+        if var in known:
             continue
         at = re.search(rf"(?<![\w.]){re.escape(var)}\b", expression)
         column = at.start() + 1 if at else 1

@@ -14,6 +14,14 @@ a workload controller, written by a plugin), and each passes through :class:`Adm
   of :func:`kgpu.computedomain.admission.mutate_pod` for pods that use a ComputeDomain's channel,
   so the stock scheduler's InterPodAffinity keeps a domain in one NVLink clique.
 
+ResourceClaims and ResourceClaimTemplates pass one policy: with GPU memory shares on (the
+scenario's ``draDriver: {consumableShares: memory}``), the ValidatingAdmissionPolicy kgpu's
+chart renders (``templates/dra-share-admission-policy.yaml``) refuses a ``gpu.nvidia.com``
+memory request below the share minimum or off the step grid, which kube-scheduler would
+otherwise round up without a word. Its CEL is :func:`kgpu.dra.sharecheck.share_problems`
+(tests/deploy/test_share_admission_policy.py runs both on one table), and the refusal reads as
+the API server writes a policy denial.
+
 Lookups are cached per change of the kinds they read (``MemoryStore.kind_revision``), so a pod
 that names no class and uses no claim costs two dictionary reads.
 """
@@ -28,6 +36,8 @@ from kgpu.computedomain.api import API_VERSION as CD_API_VERSION
 from kgpu.computedomain.api import KIND as CD_KIND
 from kgpu.computedomain.api import WORKLOAD_LABEL, ComputeDomain, parse_compute_domain
 from kgpu.dra.api import RESOURCE_API
+from kgpu.dra.sharecheck import admission_message, share_problems
+from kgpu.dra.shares import DISABLED_POLICY, SharePolicy
 from kgpu.errors import FieldError, KgpuError
 from kgpu.store import MemoryStore, NotFound, ObjectStore, namespace_of
 
@@ -39,10 +49,27 @@ SYSTEM_CLASSES: dict[str, tuple[int, str]] = {
     "system-node-critical": (2000001000, PREEMPT_LOWER),
     "system-cluster-critical": (2000000000, PREEMPT_LOWER),
 }
+#: The chart's memory-share ValidatingAdmissionPolicy and its binding, as release ``kgpu``
+#: names them (``<fullname>-memory-shares``).
+SHARE_POLICY = "kgpu-memory-shares"
+#: kind -> resource, of the kinds that policy matches
+SHARE_POLICY_RESOURCES = {
+    "ResourceClaim": "resourceclaims",
+    "ResourceClaimTemplate": "resourceclaimtemplates",
+}
+
+
+def share_policy_of(scenario: object) -> SharePolicy:
+    """The share policy of a scenario's DRA driver: its ``share_policy`` (the top-level
+    ``draDriver: {consumableShares: ...}``), disabled when it has none or no DRA driver."""
+    policy = getattr(scenario, "share_policy", DISABLED_POLICY)
+    if not getattr(scenario, "dra_driver", True) or not isinstance(policy, SharePolicy):
+        return DISABLED_POLICY
+    return policy
 
 
 class AdmissionDenied(KgpuError):
-    """The API server refused the pod (``pods "x" is forbidden: ...``)."""
+    """The API server refused the object (``pods "x" is forbidden: ...``)."""
 
 
 def _revision(store: ObjectStore, api_version: str, kind: str) -> int:
@@ -55,9 +82,12 @@ def _revision(store: ObjectStore, api_version: str, kind: str) -> int:
 class Admission:
     """The admission chain for pods created in one simulated cluster."""
 
-    def __init__(self, store: ObjectStore, webhook: bool = True) -> None:
+    def __init__(
+        self, store: ObjectStore, webhook: bool = True, shares: SharePolicy = DISABLED_POLICY
+    ) -> None:
         self.store = store
         self.webhook = webhook  # kgpu controller's clique placement webhook is installed
+        self.shares = shares  # the chart's draDriver.consumableShares and memory grid
         self._classes: tuple[int, dict[str, tuple[int, str]], tuple[str, int, str] | None] = (
             -2,
             {},
@@ -178,6 +208,25 @@ class Admission:
         )
         return apply_patch(pod, mutation.patch) if mutation.patch else pod
 
+    # -- kgpu's memory-share admission policy ------------------------------------------------
+    def admit_object(self, obj: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> None:
+        """A create (``old`` None) or update of any object but a pod;
+        :class:`AdmissionDenied` when the chart's memory-share policy refuses it. An update
+        that keeps the spec is not checked (the policy's match condition), so a claim stored
+        before shares were turned on can still lose its finalizers."""
+        resource = SHARE_POLICY_RESOURCES.get(str(obj.get("kind")))
+        if resource is None or not self.shares.enforced:
+            return
+        if old is not None and old.get("spec") == obj.get("spec"):
+            return
+        message = admission_message(share_problems(obj, self.shares))
+        if message is not None:
+            name = (obj.get("metadata") or {}).get("name", "")
+            raise AdmissionDenied(
+                f'{resource}.resource.k8s.io "{name}" is forbidden: ValidatingAdmissionPolicy '
+                f"'{SHARE_POLICY}' with binding '{SHARE_POLICY}' denied request: {message}"
+            )
+
     # -- the chain ---------------------------------------------------------------------------
     def admit_pod(self, pod: Obj) -> Obj:
         """The pod as it will be stored; :class:`AdmissionDenied` when refused."""
@@ -187,4 +236,4 @@ class Admission:
         return pod
 
 
-__all__ = ["SYSTEM_CLASSES", "Admission", "AdmissionDenied"]
+__all__ = ["SHARE_POLICY", "SYSTEM_CLASSES", "Admission", "AdmissionDenied", "share_policy_of"]

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from kgpu.config.loader import ConfigSet
-from kgpu.sim.admission import Admission
+from kgpu.sim.admission import Admission, share_policy_of
 from kgpu.sim.journal import SimStore
 from kgpu.sim.loops import Loops
 from kgpu.sim.names import Suffixes
@@ -77,7 +77,12 @@ class SimContext:
         self.release_listeners: list[ReleaseListener] = []
         self.dra = any(p.name == "DynamicResources" for p in self.scheduler.plugins)
         #: the API server's admission of pods (Priority, kgpu's clique placement webhook)
-        self.admission = Admission(self.store, webhook=self.dra)
+        self.admission = Admission(
+            self.store,
+            webhook=self.dra,
+            # the scenario's draDriver.consumableShares (a SharePolicy once scenarios read it)
+            shares=share_policy_of(scenario),
+        )
         self.configs = configs
         self.inline_configs: dict[str, str] = {}  # "ConfigMap ns/name" -> its YAML text
         #: what ``kubectl apply`` last applied, per object (its last-applied-configuration)

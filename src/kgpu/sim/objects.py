@@ -64,12 +64,15 @@ def _store_apply(ctx: SimContext, obj: Obj) -> tuple[Obj, bool]:
     key = key_of(desired)
     _group, kind, ns, name = key
     last = ctx.last_applied.get(key, {})
-    ctx.last_applied[key] = desired
     try:
         current = ctx.store.get(str(obj.get("apiVersion")), kind, name, ns or None)
     except NotFound:
+        ctx.admission.admit_object(obj)  # AdmissionDenied: nothing applied
+        ctx.last_applied[key] = desired
         return ctx.store.apply(obj), True
     merged = merge_applied(current, desired, last)
+    ctx.admission.admit_object(merged, current)
+    ctx.last_applied[key] = desired
     if merged == current:
         return current, False
     return ctx.store.update(merged), False
@@ -89,8 +92,13 @@ def apply(ctx: SimContext, manifest: Manifest | Obj) -> None:
                 ns, name = key_of(obj)[2:]
                 ctx.emit("Warning", "Forbidden", f"Pod/{ns or 'default'}/{name}", str(exc))
         return
-    with ctx.store.muted():
-        stored, created = _store_apply(ctx, obj)
+    try:
+        with ctx.store.muted():
+            stored, created = _store_apply(ctx, obj)
+    except AdmissionDenied as exc:  # kubectl: Error from server (Forbidden)
+        ns, name = key_of(obj)[2:]
+        ctx.emit("Warning", "Forbidden", f"{kind}/{ns or 'default'}/{name}", str(exc))
+        return
     meta = stored["metadata"]
     if kind == "ConfigMap" and nodeside.is_config_map(stored):
         name = f"ConfigMap {meta['namespace']}/{meta['name']}"
