@@ -1,4 +1,4 @@
-"""The chart's consumable-shares values (issue 27): ``draDriver.consumableShares`` and the memory
+"""The chart's consumable-shares values (issue 27): ``consumableShares`` and the memory
 grid reach the agent as its flags, the rendered DaemonSet validates, the agent takes the flags it
 is given, and bad values are refused by helm naming the value."""
 
@@ -50,9 +50,9 @@ def test_memory_shares_reach_the_agent_as_its_flags(helm: str, version: str) -> 
     args = _agent_args(
         helm,
         version,
-        "draDriver.consumableShares=memory",
-        "draDriver.shareMemoryMinimumMiB=2048",
-        "draDriver.shareMemoryStepMiB=512",
+        "consumableShares=memory",
+        "shareMemoryMinimumMiB=2048",
+        "shareMemoryStepMiB=512",
     )
     shares = _shares(args)
     assert shares == {
@@ -71,7 +71,7 @@ def test_memory_shares_reach_the_agent_as_its_flags(helm: str, version: str) -> 
 
 
 def test_a_share_count_set_as_a_number_renders(helm: str) -> None:
-    shares = _shares(_agent_args(helm, KUBE_VERSIONS[-1], "draDriver.consumableShares=4"))
+    shares = _shares(_agent_args(helm, KUBE_VERSIONS[-1], "consumableShares=4"))
     assert shares["--consumable-shares"] == "4"
     assert AgentOptions.parse(consumable_shares="4").share_policy.mode == SHARES
 
@@ -79,13 +79,13 @@ def test_a_share_count_set_as_a_number_renders(helm: str) -> None:
 @pytest.mark.parametrize(
     ("sets", "message"),
     [
-        (["draDriver.consumableShares=half"], "at '/draDriver/consumableShares'"),
-        (["draDriver.consumableShares=2000"], "at '/draDriver/consumableShares'"),
-        (["draDriver.shareMemoryStepMiB=0"], "at '/draDriver/shareMemoryStepMiB'"),
-        (["draDriver.sharememoryStepMiB=1"], "additional properties 'sharememoryStepMiB'"),
+        (["consumableShares=half"], "at '/consumableShares'"),
+        (["consumableShares=2000"], "at '/consumableShares'"),
+        (["shareMemoryStepMiB=0"], "at '/shareMemoryStepMiB'"),
+        (["sharememoryStepMiB=1"], "additional properties 'sharememoryStepMiB'"),
         (
-            ["draDriver.consumableShares=memory", "dra.enabled=false"],
-            "draDriver.consumableShares=memory needs the DRA driver",
+            ["consumableShares=memory", "dra.enabled=false"],
+            "consumableShares=memory needs the DRA driver",
         ),
     ],
 )

@@ -131,21 +131,21 @@ TABLE: list[tuple[list[Obj], str, str]] = [
     ([], "ResourceClaim", "v1"),
 ]
 SETTINGS: list[tuple[SharePolicy, tuple[str, ...]]] = [
-    (parse_share_policy("memory"), ("draDriver.consumableShares=memory",)),
+    (parse_share_policy("memory"), ("consumableShares=memory",)),
     (
         parse_share_policy("memory", memory_minimum_mib=1024, memory_step_mib=512),
         (
-            "draDriver.consumableShares=memory",
-            "draDriver.shareMemoryMinimumMiB=1024",
-            "draDriver.shareMemoryStepMiB=512",
+            "consumableShares=memory",
+            "shareMemoryMinimumMiB=1024",
+            "shareMemoryStepMiB=512",
         ),
     ),
     (
         parse_share_policy("memory", memory_minimum_mib=2560, memory_step_mib=1536),
         (
-            "draDriver.consumableShares=memory",
-            "draDriver.shareMemoryMinimumMiB=2560",
-            "draDriver.shareMemoryStepMiB=1536",
+            "consumableShares=memory",
+            "shareMemoryMinimumMiB=2560",
+            "shareMemoryStepMiB=1536",
         ),
     ),
 ]
@@ -166,7 +166,7 @@ def test_the_policy_refuses_exactly_what_sharecheck_refuses(
 
 
 def test_an_update_that_keeps_the_spec_passes_one_that_changes_it_is_checked(helm: str) -> None:
-    vap = _policy(_rendered(helm, KUBE_VERSIONS[-1], "draDriver.consumableShares=memory"))
+    vap = _policy(_rendered(helm, KUBE_VERSIONS[-1], "consumableShares=memory"))
     bad = _claim([_exactly("gpu", "512Mi")])
     finalized = {**bad, "metadata": {**bad["metadata"], "finalizers": ["x"]}}
     assert admit(vap, finalized, old=bad) is None  # e.g. a claim made before the policy
@@ -176,19 +176,13 @@ def test_an_update_that_keeps_the_spec_passes_one_that_changes_it_is_checked(hel
 
 def test_rendered_only_for_memory_shares_and_valid_for_every_release(helm: str) -> None:
     for mode in ("disabled", "unlimited", "4"):
-        objects = _rendered(helm, KUBE_VERSIONS[-1], f"draDriver.consumableShares={mode}")
+        objects = _rendered(helm, KUBE_VERSIONS[-1], f"consumableShares={mode}")
         assert not [o for o in objects if o["metadata"]["name"].endswith("-memory-shares")]
-    assert not [
-        o
-        for o in _rendered(
-            helm, KUBE_VERSIONS[-1], "draDriver.consumableShares=memory", "dra.enabled=false"
-        )
-        if o["metadata"]["name"].endswith("-memory-shares")
-    ]
+    # without the DRA driver the chart refuses the value (tests/deploy/test_chart_shares.py)
     for version in KUBE_VERSIONS:
         objects = [
             o
-            for o in _rendered(helm, version, "draDriver.consumableShares=memory")
+            for o in _rendered(helm, version, "consumableShares=memory")
             if o["metadata"]["name"].endswith("-memory-shares")
         ]
         assert {o["kind"] for o in objects} == {
@@ -203,13 +197,13 @@ def test_rendered_only_for_memory_shares_and_valid_for_every_release(helm: str) 
 
 
 def test_the_policy_checks_the_classes_sharecheck_checks(helm: str) -> None:
-    vap = _policy(_rendered(helm, KUBE_VERSIONS[-1], "draDriver.consumableShares=memory"))
+    vap = _policy(_rendered(helm, KUBE_VERSIONS[-1], "consumableShares=memory"))
     (classes,) = [v for v in vap["spec"]["variables"] if v["name"] == "classes"]
     assert run(classes["expression"], {}) == list(SHARED_CLASSES)
 
 
 def test_bad_share_values_are_refused_by_the_chart_schema(helm: str) -> None:
-    done = helm_template(helm, KUBE_VERSIONS[-1], "--set", "draDriver.consumableShares=memroy")
+    done = helm_template(helm, KUBE_VERSIONS[-1], "--set", "consumableShares=memroy")
     assert done.returncode != 0 and "consumableShares" in done.stderr
 
 
@@ -227,7 +221,7 @@ def test_admission_expressions_refuse_undeclared_variables_as_the_api_server_doe
 def test_the_simulator_names_the_policy_as_the_chart_does(helm: str) -> None:
     from kgpu.sim.admission import SHARE_POLICY
 
-    objects = _rendered(helm, KUBE_VERSIONS[-1], "draDriver.consumableShares=memory")
+    objects = _rendered(helm, KUBE_VERSIONS[-1], "consumableShares=memory")
     (binding,) = [
         o
         for o in objects

@@ -190,7 +190,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--consumable-shares",
                 metavar="MODE",
-                help="The cluster's GPU share mode (the chart's draDriver.consumableShares): "
+                help="The cluster's GPU share mode (the chart's consumableShares): "
                 "with memory, ResourceClaims and templates are checked as its admission policy "
                 "checks them (memory requests on the share grid).",
             ),
@@ -200,7 +200,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--share-memory-minimum-mib",
                 min=1,
-                help="Smallest memory share of a GPU, in MiB (draDriver.shareMemoryMinimumMiB).",
+                help="Smallest memory share of a GPU, in MiB (shareMemoryMinimumMiB).",
             ),
         ] = 1024,
         share_memory_step_mib: Annotated[
@@ -208,7 +208,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--share-memory-step-mib",
                 min=1,
-                help="Step of the memory share grid, in MiB (draDriver.shareMemoryStepMiB).",
+                help="Step of the memory share grid, in MiB (shareMemoryStepMiB).",
             ),
         ] = 1024,
     ) -> None:

@@ -87,7 +87,7 @@ class Admission:
     ) -> None:
         self.store = store
         self.webhook = webhook  # kgpu controller's clique placement webhook is installed
-        self.shares = shares  # the chart's draDriver.consumableShares and memory grid
+        self.shares = shares  # the chart's consumableShares and memory grid
         self._classes: tuple[int, dict[str, tuple[int, str]], tuple[str, int, str] | None] = (
             -2,
             {},

@@ -80,7 +80,7 @@ class SimContext:
         self.admission = Admission(
             self.store,
             webhook=self.dra,
-            # the scenario's draDriver.consumableShares (a SharePolicy once scenarios read it)
+            # the scenario's consumableShares (a SharePolicy once scenarios read it)
             shares=share_policy_of(scenario),
         )
         self.configs = configs
