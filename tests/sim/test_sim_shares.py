@@ -1,0 +1,179 @@
+"""Memory shares of a GPU in ``kgpu sim`` (issue 27): the scenario's ``draDriver`` map turns
+consumable shares on, the scheduler's allocator places claims by memory, and the release's
+``DRAConsumableCapacity`` gate decides whether the API server keeps the shared fields."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from kgpu.cli import app
+from kgpu.dra.shares import MEMORY, SharePolicy
+from kgpu.errors import FieldError
+from kgpu.sim.scenario import scenario_from_dict
+from kgpu.sim.simulation import Simulation
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "sharing" / "memory-shares-h100.yaml"
+runner = CliRunner()
+
+
+def _claim(name: str, memory: str) -> list[dict[str, Any]]:
+    """A ResourceClaim asking ``memory`` of one GPU and a pod (runAsUser set) using it."""
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {
+                            "deviceClassName": "gpu.nvidia.com",
+                            "capacity": {"requests": {"memory": memory}},
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "securityContext": {"runAsUser": 1000 + len(name)},
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+            "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}],
+        },
+    }
+    return [claim, pod]
+
+
+def _sim(**extra: Any) -> Simulation:
+    scenario = scenario_from_dict(
+        {
+            "nodes": [{"name": "h100", "machine": "h100-80gb"}],
+            "devicePlugin": False,
+            "draDriver": {"consumableShares": "memory"},
+            **extra,
+        }
+    )
+    sim = Simulation(scenario)
+    sim.start()
+    return sim
+
+
+def _gpu_device(sim: Simulation) -> dict[str, Any]:
+    (slice_,) = sim.store.list("resource.k8s.io/v1", "ResourceSlice")
+    return dict(slice_["spec"]["devices"][0])
+
+
+def test_draDriver_map_is_the_charts_values() -> None:
+    scenario = scenario_from_dict(
+        {
+            "draDriver": {
+                "consumableShares": "memory",
+                "shareMemoryMinimumMiB": 2048,
+                "shareMemoryStepMiB": 512,
+            }
+        }
+    )
+    assert scenario.dra_driver
+    assert scenario.dra_shares == SharePolicy(MEMORY, 0, 2048, 512)
+    assert not scenario_from_dict({"draDriver": {}}).dra_shares.enabled
+    assert scenario_from_dict({"draDriver": {}}).dra_driver
+
+
+@pytest.mark.parametrize(
+    ("value", "path", "words"),
+    [
+        ({"consumableShares": "half"}, "draDriver.consumableShares", "use disabled, memory"),
+        (
+            {"consumableShares": "memory", "shareMemoryStepMiB": 0},
+            "draDriver.shareMemoryStepMiB",
+            "positive number of MiB",
+        ),
+        (
+            {"consumableShares": "memory", "shareMemoryMinimumMiB": "1Gi"},
+            "draDriver.shareMemoryMinimumMiB",
+            "positive number of MiB",
+        ),
+        ({"consumableshares": "memory"}, "draDriver.consumableshares", "unknown field"),
+        ("yes", "draDriver", "must be true, false or a map"),
+    ],
+)
+def test_bad_draDriver_values_name_the_field(value: object, path: str, words: str) -> None:
+    with pytest.raises(FieldError) as exc:
+        scenario_from_dict({"draDriver": value})
+    assert any(p.path == path and words in p.message for p in exc.value.problems), str(exc.value)
+
+
+def test_claims_are_placed_by_memory_and_the_one_that_does_not_fit_waits() -> None:
+    sim = _sim()
+    device = _gpu_device(sim)
+    assert device["allowMultipleAllocations"] is True
+    assert device["capacity"]["memory"]["value"] == "79Gi"  # 81,559 MiB on the 1 GiB grid
+    for name, memory in (("a", "20Gi"), ("b", "40Gi"), ("c", "60Gi")):
+        for obj in _claim(name, memory):
+            sim.apply(obj)
+    sim.settle()
+    assert [sim.pods[f"default/{n}"].node for n in "abc"] == ["h100", "h100", ""]
+    assert "cannot allocate all claims" in sim.pods["default/c"].last_message
+    claims = {
+        c["metadata"]["name"]: c for c in sim.store.list("resource.k8s.io/v1", "ResourceClaim")
+    }
+    (result,) = claims["a"]["status"]["allocation"]["devices"]["results"]
+    assert result["device"] == "gpu-0" and result["shareID"]
+    assert result["consumedCapacity"]["memory"] == "20Gi"
+    assert "allocation" not in claims["c"].get("status", {})
+
+
+@pytest.mark.parametrize(
+    ("extra", "shared"),
+    [
+        ({"kubernetesVersion": "1.35"}, False),  # alpha, off: the API server drops the fields
+        ({"kubernetesVersion": "1.34"}, False),
+        ({"kubernetesVersion": "1.35", "featureGates": {"DRAConsumableCapacity": True}}, True),
+        ({"kubernetesVersion": "1.36"}, True),  # beta, on by default
+    ],
+)
+def test_the_release_decides_whether_the_api_server_keeps_the_shared_fields(
+    extra: dict[str, Any], shared: bool
+) -> None:
+    device = _gpu_device(_sim(**extra))
+    assert ("allowMultipleAllocations" in device) is shared
+    assert ("requestPolicy" in device["capacity"]["memory"]) is shared
+    assert device["capacity"]["memory"]["value"] == "79Gi"
+
+
+def test_shares_off_by_default_publish_an_exclusive_gpu() -> None:
+    scenario = scenario_from_dict(
+        {"nodes": [{"name": "h100", "machine": "h100-80gb"}], "devicePlugin": False}
+    )
+    sim = Simulation(scenario)
+    sim.start()
+    assert "allowMultipleAllocations" not in _gpu_device(sim)
+
+
+def test_example_two_run_and_the_third_waits_with_the_allocators_reason() -> None:
+    result = runner.invoke(app, ["sim", str(EXAMPLE), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["expect"]["failures"] == [] and data["expect"]["passed"] == 4
+    phases = {p["owner"].split("/")[1].rsplit("-", 1)[0]: p["phase"] for p in data["pods"]}
+    assert phases == {"chat-20g": "Running", "embed-40g": "Running", "summarize-60g": "Pending"}
+    pending = next(p for p in data["pods"] if p["phase"] == "Pending")
+    assert "cannot allocate all claims" in pending["message"]
+    consumed = sorted(
+        r["consumedCapacity"]["memory"]
+        for c in data["resourceClaims"]
+        for r in (c.get("status", {}).get("allocation") or {}).get("devices", {}).get("results", [])
+        if r.get("shareID")
+    )
+    assert consumed == ["20Gi", "40Gi"]
