@@ -177,3 +177,40 @@ def test_example_two_run_and_the_third_waits_with_the_allocators_reason() -> Non
         if r.get("shareID")
     )
     assert consumed == ["20Gi", "40Gi"]
+
+
+def _schema() -> Any:
+    from importlib import resources
+
+    from jsonschema import Draft202012Validator
+
+    text = resources.files("kgpu.cli").joinpath("schemas/sim.schema.json").read_text()
+    return Draft202012Validator(json.loads(text))
+
+
+def test_nodes_show_each_gpus_shares_in_json_and_tables() -> None:
+    result = runner.invoke(app, ["sim", str(EXAMPLE), "-o", "json", "--watch"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    (node,) = doc["nodes"]
+    (gpu,) = node["shares"]
+    assert gpu["gpu"] == 0 and gpu["uuid"].startswith("GPU-") and gpu["device"] == "gpu-0"
+    assert gpu["capacity"] == {"computeShares": "100", "memory": "79Gi"}
+    assert gpu["used"] == {"computeShares": "0", "memory": "60Gi"}
+    assert [c["consumed"]["memory"] for c in gpu["claims"]] == ["20Gi", "40Gi"]
+    assert [c["pods"][0].rsplit("-", 2)[0] for c in gpu["claims"]] == ["chat-20g", "embed-40g"]
+    assert doc["steps"][0]["nodes"][0]["shares"] == node["shares"]
+    schema = _schema()
+    assert list(schema.iter_errors(doc)) == []
+    gpu["used"]["memory"] = 60 * 2**30  # a number is not the report's quantity string
+    assert len(list(schema.iter_errors(doc))) == 1
+    table = runner.invoke(app, ["sim", str(EXAMPLE)], env={"COLUMNS": "120"})
+    assert "GPU 0 shares: 60Gi/79Gi memory, 2 claim(s)" in table.stdout
+    watch = runner.invoke(app, ["sim", str(EXAMPLE), "--watch"], env={"COLUMNS": "120"})
+    assert "GPU 0 shares: 60Gi/79Gi memory" in watch.stdout
+
+
+def test_nodes_without_shares_keep_their_shape() -> None:
+    result = runner.invoke(app, ["sim", str(REPO / "examples" / "mps-job.yaml"), "-o", "json"])
+    assert result.exit_code == 0
+    assert all("shares" not in n for n in json.loads(result.stdout)["nodes"])
