@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from kgpu.cli import app
 from kgpu.dra.shares import MEMORY, SharePolicy
 from kgpu.errors import FieldError
-from kgpu.sim.scenario import scenario_from_dict
+from kgpu.sim.scenario import load_scenario, scenario_from_dict
 from kgpu.sim.simulation import Simulation
 
 REPO = Path(__file__).resolve().parents[2]
@@ -214,3 +214,28 @@ def test_nodes_without_shares_keep_their_shape() -> None:
     result = runner.invoke(app, ["sim", str(REPO / "examples" / "mps-job.yaml"), "-o", "json"])
     assert result.exit_code == 0
     assert all("shares" not in n for n in json.loads(result.stdout)["nodes"])
+
+
+def test_the_html_report_draws_one_slot_per_share_and_names_them() -> None:
+    from kgpu.sim.html.capture import resolve_claims
+    from kgpu.sim.html.gpus import gpu_cells
+
+    sim = Simulation(load_scenario(EXAMPLE)).run()
+    try:
+        store = sim.store
+        claims = store.list("resource.k8s.io/v1", "ResourceClaim")
+        gpus, _ = resolve_claims(
+            [c for c in claims if (c.get("status") or {}).get("allocation")],
+            store.list("resource.k8s.io/v1", "ResourceSlice"),
+            {},
+        )
+        node = sim.node("h100-node")
+        assert node.machine is not None
+        (cell,) = gpu_cells(node.machine, node.view, {}, dra=gpus["h100-node"])
+    finally:
+        sim.close()
+    (device,) = cell["devices"]
+    assert [p.split("/")[1].rsplit("-", 2)[0] for p in device["slots"]] == ["chat-20g", "embed-40g"]
+    assert cell["mode"] == "whole" and device["claim"].count("default/") == 2
+    assert cell["note"].startswith("DRA memory shares of 79Gi: default/chat-20g-")
+    assert cell["note"].endswith(" 40Gi")
