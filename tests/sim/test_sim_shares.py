@@ -239,3 +239,39 @@ def test_the_html_report_draws_one_slot_per_share_and_names_them() -> None:
     assert cell["mode"] == "whole" and device["claim"].count("default/") == 2
     assert cell["note"].startswith("DRA memory shares of 79Gi: default/chat-20g-")
     assert cell["note"].endswith(" 40Gi")
+
+
+def test_share_count_mode_gives_n_claims_a_gpu_each_one_share() -> None:
+    from kgpu.sim.report import gpu_shares, share_lines
+
+    sim = _sim(draDriver={"consumableShares": 2})
+    for name in "abc":
+        claim, pod = _claim(name, "1Gi")
+        del claim["spec"]["devices"]["requests"][0]["exactly"]["capacity"]  # no amount: 1 share
+        sim.apply(claim)
+        sim.apply(pod)
+    sim.settle()
+    assert [sim.pods[f"default/{n}"].node for n in "abc"] == ["h100", "h100", ""]
+    assert "cannot allocate all claims" in sim.pods["default/c"].last_message
+    lines = share_lines(gpu_shares(sim._ctx)["h100"])
+    assert lines == [
+        "GPU 0 shares: 2/2 shares, 2 claim(s)",
+        "  default/a: 1 share(s)",
+        "  default/b: 1 share(s)",
+    ]
+
+
+def test_the_handler_finds_a_shares_pods_in_the_simulated_api_server() -> None:
+    from kgpu.sim.dra_node import DraKubeletPlugin
+
+    sim = _sim()
+    for obj in _claim("a", "20Gi"):
+        sim.apply(obj)
+    sim.settle()
+    plugin = next(p for p in sim.kubelet_plugins if isinstance(p, DraKubeletPlugin))
+    handler = plugin.handlers["h100"]
+    assert handler.shares.enabled
+    assert handler.pod_lookup is not None
+    pod = handler.pod_lookup("default", "a")
+    assert pod is not None and pod["spec"]["securityContext"]["runAsUser"] == 1001
+    assert handler.pod_lookup("default", "nobody") is None

@@ -137,24 +137,29 @@ def _with_shares(summary: str, shares: list[dict[str, Any]] | None) -> str:
 
 
 def share_lines(shares: list[dict[str, Any]] | None) -> list[str]:
-    """A node's GPU shares for tables: one line per GPU (memory used of its capacity, claims),
-    one per share under it."""
+    """A node's GPU shares for tables: one line per GPU (what its shares use of its capacity:
+    ``shares`` in a share-count mode, else ``memory``), one per share under it."""
     lines: list[str] = []
     for gpu in shares or []:
         name = f"GPU {gpu['gpu']}" if gpu.get("gpu") is not None else gpu["device"]
-        memory = gpu["capacity"].get("memory")
-        used = gpu["used"].get("memory", "0")
+        counted = "shares" if "shares" in gpu["capacity"] else "memory"
+        total = gpu["capacity"].get(counted)
+        used = gpu["used"].get(counted, "0")
+        claims = f"{len(gpu['claims'])} claim(s)"
         lines.append(
-            f"{name} shares: {used}/{memory} memory, {len(gpu['claims'])} claim(s)"
-            if memory
-            else f"{name} shares: {len(gpu['claims'])} claim(s)"
+            f"{name} shares: {used}/{total} {counted}, {claims}"
+            if total
+            else f"{name} shares: {claims}"
         )
         for claim in gpu["claims"]:
             consumed = claim["consumed"]
-            parts = [f"{consumed['memory']} memory"] if "memory" in consumed else []
-            compute = consumed.get("computeShares")
-            if compute not in (None, "0"):
-                parts.append(f"{compute}% compute")
+            parts = []
+            if consumed.get("memory") not in (None, "0"):
+                parts.append(f"{consumed['memory']} memory")
+            if consumed.get("shares") not in (None, "0"):
+                parts.append(f"{consumed['shares']} share(s)")
+            if consumed.get("computeShares") not in (None, "0"):
+                parts.append(f"{consumed['computeShares']}% compute")
             lines.append(f"  {claim['claim']}" + (f": {', '.join(parts)}" if parts else ""))
     return lines
 
