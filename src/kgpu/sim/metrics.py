@@ -159,9 +159,18 @@ class SimMetrics:
             hostname=node.name,
         )
 
+    def _shares(self) -> dict[str, tuple[ClaimShare, ...]]:
+        """The GPU shares to serve: read only when the scenario publishes shared GPUs (a
+        12,500-node cluster without shares lists no slices per scrape)."""
+        scenario = getattr(self.sim, "scenario", None)
+        policy = getattr(scenario, "dra_shares", None)
+        if policy is not None and not policy.enabled:
+            return {}
+        return share_holders(getattr(self.sim, "store", None))
+
     def _targets(self) -> list[NodeTarget]:
         loads = _loads(self.sim)
-        shares = share_holders(getattr(self.sim, "store", None))
+        shares = self._shares()
         with self._lock:
             targets = [
                 _target for n in _nodes(self.sim) if (_target := self._target(n, loads, shares))
@@ -182,7 +191,7 @@ class SimMetrics:
         """``(node, its exposition)`` for every GPU node: what scraping each node's exporter
         pod would return. Nodes gone since are forgotten."""
         loads = _loads(self.sim)
-        shares = share_holders(getattr(self.sim, "store", None))
+        shares = self._shares()
         out = []
         with self._lock:
             nodes = _nodes(self.sim)
