@@ -111,8 +111,18 @@ def _control(command: str, env: Mapping[str, str]) -> str:
     return done.stdout.strip()
 
 
-def _server_pid(uid: int, env: Mapping[str, str]) -> int | None:
-    """The pid of the daemon's server running as ``uid`` (``get_server_list``)."""
+def _server_pid(uid: int, env: Mapping[str, str], wait_s: float = 10.0) -> int | None:
+    """The pid of the daemon's server running as ``uid`` (``get_server_list``), waiting up to
+    ``wait_s`` for a server just started."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        pid = _listed_server(uid, env)
+        if pid is not None or time.monotonic() >= deadline:
+            return pid
+        time.sleep(0.5)
+
+
+def _listed_server(uid: int, env: Mapping[str, str]) -> int | None:
     for word in _control("get_server_list", env).split():
         if not word.isdigit():
             continue
@@ -124,6 +134,20 @@ def _server_pid(uid: int, env: Mapping[str, str]) -> int | None:
             if line.startswith("Uid:") and int(line.split()[1]) == uid:
                 return int(word)
     return None
+
+
+def _restore(backend: Any, index: int, mode: Any, tries: int = 5) -> str:
+    """Put GPU ``index`` back in ``mode``, retrying while the daemon's servers exit; the last
+    error ("" when restored)."""
+    problem = ""
+    for _ in range(tries):
+        try:
+            backend.set_compute_mode(index, mode)
+            return ""
+        except Exception as exc:  # NVML: in use while the servers wind down
+            problem = str(exc)
+            time.sleep(1)
+    return problem
 
 
 def run_memory_shares(backend: Any, environ: Mapping[str, str] | None = None) -> list[Any]:
@@ -192,9 +216,8 @@ def run_memory_shares(backend: Any, environ: Mapping[str, str] | None = None) ->
         if started:
             _control("quit", env)
             time.sleep(1)
-        try:
-            backend.set_compute_mode(gpu.index, before)
-        except Exception as exc:  # say so: the GPU is left in EXCLUSIVE_PROCESS
-            rows.append(Row("compute mode restored", False, f"{before}: {exc}"))
+        problem = _restore(backend, gpu.index, before)
+        if problem:  # say so: the GPU is left in EXCLUSIVE_PROCESS
+            rows.append(Row("compute mode restored", False, f"{before}: {problem}"))
         shutil.rmtree(work, ignore_errors=True)
     return rows
