@@ -64,3 +64,29 @@ def test_over_the_fake_nvml_every_check_runs_and_reports(tmp_path: Path) -> None
     assert "MiB" in rows["RSS under 80 MiB"].figure
     table = gpu_check.render(list(rows.values()))
     assert "FAIL" in table and "PASS" in table and "skip" in table
+
+
+def test_memory_share_step_is_skipped_unless_the_compute_mode_may_change() -> None:
+    from kgpu.cli.gpu_check_shares import ALLOW_ENV, CHECK, run_memory_shares
+
+    class NoTouching:
+        def __getattr__(self, name: str) -> object:
+            raise AssertionError(f"the skipped step used the backend ({name})")
+
+    (row,) = run_memory_shares(NoTouching(), environ={})
+    assert row.check == CHECK and row.ok is None
+    assert "compute mode" in row.figure and f"{ALLOW_ENV}=1" in row.figure
+    (row,) = run_memory_shares(NoTouching(), environ={ALLOW_ENV: "0"})
+    assert row.ok is None
+
+
+def test_memory_share_clients_are_judged_by_what_they_saw() -> None:
+    from kgpu.cli.gpu_check_shares import judge
+
+    seen = {"init": 0, "ctx": 0, "info": 0, "free_mib": 20400, "total_mib": 81079}
+    assert judge(20480, {**seen, "under": 0, "over": 2})[0]
+    # the whole GPU free: the limit did not reach the client
+    assert not judge(20480, {**seen, "free_mib": 80000, "under": 0, "over": 0})[0]
+    assert not judge(20480, {**seen, "under": 0, "over": 0})[0]  # allocated beyond its limit
+    ok, figure = judge(20480, {**seen, "ctx": 805})  # CUDA_ERROR_MPS_CONNECTION_FAILED
+    assert not ok and "ctx failed (CUresult 805)" in figure

@@ -176,14 +176,15 @@ def test_gpu_count_picks_the_machine_and_a_mismatch_is_said() -> None:
             nodes=[
                 _node("one", "NVIDIA-A100-SXM4-80GB", "1"),
                 _node("eight", "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", "8"),
-                _node("four", "NVIDIA-H100-80GB-HBM3", "4"),
+                _node("six", "NVIDIA-H100-80GB-HBM3", "6"),
             ]
         )
     )
     machines = {g["name"]: g["machine"] for g in out.scenario["nodes"]}
-    assert machines == {"one": "a100-80gb", "eight": "p4de.24xlarge", "four": "dgx-h100"}
+    # H100 80GB has profiles of 1 (h100-80gb) and 8 GPUs (dgx-h100): 6 is nearest 8
+    assert machines == {"one": "a100-80gb", "eight": "p4de.24xlarge", "six": "dgx-h100"}
     assert out.warnings == [
-        "Node four: 4 x NVIDIA-H100-80GB-HBM3: the nearest built-in machine is dgx-h100 with 8 "
+        "Node six: 6 x NVIDIA-H100-80GB-HBM3: the nearest built-in machine is dgx-h100 with 8 "
         "GPUs; name another with --machine-map NVIDIA-H100-80GB-HBM3=PROFILE"
     ]
 

@@ -23,6 +23,7 @@ EXPECTED = {
     "a100-80gb": (1, "NVIDIA A100-SXM4-80GB", 81920, (8, 0), "ampere", True),
     "p4de.24xlarge": (8, "NVIDIA A100-SXM4-80GB", 81920, (8, 0), "ampere", True),
     "dgx-h100": (8, "NVIDIA H100 80GB HBM3", 81559, (9, 0), "hopper", True),
+    "h100-80gb": (1, "NVIDIA H100 80GB HBM3", 81559, (9, 0), "hopper", True),
     "h200": (1, "NVIDIA H200", 143771, (9, 0), "hopper", True),
     "gb200": (4, "NVIDIA GB200", 189471, (10, 0), "blackwell", True),
 }

@@ -25,6 +25,7 @@ from pathlib import Path
 from kgpu.agent.nfd import FeaturesComponent
 from kgpu.agent.options import HOSTNAME_LABELS, AgentOptions
 from kgpu.config.loader import EMPTY, ConfigSet
+from kgpu.dra.allocated_shares import ClaimShare
 from kgpu.dra.shares import DISABLED_POLICY, SharePolicy
 from kgpu.drivers.component import Component
 from kgpu.drivers.computedomain import compute_domain_driver
@@ -134,7 +135,7 @@ def metrics(ctx: AgentContext) -> Component | None:
         from kgpu.metrics.counters import load_counters
 
         counters = load_counters(opts.collectors)  # checked with the options: it loads
-    return load_metrics(
+    exporter = load_metrics(
         opts.metrics_address,
         ctx.backend,
         opts.kubelet_root if opts.metrics_pods is not False else None,
@@ -142,6 +143,17 @@ def metrics(ctx: AgentContext) -> Component | None:
         opts.hostname_label,
         counters=counters,
     )
+    if isinstance(exporter, MetricsComponent):
+        exporter.set_share_source(partial(dra_shares, ctx))
+    return exporter
+
+
+def dra_shares(ctx: AgentContext) -> dict[str, tuple[ClaimShare, ...]]:
+    """The GPU shares the agent's DRA driver prepared (none without one): the exporter's
+    ``kgpu_dra_share_*`` series, read on its attribution refresh (the DRA component starts
+    after the exporter, so it is looked up at each read)."""
+    dra = next((c for c in ctx.components() if isinstance(c, DraComponent)), None)
+    return dra.prepared_shares() if dra is not None else {}
 
 
 def dra(ctx: AgentContext) -> Component | None:

@@ -7,7 +7,9 @@ prepared (and its CDI spec's paths), ``/metrics`` idle and under a load (``--loa
 while scraping), the agent's scrape time against ``kgpu metrics`` alone, and the process's RSS.
 One table of pass/fail with figures; exit 0 when everything passed, 1 when a check failed, 2
 when it cannot run here (no NVML: nothing was checked). Nothing here changes a GPU: no MIG
-change, no clock or power setting; the load, if any, is the caller's command.
+change, no clock or power setting; the load, if any, is the caller's command. The one step that
+would (memory shares: GPU 0 in EXCLUSIVE_PROCESS for two MPS clients,
+:mod:`kgpu.cli.gpu_check_shares`) is skipped unless ``KGPU_GPU_CHECK_ALLOW_COMPUTE_MODE=1``.
 
 ``backend`` (tests) replaces NVML with another backend that reads through an NVML library,
 such as :class:`kgpu.hardware.nvml.NvmlBackend` over :class:`kgpu.testing.fake_nvml.FakeNvml`.
@@ -219,6 +221,9 @@ def run(
                 f"{name}; missing paths: {', '.join(lost[:3]) or 'none'}",
             )
         )
+    from kgpu.cli.gpu_check_shares import run_memory_shares
+
+    rows += run_memory_shares(backend)  # skipped unless the compute mode may change
     backend.close()
     rows.append(
         Row(

@@ -11,7 +11,9 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
+from kgpu.dra.allocated_shares import ClaimShare
 from kgpu.dra.devices import gi_profile_id, parse_mig_name, profile_slug
 from kgpu.hardware.mig import geometry_for
 from kgpu.hardware.model import Machine
@@ -158,6 +160,10 @@ class AttributionCache:
         self._view: NodeView | None = None
         self._machine: Machine | None = None
         self._dra: dict[DraKey, str] = {}
+        # GPU UUID -> the DRA claims holding shares of it, read by ``fetch_shares`` (the DRA
+        # driver's prepared claims) on each refresh, never during a scrape
+        self._fetch_shares: Callable[[], Mapping[str, tuple[ClaimShare, ...]]] | None = None
+        self._shares: Mapping[str, tuple[ClaimShare, ...]] = {}
         self._current = Attribution()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -182,10 +188,34 @@ class AttributionCache:
             self._dra = dict(mapping)
             self._rebuild()
 
+    def set_share_source(
+        self, fetch: Callable[[], Mapping[str, tuple[ClaimShare, ...]]] | None
+    ) -> None:
+        """Where each refresh reads the GPU shares the DRA driver prepared (GPU UUID -> the
+        claims holding them): the ``kgpu_dra_share_*`` series."""
+        with self._lock:
+            self._fetch_shares = fetch
+        self._refresh_shares()
+
+    def _refresh_shares(self) -> None:
+        fetch = self._fetch_shares
+        if fetch is None:
+            return
+        try:
+            shares = dict(fetch())
+        except Exception as exc:  # a store error: keep the last answer
+            self._on_error("dra-shares", type(exc).__name__)
+            log.debug("reading the DRA driver's shares failed: %s", exc)
+            return
+        with self._lock:
+            self._shares = shares
+            self._rebuild()
+
     def _rebuild(self) -> None:
-        self._current = build_attribution(
+        built = build_attribution(
             self._pods, self._checkpoint, self._view, self._machine, self._dra
         )
+        self._current = replace(built, shares=self._shares) if self._shares else built
 
     def refresh(self) -> bool:
         """One round against the kubelet; True when it answered."""
@@ -204,6 +234,7 @@ class AttributionCache:
             self._pods = pods
             self._checkpoint = checkpoint
             self._rebuild()
+        self._refresh_shares()
         return True
 
     def _run(self) -> None:

@@ -31,6 +31,8 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from kgpu.dra.allocated_shares import ClaimShare, claim_shares
+from kgpu.dra.api import RESOURCE_API
 from kgpu.dra.shares import DISABLED_POLICY, SharePolicy
 from kgpu.drivers.gpu import GpuHandler
 from kgpu.drivers.ownership import GpuOwnership
@@ -43,7 +45,7 @@ from kgpu.kubelet.dra.plugin import DraPlugin
 from kgpu.kubelet.dra.server import DriverServer, plugin_dir
 from kgpu.kubelet.nvidia_cdi import NodeDriver
 from kgpu.node.model import NodeView
-from kgpu.store import CachedStore, MemoryStore, ObjectStore
+from kgpu.store import CachedStore, MemoryStore, NotFound, ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +203,30 @@ class DraComponent:
             if sync is not None:
                 changed.extend(sync())
         return changed
+
+    def prepared_shares(self) -> dict[str, tuple[ClaimShare, ...]]:
+        """GPU UUID -> the claims prepared here that hold shares of it (consumable capacity),
+        each with its pods: the exporter's ``kgpu_dra_share_*`` series. Claims come from the
+        driver's checkpoint (what is prepared on this node) and the store (their allocation's
+        consumed capacity); the metrics refresh thread calls this, never a scrape."""
+        plugin = self.plugins.get(GpuHandler.driver)
+        if plugin is None or self.gpu is None or not self.gpu.shares.enabled:
+            return {}  # no GPU is published shared: no claim to read
+        out: dict[str, list[ClaimShare]] = {}
+        for record in plugin.prepared().values():
+            try:
+                claim = self.store.get(RESOURCE_API, "ResourceClaim", record.name, record.namespace)
+            except NotFound:  # being deleted: its share goes with the unprepare
+                continue
+            if (claim.get("metadata") or {}).get("uid") != record.uid:
+                continue
+            devices = record.handler_state.get("devices") or {}
+            for share in claim_shares([claim], GpuHandler.driver):
+                device = devices.get(share.device) or {}
+                uuid = device.get("parentUUID") or device.get("uuid")
+                if share.pool == self.node_name and uuid:
+                    out.setdefault(str(uuid), []).append(share)
+        return {uuid: tuple(shares) for uuid, shares in out.items()}
 
     def _sync_logged(self) -> None:
         try:

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from kgpu.dra.allocated_shares import ClaimShare
 from kgpu.drivers.attribution import AttributionCache
 from kgpu.hardware.backend import Backend
 from kgpu.hardware.model import Machine
@@ -163,6 +165,14 @@ class MetricsComponent:
         """Exact DRA (driver, pool, device) -> GPU/MIG UUID names, from the DRA driver."""
         if self.cache is not None:
             self.cache.set_dra_devices(mapping)
+
+    def set_share_source(
+        self, fetch: Callable[[], Mapping[str, tuple[ClaimShare, ...]]] | None
+    ) -> None:
+        """The DRA driver's prepared GPU shares (GPU UUID -> claims), read on each attribution
+        refresh: ``kgpu_dra_share_*`` per claim and pod. Without attribution, none."""
+        if self.cache is not None:
+            self.cache.set_share_source(fetch)
 
     def start(self) -> None:
         self._current_machine()

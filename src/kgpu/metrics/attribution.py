@@ -27,6 +27,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kgpu.dra.allocated_shares import ClaimShare
 from kgpu.hardware.model import Machine
 from kgpu.metrics.cgroups import CgroupIdentity
 from kgpu.metrics.sources import PodRef
@@ -47,13 +48,15 @@ class Attribution:
 
     ``holders``: GPU or MIG UUID -> the containers holding it (one per time-slicing/MPS replica
     holder, sorted). ``pod_uids``: pod UID -> (namespace, name). ``uid_containers``:
-    (pod UID, device UUID) -> container names of that pod holding that device.
+    (pod UID, device UUID) -> container names of that pod holding that device. ``shares``:
+    GPU UUID -> the DRA claims holding shares of it (consumable capacity), from the driver.
     """
 
     holders: Mapping[str, tuple[PodRef, ...]] = field(default_factory=dict)
     pod_uids: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     uid_containers: Mapping[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
     unresolved: tuple[str, ...] = ()
+    shares: Mapping[str, tuple[ClaimShare, ...]] = field(default_factory=dict)
 
     def owner(self, device_uuid: str) -> PodRef | None:
         """The one container holding a device, or None when none or several do (a shared

@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from kgpu.dra.allocated_shares import ClaimShare
 from kgpu.hardware.model import Gpu, Machine, MigDevice
 from kgpu.metrics import fields as F
 from kgpu.metrics.attribution import Attribution
@@ -51,7 +52,14 @@ class FamilySet:
         self.per_mig = tuple(s for s in metrics if s.per_mig or s.also_mig)
         self.families: dict[str, Family] = {
             spec.name: Family(spec)
-            for spec in (*metrics, F.POD_MEMORY_USED, F.POD_SM_UTIL, F.EXPORTER_ERRORS)
+            for spec in (
+                *metrics,
+                F.POD_MEMORY_USED,
+                F.POD_SM_UTIL,
+                F.SHARE_MEMORY,
+                F.SHARE_COMPUTE,
+                F.EXPORTER_ERRORS,
+            )
         }
 
     def __getitem__(self, name: str) -> Family:
@@ -120,6 +128,7 @@ def collect(
         specs = families.per_gpu if gpu.mig_enabled else families.whole_gpu
         _device_series(families, base, gpu.uuid, values, specs, attribution)
         _per_pod(families, base, per_device.get(gpu.uuid))
+        _shares(families, base, attribution.shares.get(gpu.uuid, ()))
         for mig in gpu.mig_devices if gpu.mig_enabled else ():
             mig_base = device_labels(machine, gpu, mig, hostname, hostname_label, driver_label)
             _device_series(families, mig_base, mig.uuid, values, families.per_mig, attribution)
@@ -168,6 +177,22 @@ def _per_pod(
         sms = [p.sm_util for p in procs if p.sm_util is not None]
         if sms:
             families[F.POD_SM_UTIL.name].add(labels, sum(sms))
+
+
+def _shares(families: FamilySet, base: str, shares: Sequence[ClaimShare]) -> None:
+    """``kgpu_dra_share_*``: per claim holding a share of the GPU, per pod using the claim
+    (``pod`` empty while none does), labelled ``namespace``, ``claim``, ``pod``."""
+    for share in shares:
+        memory, compute = share.memory_bytes, share.compute_shares
+        for pod in share.pods or ("",):
+            labels = (
+                f"{base},{_pair('namespace', share.namespace)},{_pair('claim', share.claim)}"
+                f",{_pair('pod', pod)}"
+            )
+            if memory:
+                families[F.SHARE_MEMORY.name].add(labels, memory)
+            if compute is not None:
+                families[F.SHARE_COMPUTE.name].add(labels, compute)
 
 
 @dataclass

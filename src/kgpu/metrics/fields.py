@@ -167,6 +167,20 @@ POD_SM_UTIL = MetricSpec(
     "thread percentage caps it; time-slicing shares the GPU without limits.",
     integer=False,
 )
+SHARE_MEMORY = MetricSpec(
+    "kgpu_dra_share_memory_limit_bytes",
+    "gauge",
+    "GPU memory a DRA claim's share of this GPU holds (its allocation's consumed memory, in "
+    "bytes). With consumableShares memory, kgpu's MPS server for the share enforces it as the "
+    "pinned device-memory limit; in the unlimited and share-count modes it is not enforced.",
+)
+SHARE_COMPUTE = MetricSpec(
+    "kgpu_dra_share_compute_percent",
+    "gauge",
+    "Compute share of this GPU a DRA claim's share holds (its consumed computeShares, in % of "
+    "the GPU's SMs): the MPS active thread percentage of its server; 0 when the claim asked "
+    "none (no guarantee, no cap).",
+)
 EXPORTER_ERRORS = MetricSpec(
     "kgpu_exporter_errors_total",
     "counter",

@@ -13,6 +13,13 @@ it is gone. The claim kube-scheduler made for extended resources backed by DRA (
 ``status.extendedResourceClaimStatus``) is prepared too, and each container gets the devices of
 the requests ``requestMappings`` gives it, as the kubelet does.
 
+With consumable shares on (the scenario's ``draDriver: {consumableShares: memory}``), the
+handler publishes shared whole GPUs and finds a share's consumer pods in the simulated API
+server (its ``pod_lookup``). A release without ``DRAConsumableCapacity`` on (1.34-1.35 unless
+``featureGates`` turns it on) stores those slices as its API server does: without
+``allowMultipleAllocations`` and the capacities' ``requestPolicy`` (dropped fields of a
+disabled gate), so the GPUs are exclusive there.
+
 Beyond the agent, a partitionable MIG placement that does not exist yet is materialised (the
 simulated GPU "creates" the MIG device), so the simulator can demonstrate on-demand MIG shapes.
 """
@@ -25,10 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from kgpu.dra.api import RESOURCE_API
+from kgpu.dra.shares import DISABLED_POLICY, SharePolicy
 from kgpu.dra.withhold import OWNER_TAINT_KEY
-from kgpu.drivers.dra import publish
 from kgpu.drivers.gpu import DRIVER, GpuHandler, visible_uuids
 from kgpu.drivers.ownership import GpuOwnership
+from kgpu.drivers.publish import publish_slices
 from kgpu.hardware.model import Machine
 from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
 from kgpu.kubelet.dra.plugin import DraPlugin
@@ -48,9 +56,20 @@ class DraKubeletPlugin:
 
     name = DRIVER
 
-    def __init__(self, work_dir: Path, *, partitionable: bool = False) -> None:
+    def __init__(
+        self,
+        work_dir: Path,
+        *,
+        partitionable: bool = False,
+        shares: SharePolicy = DISABLED_POLICY,
+        consumable_capacity: bool = True,
+    ) -> None:
         self.work_dir = Path(work_dir)
         self.partitionable = partitionable
+        self.shares = shares
+        # whether the API server keeps the shared fields (its DRAConsumableCapacity gate)
+        self.consumable_capacity = consumable_capacity
+        self._store: ObjectStore | None = None  # the API server pod_lookup reads
         self.plugins: dict[str, DraPlugin] = {}
         self.handlers: dict[str, GpuHandler] = {}
         self._pods: dict[PodKey, list[ClaimRef]] = {}
@@ -68,7 +87,7 @@ class DraKubeletPlugin:
         """The ledger or policy changed: republish when what the slices withhold did."""
         handler = self.handlers.get(node_name)
         if handler is not None and handler.ownership_changed():
-            publish(store, handler, node_name)
+            self._publish(store, handler, node_name)
 
     def restart_node(self, node_name: str, store: ObjectStore) -> None:
         """The agent restarts: the driver comes back from its checkpoint (which gives the new
@@ -84,11 +103,13 @@ class DraKubeletPlugin:
             dynamic_mig=True,
             partitionable=self.partitionable,
             ownership=self.ownership.get(node_name),
+            shares=self.shares,
+            pod_lookup=self._pod,
         )
         handler.set_health(old.unhealthy)
         self.handlers[node_name] = handler
         self.plugins[node_name] = DraPlugin(handler, plugin_dir, self.cdi_root(node_name), store)
-        publish(store, handler, node_name)  # a starting agent publishes its slices
+        self._publish(store, handler, node_name)  # a starting agent publishes its slices
 
     def prepared_gpus(self, node_name: str) -> dict[str, str]:
         """GPU UUID -> claim uid of every claim prepared on the node (its checkpoint)."""
@@ -124,7 +145,9 @@ class DraKubeletPlugin:
             return out
 
         would = gpus(
-            resource_slices(handler.machine, node_name, partitionable=self.partitionable)
+            resource_slices(
+                handler.machine, node_name, partitionable=self.partitionable, shares=self.shares
+            )
         ) & {g.uuid for g in handler.machine.gpus}
         withheld = handler.ownership.dra_withheld(handler.machine) if handler.ownership else {}
         published = gpus(
@@ -141,10 +164,27 @@ class DraKubeletPlugin:
             for g in sorted(would - set(withheld) - published, key=index.__getitem__)
         ]
 
+    def _pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The handler's ``pod_lookup``: the pod as the simulated API server holds it."""
+        if self._store is None:
+            return None
+        try:
+            return self._store.get("v1", "Pod", name, namespace)
+        except NotFound:
+            return None
+
+    def _publish(self, store: ObjectStore, handler: GpuHandler, node_name: str) -> None:
+        """Publish the handler's slices as the API server stores them."""
+        slices = handler.resource_slices(node_name)
+        if not self.consumable_capacity:
+            slices = [drop_share_fields(s) for s in slices]
+        publish_slices(store, handler.driver, node_name, slices)
+
     def cdi_root(self, node_name: str) -> Path:
         return self.work_dir / node_name / "cdi"
 
     def register_node(self, node_name: str, machine: Machine | None, store: ObjectStore) -> None:
+        self._store = store
         if machine is None:
             return
         handler = self.handlers.get(node_name)
@@ -157,6 +197,8 @@ class DraKubeletPlugin:
                 dynamic_mig=True,
                 partitionable=self.partitionable,
                 ownership=self.ownership.get(node_name),
+                shares=self.shares,
+                pod_lookup=self._pod,
             )
             self.handlers[node_name] = handler
             self.plugins[node_name] = DraPlugin(
@@ -164,14 +206,14 @@ class DraKubeletPlugin:
             )
         else:
             handler.update_machine(machine)
-        publish(store, handler, node_name)
+        self._publish(store, handler, node_name)
 
     def node_health(self, node_name: str, unhealthy: Mapping[str, str], store: ObjectStore) -> None:
         """The node's health changed: republish its slices with unhealthy devices tainted (the
         agent's DRA driver does the same from its health view)."""
         handler = self.handlers.get(node_name)
         if handler is not None and handler.set_health(unhealthy):
-            publish(store, handler, node_name)
+            self._publish(store, handler, node_name)
 
     def _claims(self, pod: Mapping[str, Any], store: ObjectStore) -> dict[str, Obj]:
         """Pod-level claim name -> ResourceClaim, for claims with devices of this driver."""
@@ -202,6 +244,7 @@ class DraKubeletPlugin:
         if plugin is None:
             raise ClaimError(f"DRA driver {DRIVER} is not registered on node {node_name}")
         plugin.store = store
+        self._store = store
         refs = {
             pod_name: ClaimRef(
                 str(c["metadata"].get("namespace", "default")),
@@ -277,6 +320,25 @@ class DraKubeletPlugin:
         errors = [e for e in plugin.unprepare(done).values() if e]
         if errors:
             raise ClaimError(errors[0])
+
+
+def drop_share_fields(slice_: Mapping[str, Any]) -> Obj:
+    """``slice_`` as an API server without ``DRAConsumableCapacity`` stores it: devices lose
+    ``allowMultipleAllocations`` and their capacities' ``requestPolicy`` (the gate's fields,
+    dropped on create as kube-apiserver drops every disabled field)."""
+    spec = dict(slice_.get("spec") or {})
+    devices = []
+    for device in spec.get("devices") or []:
+        out = {k: v for k, v in device.items() if k != "allowMultipleAllocations"}
+        if "capacity" in out:
+            out["capacity"] = {
+                name: {k: v for k, v in (cap or {}).items() if k != "requestPolicy"}
+                for name, cap in out["capacity"].items()
+            }
+        devices.append(out)
+    if "devices" in spec:
+        spec["devices"] = devices
+    return {**slice_, "spec": spec}
 
 
 def _has_driver(claim: Mapping[str, Any]) -> bool:

@@ -5,7 +5,9 @@ values come from :class:`~kgpu.metrics.simulated.SimulatedTelemetry`, fed at eac
 the pods the simulator bound to that node (``node.allocations``), their
 ``metrics.kgpu.dev/*`` annotations and the load a ``traffic`` step puts on them
 (``sim.gpu_loads()``), on the simulator's clock. Attribution is exact: the simulator knows
-which container holds which device, so no kubelet or ``/proc`` is involved.
+which container holds which device, so no kubelet or ``/proc`` is involved. Shares of GPUs
+published for sharing (DRA consumable capacity) come from the allocated claims in the
+simulated API server (``kgpu_dra_share_*``, per claim and pod).
 
 The simulator's own Prometheus (:mod:`kgpu.sim.prometheus`) scrapes each node's exposition
 separately (:meth:`SimMetrics.scrape_each`), as a real one scrapes each exporter pod.
@@ -15,8 +17,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Container, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar
 
+from kgpu.dra.allocated_shares import ClaimShare, claim_shares, shared_devices
+from kgpu.dra.api import RESOURCE_API
 from kgpu.drivers.attribution import build_attribution
 from kgpu.hardware.model import Machine
 from kgpu.kubelet.podresources import ContainerResources, PodResources
@@ -26,6 +31,7 @@ from kgpu.metrics.counters import DEFAULT as DEFAULT_COUNTERS
 from kgpu.metrics.counters import CounterSet
 from kgpu.metrics.server import MetricsServer
 from kgpu.metrics.simulated import SimulatedTelemetry, workloads_from_allocations
+from kgpu.store import list_read_only
 
 T = TypeVar("T")
 
@@ -82,6 +88,22 @@ def live_allocations(
     return out
 
 
+def share_holders(store: Any) -> dict[str, tuple[ClaimShare, ...]]:
+    """GPU UUID -> the claims holding shares of it, from the simulated API server's slices and
+    allocated claims (empty when no GPU is published for sharing)."""
+    if store is None:
+        return {}
+    devices = shared_devices(list_read_only(store, RESOURCE_API, "ResourceSlice"))
+    if not devices:
+        return {}
+    out: dict[str, list[ClaimShare]] = {}
+    for share in claim_shares(list_read_only(store, RESOURCE_API, "ResourceClaim")):
+        device = devices.get(share.key)
+        if device is not None and device.uuid:
+            out.setdefault(device.uuid, []).append(share)
+    return {k: tuple(v) for k, v in out.items()}
+
+
 def _loads(sim: Any) -> Mapping[str, float]:
     """The steady GPU load per pod that ``traffic`` steps set (none on other simulators)."""
     loads = getattr(sim, "gpu_loads", None)
@@ -104,7 +126,12 @@ class SimMetrics:
         #: the target it serves, refreshed before each scrape
         self._per_node: dict[str, tuple[Exporter, list[NodeTarget]]] = {}
 
-    def _target(self, node: Any, loads: Mapping[str, float]) -> NodeTarget | None:
+    def _target(
+        self,
+        node: Any,
+        loads: Mapping[str, float],
+        shares: Mapping[str, tuple[ClaimShare, ...]] | None = None,
+    ) -> NodeTarget | None:
         view = node.view
         # the MIG layout the node runs (the simulator keeps node.machine equal to it)
         machine: Machine | None = view.machine if view is not None else node.machine
@@ -121,6 +148,10 @@ class SimMetrics:
         if view is not None:
             source.set_workloads(workloads_from_allocations(view, allocations, objs, loads))
         attribution = _attribution(allocations, view, machine)
+        if shares:
+            mine = {g.uuid: shares[g.uuid] for g in machine.gpus if g.uuid in shares}
+            if mine:
+                attribution = replace(attribution, shares=mine)
         return NodeTarget(
             machine=_const(machine),
             source=source,
@@ -128,10 +159,22 @@ class SimMetrics:
             hostname=node.name,
         )
 
+    def _shares(self) -> dict[str, tuple[ClaimShare, ...]]:
+        """The GPU shares to serve: read only when the scenario publishes shared GPUs (a
+        12,500-node cluster without shares lists no slices per scrape)."""
+        scenario = getattr(self.sim, "scenario", None)
+        policy = getattr(scenario, "dra_shares", None)
+        if policy is not None and not policy.enabled:
+            return {}
+        return share_holders(getattr(self.sim, "store", None))
+
     def _targets(self) -> list[NodeTarget]:
         loads = _loads(self.sim)
+        shares = self._shares()
         with self._lock:
-            targets = [_target for n in _nodes(self.sim) if (_target := self._target(n, loads))]
+            targets = [
+                _target for n in _nodes(self.sim) if (_target := self._target(n, loads, shares))
+            ]
         return targets
 
     def scrape(self) -> str:
@@ -148,6 +191,7 @@ class SimMetrics:
         """``(node, its exposition)`` for every GPU node: what scraping each node's exporter
         pod would return. Nodes gone since are forgotten."""
         loads = _loads(self.sim)
+        shares = self._shares()
         out = []
         with self._lock:
             nodes = _nodes(self.sim)
@@ -156,7 +200,7 @@ class SimMetrics:
                 del self._per_node[name]
                 self._sources.pop(name, None)
             for node in nodes:
-                target = self._target(node, loads)
+                target = self._target(node, loads, shares)
                 if target is None:
                     continue
                 entry = self._per_node.get(node.name)

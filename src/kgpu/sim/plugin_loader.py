@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kgpu.dra.classes import device_classes
 from kgpu.dra.features import DEFAULT, Features
+from kgpu.dra.shares import DISABLED_POLICY, SharePolicy
 from kgpu.sim.computedomain import ComputeDomainController, ComputeDomainKubeletPlugin
 from kgpu.sim.dra_node import DraKubeletPlugin
 from kgpu.sim.dra_scheduler import DraSchedulerPlugin, ensure_classes
@@ -18,13 +19,18 @@ from kgpu.sim.plugins import Controller, KubeletPlugin, SchedulerPlugin
 def load_plugins(
     work_dir: Path,
     features: Features = DEFAULT,
+    shares: SharePolicy = DISABLED_POLICY,
 ) -> tuple[list[SchedulerPlugin], list[KubeletPlugin], list[Controller], list[str]]:
     """The scheduler plugins, kubelet plugins and controllers of DRA and ComputeDomains, each
     kubelet plugin with its own directory under ``work_dir``; the scheduler plugin's allocator
-    runs with ``features`` (the scenario release's gates)."""
+    runs with ``features`` (the scenario release's gates); the DRA driver publishes its GPUs
+    under ``shares`` (the scenario's ``draDriver`` values), through an API server that drops
+    the shared fields when ``DRAConsumableCapacity`` is off."""
     sched: list[SchedulerPlugin] = [DraSchedulerPlugin(features)]
     kubelet: list[KubeletPlugin] = [
-        DraKubeletPlugin(work_dir / "dra"),
+        DraKubeletPlugin(
+            work_dir / "dra", shares=shares, consumable_capacity=features.consumable_capacity
+        ),
         ComputeDomainKubeletPlugin(work_dir / "computedomain"),
     ]
     ctrls: list[Controller] = [ComputeDomainController()]

@@ -3,7 +3,8 @@
 JSON keys are fixed by the design: top level ``nodes``, ``pods``, ``events``,
 ``resourceClaims``, ``resourceSlices``, ``computeDomains`` (always present, ``[]`` when the
 store holds none, so tools need not test for them); a node
-has ``name``, ``labels``, ``capacity``, ``allocatable``, ``allocated`` (and ``mps`` daemons); a
+has ``name``, ``labels``, ``capacity``, ``allocatable``, ``allocated`` (and ``mps`` daemons, and
+``shares``: the GPUs published for sharing and the claims holding shares of them); a
 pod ``namespace``, ``name``, ``phase``, ``nodeName``, ``devices`` and ``env`` per container; an
 event ``type``, ``reason``, ``object``, ``message``. Quantities are strings, as in the
 Kubernetes API.
@@ -40,7 +41,8 @@ def _q(values: dict[str, int]) -> dict[str, str]:
     return {k: format_units(k, v) for k, v in sorted(values.items())}
 
 
-def node_json(node: SimNode) -> dict[str, Any]:
+def node_json(node: SimNode, shares: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One node; ``shares`` (from :func:`gpu_shares`) when its GPUs are published shared."""
     allocated = {k: v for k, v in node.requested.items() if v}
     out: dict[str, Any] = {
         "name": node.name,
@@ -73,7 +75,93 @@ def node_json(node: SimNode) -> dict[str, Any]:
         }
         for d in node.mps
     ]
+    if shares:
+        out["shares"] = shares
     return out
+
+
+def gpu_shares(sim: SimContext) -> dict[str, list[dict[str, Any]]]:
+    """Per node: each GPU the DRA driver publishes for sharing, its capacity, what its
+    shares consume together and each share (claim, pods, share id, consumed capacity), as
+    the allocator wrote them in the claims. Empty unless the scenario turns shares on."""
+    if not sim.scenario.dra_shares.enabled:
+        return {}
+    from kgpu.dra.allocated_shares import claim_shares, shared_devices
+    from kgpu.quantity import format_binary, parse_quantity
+
+    devices = shared_devices(list_read_only(sim.store, RESOURCE_API, "ResourceSlice"))
+    held: dict[tuple[str, str, str], list[Any]] = {}
+    for share in claim_shares(list_read_only(sim.store, RESOURCE_API, "ResourceClaim")):
+        held.setdefault(share.key, []).append(share)
+    index = {
+        g.uuid: g.index for n in sim.nodes if n.machine is not None for g in n.machine.gpus
+    }
+    out: dict[str, list[dict[str, Any]]] = {}
+    for key, device in sorted(devices.items()):
+        shares = held.get(key, [])
+        used: dict[str, Any] = {}
+        for share in shares:
+            for name, value in share.consumed.items():
+                used[name] = used.get(name, 0) + parse_quantity(value)
+        out.setdefault(device.node, []).append(
+            {
+                "gpu": index.get(device.uuid),
+                "uuid": device.uuid,
+                "device": device.device,
+                "capacity": dict(device.capacity),
+                "used": {
+                    k: format_binary(int(v)) if k == "memory" else str(int(v))
+                    for k, v in sorted(used.items())
+                },
+                "claims": [
+                    {
+                        "claim": f"{s.namespace}/{s.claim}",
+                        "pods": list(s.pods),
+                        "shareID": s.share_id,
+                        "consumed": dict(s.consumed),
+                    }
+                    for s in shares
+                ],
+            }
+        )
+    return out
+
+
+def _with_shares(summary: str, shares: list[dict[str, Any]] | None) -> str:
+    """A node's GPU summary with its share lines under it (instead of "-" when it has only
+    those)."""
+    lines = share_lines(shares)
+    if not lines:
+        return summary
+    return "\n".join(lines if summary == "-" else [summary, *lines])
+
+
+def share_lines(shares: list[dict[str, Any]] | None) -> list[str]:
+    """A node's GPU shares for tables: one line per GPU (what its shares use of its capacity:
+    ``shares`` in a share-count mode, else ``memory``), one per share under it."""
+    lines: list[str] = []
+    for gpu in shares or []:
+        name = f"GPU {gpu['gpu']}" if gpu.get("gpu") is not None else gpu["device"]
+        counted = "shares" if "shares" in gpu["capacity"] else "memory"
+        total = gpu["capacity"].get(counted)
+        used = gpu["used"].get(counted, "0")
+        claims = f"{len(gpu['claims'])} claim(s)"
+        lines.append(
+            f"{name} shares: {used}/{total} {counted}, {claims}"
+            if total
+            else f"{name} shares: {claims}"
+        )
+        for claim in gpu["claims"]:
+            consumed = claim["consumed"]
+            parts = []
+            if consumed.get("memory") not in (None, "0"):
+                parts.append(f"{consumed['memory']} memory")
+            if consumed.get("shares") not in (None, "0"):
+                parts.append(f"{consumed['shares']} share(s)")
+            if consumed.get("computeShares") not in (None, "0"):
+                parts.append(f"{consumed['computeShares']}% compute")
+            lines.append(f"  {claim['claim']}" + (f": {', '.join(parts)}" if parts else ""))
+    return lines
 
 
 def _gpu_indices(node: SimNode, uuids: list[str]) -> list[int]:
@@ -135,7 +223,8 @@ def report_parts(sim: SimContext, *, copies: bool = True) -> Iterator[tuple[str,
         "featureGates": sim.scenario.features.gates(),
     }
     yield "time", sim.now
-    yield "nodes", (node_json(n) for n in sim.nodes)
+    shares = gpu_shares(sim)
+    yield "nodes", (node_json(n, shares.get(n.name)) for n in sim.nodes)
     yield "pods", (pod_json(p) for p in sorted(sim.pods.values(), key=lambda r: r.seq))
     yield "events", (event_json(e) for e in sim.events)
     for key, api, kind in (
@@ -235,12 +324,13 @@ def step_snapshot(sim: SimContext, title: str, seen: int) -> dict[str, Any]:
     phases = Counter(r.phase for r in sim.pods.values())
     fresh = sim.event_log[seen:]  # occurrences: a repeat the recorder counted shows here
     shown = [e for e in fresh if e.reason not in QUIET_REASONS]
+    shares = gpu_shares(sim)
     return {
         "title": title,
         "time": sim.now,
         "timestamp": time_string(sim.now),
         "phases": dict(sorted(phases.items())),
-        "nodes": [node_json(n) for n in sim.nodes],
+        "nodes": [node_json(n, shares.get(n.name)) for n in sim.nodes],
         "pods": [pod_json(r) for r in sorted(sim.pods.values(), key=lambda r: r.seq)],
         "events": [event_json(e) for e in shown],
         "quietEvents": len(fresh) - len(shown),
@@ -468,6 +558,7 @@ def render(
         highlight=False,
     )
     shown_nodes = sim.nodes[:100]
+    shares = gpu_shares(sim)
     node_width = _longest([clip(n.name, limit) for n in shown_nodes], 4)
     nodes = Table(title="Nodes")
     nodes.add_column("NODE", min_width=node_width, overflow="fold")
@@ -493,10 +584,14 @@ def render(
             f"{d.active_thread_percentage}% SMs each"
             for d in n.mps
         )
+        lines = share_lines(shares.get(n.name))
+        mps += "".join(f"\n[cyan]{escape(clip(line, limit))}[/cyan]" for line in lines)
+        summary = gpu_summary(n)
         nodes.add_row(
             head,
             escape(clip(config, limit)),
-            escape(clip(gpu_summary(n), limit)) + mps,
+            ("" if lines and summary == "-" and not n.mps else escape(clip(summary, limit)))
+            + (mps[1:] if lines and summary == "-" and not n.mps else mps),
             f"{len(n.pods)}/{n.allocatable.get('pods', 0)}",
         )
     console.print(nodes)
@@ -576,9 +671,14 @@ def render_step(
     table.add_column(
         "NODE", min_width=min(limit, _longest([n["name"] for n in shown])), overflow="fold"
     )
-    gpus = {n["name"]: clip(_json_gpu_summary(n), limit) for n in shown}
+    gpus = {
+        n["name"]: clip(_with_shares(_json_gpu_summary(n), n.get("shares")), limit)
+        for n in shown
+    }
     names = _longest([clip(n["name"], limit) for n in shown], 4)
     gpu_width = _longest([x for g in gpus.values() for x in g.split("\n")], 16)
+    # long share lines fold rather than squeeze the node names out
+    gpu_width = min(gpu_width, max(16, console.width - _fixed_width([names, 0, 4, 8])))
     # what is left for LABELS; a label longer than that breaks after its "=", not mid-word
     room = console.width - _fixed_width([names, gpu_width, 4, 0])
     table.add_column("GPU RESOURCES USED/ALLOCATABLE", overflow="fold", width=gpu_width)

@@ -17,6 +17,7 @@ from typing import Any
 from kgpu.autoscaling.ca_settings import CASettings, parse_settings
 from kgpu.config.plugin import MIG_STRATEGIES
 from kgpu.dra.features import FeatureGateError, Features
+from kgpu.dra.shares import DISABLED_POLICY, SharePolicy, parse_share_policy
 from kgpu.errors import FieldError, FieldProblem, join_path, shown
 from kgpu.sim.expect.schema import Expectations, load_expectations, read_expectations
 from kgpu.sim.kubeversion import DEFAULT_VERSION, KubeVersion, parse_version, version_problem
@@ -77,6 +78,8 @@ class Scenario:
     mig_strategy: str | None = None
     device_plugin: bool = True
     dra_driver: bool = True
+    #: the DRA driver's consumable shares (``draDriver`` as a map: the chart's values)
+    dra_shares: SharePolicy = DISABLED_POLICY
     apply: tuple[Manifest, ...] = ()
     steps: tuple[Step, ...] = ()
     runtimes: dict[str, float] = field(default_factory=dict)
@@ -178,10 +181,7 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
     if not isinstance(plugin, bool):
         err.add("must be true or false", "devicePlugin")
         plugin = True
-    dra = data.get("draDriver", True)
-    if not isinstance(dra, bool):
-        err.add("must be true or false", "draDriver")
-        dra = True
+    dra, dra_shares = _parse_dra_driver(data.get("draDriver", True), err)
     applied = parse_objects(data.get("apply"), "apply", base, err)
     steps: list[Step] = []
     raw_steps = data.get("steps") or []
@@ -236,6 +236,7 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         mig_strategy=strategy,
         device_plugin=plugin,
         dra_driver=dra,
+        dra_shares=dra_shares,
         apply=tuple(applied),
         steps=tuple(steps),
         runtimes=runtimes,
@@ -246,6 +247,54 @@ def parse_scenario(data: object, file: str = "", base: Path | None = None) -> Sc
         cluster_autoscaler=settings,
         mig_manager=mig_manager,
     )
+
+
+#: the keys of ``draDriver`` as a map: the chart's ``draDriver`` values that shape the slices
+DRA_DRIVER_KEYS = ("consumableShares", "shareMemoryMinimumMiB", "shareMemoryStepMiB")
+
+
+def _parse_dra_driver(raw: object, err: Errors) -> tuple[bool, SharePolicy]:
+    """``draDriver``: true or false, or a map of the chart's ``draDriver`` values (a map
+    means the driver is installed), e.g. ``{consumableShares: memory}``."""
+    if isinstance(raw, bool):
+        return raw, DISABLED_POLICY
+    if not isinstance(raw, Mapping):
+        err.add(
+            "must be true, false or a map of the driver's values ("
+            + ", ".join(DRA_DRIVER_KEYS)
+            + ")",
+            "draDriver",
+        )
+        return True, DISABLED_POLICY
+    for key in raw:
+        if key not in DRA_DRIVER_KEYS:
+            err.add(
+                f"unknown field {key!r}; allowed: {', '.join(DRA_DRIVER_KEYS)}",
+                join_path("draDriver", str(key)),
+            )
+    try:
+        policy = parse_share_policy(
+            raw.get("consumableShares"),
+            memory_minimum_mib=raw.get("shareMemoryMinimumMiB", 1024),
+            memory_step_mib=raw.get("shareMemoryStepMiB", 1024),
+            path="draDriver.consumableShares",
+        )
+    except FieldError as exc:
+        for found in exc.problems:
+            err.add(found.message, _chart_path(found.path))
+        return True, DISABLED_POLICY
+    return True, policy
+
+
+def _chart_path(path: str) -> str:
+    """The scenario's name for a policy field (the chart's ``shareMemory...MiB`` values)."""
+    for inner, outer in (
+        ("consumableShares.memoryMinimumMiB", "shareMemoryMinimumMiB"),
+        ("consumableShares.memoryStepMiB", "shareMemoryStepMiB"),
+    ):
+        if path.endswith(inner):
+            return path[: -len(inner)] + outer
+    return path
 
 
 def _parse_feature_gates(raw: object, version: object, err: Errors) -> dict[str, bool]:

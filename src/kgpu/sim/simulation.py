@@ -86,7 +86,9 @@ class Simulation:
             work_dir = Path(self._tmp.name)
         self.work_dir = work_dir
         sched, kubelet, ctrls, notes = (
-            load_plugins(work_dir, scenario.features) if plugins else ([], [], [], [])
+            load_plugins(work_dir, scenario.features, scenario.dra_shares)
+            if plugins
+            else ([], [], [], [])
         )
         outside = outside_window(scenario.kubernetes_version.minor)
         if outside:  # modelled, not supported: it runs, and says so

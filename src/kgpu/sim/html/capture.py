@@ -549,6 +549,10 @@ def resolve_claims(
             attrs = _device_attrs(dev)
             if attrs.get("uuid"):
                 use: Obj = {"claim": name, "pod": pod, "uuid": attrs["uuid"]}
+                if result.get("shareID"):  # a share of a GPU several claims hold
+                    memory = ((dev.get("capacity") or {}).get("memory") or {}).get("value")
+                    use["share"] = dict(result.get("consumedCapacity") or {})
+                    use["capacity"] = memory
             else:
                 taken = memory_slices(dev)
                 if not taken or "parentUUID" not in attrs:

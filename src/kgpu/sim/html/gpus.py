@@ -104,13 +104,19 @@ def gpu_cells(
     ``holders`` maps advertised device ids to pods; ``unhealthy`` holds GPU and MIG UUIDs the
     health code took out; ``dra`` lists devices DRA claims hold on this node, each
     ``{"claim", "pod", "uuid"}`` or, for a MIG device a claim creates on demand,
-    ``{"claim", "pod", "parentUUID", "profile", "start", "size"}``; ``xids`` the last XID
+    ``{"claim", "pod", "parentUUID", "profile", "start", "size"}``, and a share of a GPU
+    (consumable capacity) ``share`` (its consumed capacity) and ``capacity`` (the GPU's published
+    memory): a GPU with shares gets one slot per share and a ``note``; ``xids`` the last XID
     per GPU UUID (a cell gets ``xid`` when it had one).
     """
     by_backing: dict[str, list[AdvertisedDevice]] = {}
     for dev in device_index(view).values():
         by_backing.setdefault(dev.backing_uuid, []).append(dev)
     dra_by_uuid = {d["uuid"]: d for d in dra if d.get("uuid")}
+    shares: dict[str, list[Obj]] = {}  # GPU UUID -> the claims holding shares of it
+    for d in dra:
+        if d.get("uuid") and d.get("share") is not None:
+            shares.setdefault(d["uuid"], []).append(d)
     cells = []
     for gpu in sorted(machine.gpus, key=lambda g: g.index):
         gpu_bad = gpu.uuid in unhealthy
@@ -149,7 +155,13 @@ def gpu_cells(
             )
         for device in devices:
             held = dra_by_uuid.get(device["uuid"])
-            if held is not None:
+            if device["uuid"] in shares:  # one slot per share, every claim named
+                uses = shares[device["uuid"]]
+                device["claim"] = ", ".join(u["claim"] for u in uses)
+                if not device["slots"]:
+                    device["slots"] = [u.get("pod") for u in uses]
+                    device["sharing"] = "none"
+            elif held is not None:
                 device["claim"] = held["claim"]
                 if not device["slots"]:
                     device["slots"] = [held.get("pod")]
@@ -181,10 +193,19 @@ def gpu_cells(
                 f"MIG is on ({layout}) but the device plugin advertises the whole GPU "
                 "(migStrategy none)"
             )
+        if gpu.uuid in shares:
+            cell["note"] = share_note(shares[gpu.uuid])
         if xids and xids.get(gpu.uuid):
             cell["xid"] = xids[gpu.uuid]
         cells.append(cell)
     return cells
+
+
+def share_note(uses: Sequence[Obj]) -> str:
+    """A shared GPU's word in the drawing: each claim and the memory its share holds."""
+    parts = [f"{u['claim']} {(u.get('share') or {}).get('memory', '?')}" for u in uses]
+    capacity = uses[0].get("capacity")
+    return "DRA memory shares" + (f" of {capacity}" if capacity else "") + ": " + ", ".join(parts)
 
 
 def gpus_in_use(cells: Sequence[Obj]) -> int:
