@@ -34,7 +34,7 @@ from pathlib import Path
 from kgpu.drivers.gpu import GpuHandler
 from kgpu.drivers.ownership import GpuOwnership
 from kgpu.drivers.publish import SlicePublisher, publish_slices
-from kgpu.hardware.backend import Backend
+from kgpu.hardware.backend import Backend, ComputeModeBackend
 from kgpu.hardware.model import Machine
 from kgpu.kubelet import nvidia_cdi
 from kgpu.kubelet.dra.handler import DriverHandler
@@ -142,6 +142,10 @@ class DraComponent:
                 node_driver=self._node_driver_for(self.backend),
                 kubernetes_version=self.kubernetes_version,
                 ownership=self.ownership,
+                # memory shares' MPS daemons put their GPUs in EXCLUSIVE_PROCESS through it
+                compute_modes=(
+                    self.backend if isinstance(self.backend, ComputeModeBackend) else None
+                ),
             )
             machine = self.gpu.machine
             for factory in self.driver_factories:
