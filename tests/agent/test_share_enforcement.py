@@ -11,7 +11,9 @@ on hardware.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,6 @@ import pytest
 from test_mps_enforcement import FakeDaemon
 
 from kgpu.dra.shares import MEMORY, UNLIMITED, SharePolicy
-from kgpu.drivers import mps
 from kgpu.drivers.gpu import GpuHandler
 from kgpu.drivers.ownership import GpuOwnership
 from kgpu.drivers.shares import GpuRef, ShareDaemons
@@ -30,8 +31,9 @@ from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.kubelet import cdi
 from kgpu.kubelet.dra.handler import ClaimRef
 from kgpu.kubelet.dra.plugin import DraPlugin
-from kgpu.store import MemoryStore
-from kgpu.store.memory import NotFound
+from kgpu.kubelet.dra.server import DriverServer
+from kgpu.store import MemoryStore, NotFound
+from kgpu.testing.fake_kubelet_dra import FakeDraKubelet
 from kgpu.testing.fake_nvml import FakeNvml
 
 NODE = "node-a"
@@ -50,6 +52,7 @@ class FakeShareDaemon(FakeDaemon):
         self.servers: dict[str, dict[int, int]] = {}  # GPU UUID -> server pid -> user
         self.running: set[str] = set()
         self.next_pid = 5000
+        self.fail = ""  # a command that fails (its first word)
 
     def __call__(self, args: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
         if args[0] == "mount":
@@ -63,6 +66,8 @@ class FakeShareDaemon(FakeDaemon):
         super().__call__(args, **kw)
         servers = self.servers.setdefault(uuid, {})
         words = command.split()
+        if self.fail and words[:1] == [self.fail]:
+            raise subprocess.CalledProcessError(1, args, "", "refused")
         out = ""
         if command == "-d":
             self.running.add(uuid)
@@ -99,7 +104,7 @@ class Rig:
         self.sim = SimulatedBackend(self.machine)
         self.nvml = FakeNvml(self.sim)
         self.daemon = FakeShareDaemon(self.sim, self.nvml)
-        monkeypatch.setattr(mps.subprocess, "run", self.daemon)
+        monkeypatch.setattr(subprocess, "run", self.daemon)  # as mps.py's tests do
         self.store = MemoryStore()
         self.ownership = GpuOwnership()
         self.events: list[tuple[str, str, str]] = []
@@ -347,10 +352,9 @@ def test_an_agent_restart_restores_daemons_servers_and_ledger(
         assert "set_device_pinned_mem_limit 5003 0 40960M" in after
     (status,) = rig.handler.share_daemons.status()
     assert status["previousComputeMode"] == "Default"
-    assert [(s["claim"], s["uid"]) for s in status["shares"]] == [  # type: ignore[union-attr]
-        ("default/a", 1000),
-        ("default/b", 1001),
-    ]
+    shares = status["shares"]
+    assert isinstance(shares, list)
+    assert [(s["claim"], s["uid"]) for s in shares] == [("default/a", 1000), ("default/b", 1001)]
     assert len(rig.ownership.ledger().holdings(rig.gpu1)) == 2
     assert rig.prepare(a) == {"a": ""}  # known from the checkpoint
     rig.unprepare(a, b)
@@ -437,3 +441,57 @@ def test_modelled_daemons_record_the_same_commands_and_write_nothing(tmp_path: P
     daemons.release("u1")
     daemons.release("u2")
     assert daemons.status() == [] and sim.compute_mode(3) == ComputeMode.DEFAULT
+
+
+def test_shares_through_the_kubelets_dra_grpc_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same through NodePrepareResources/NodeUnprepareResources over the plugin's socket,
+    as the kubelet calls them (a short root: socket paths stay under 108 bytes)."""
+    root = Path(tempfile.mkdtemp(prefix="ks", dir="/tmp"))
+    try:
+        rig = Rig(root, monkeypatch)
+        server = DriverServer(rig.plugin, root)
+        server.start()
+        try:
+            with FakeDraKubelet(root) as kubelet:
+                kubelet.wait_registered("gpu.nvidia.com")
+                a, b = rig.claim("a", "20Gi", 1000), rig.claim("b", "20Gi", 1001)
+                anon = rig.claim("anon", "20Gi", None)
+                out = kubelet.prepare("gpu.nvidia.com", [ref(a), ref(b), ref(anon)])
+                uid_a = a["metadata"]["uid"]
+                assert out[uid_a] == {
+                    "error": "",
+                    "devices": [
+                        {
+                            "requestNames": ["gpu"],
+                            "poolName": NODE,
+                            "deviceName": "gpu-1",
+                            "cdiDeviceIDs": [f"{KIND}={uid_a}-gpu-1"],
+                        }
+                    ],
+                }
+                assert "has no runAsUser" in out[anon["metadata"]["uid"]]["error"]
+                assert rig.daemon.servers[rig.gpu1] == {5000: 1000, 5001: 1001}
+                assert set(kubelet.unprepare("gpu.nvidia.com", [ref(a), ref(b)]).values()) == {""}
+                assert rig.gpu1 not in rig.daemon.running
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_server_whose_limits_cannot_be_set_is_shut_down_and_the_claim_fails(
+    rig: Rig,
+) -> None:
+    rig.daemon.fail = "set_active_thread_percentage"
+    error = rig.prepare(rig.claim("a", "20Gi", 1000))["a"]
+    assert (
+        error.startswith("claim default/a: the MPS daemon of GPU 1 (")
+        and "could not start a server for user 1000 with its limits" in error
+    )
+    assert rig.daemon.commands(rig.gpu1)[-3:] == [
+        "set_active_thread_percentage 5000 100",
+        "shutdown_server 5000",
+        "quit",
+    ]
+    assert rig.gpu1 not in rig.daemon.running
+    assert rig.sim.compute_mode(1) == ComputeMode.DEFAULT

@@ -224,13 +224,6 @@ class ShareDaemons:
                     self._shutdown_server(daemon, served.pid)
                 self._stop_if_idle(daemon)
 
-    def stop_all(self) -> None:
-        """Quit every daemon (restoring compute modes): the shares are not enforced after."""
-        with self._lock:
-            for daemon in list(self.daemons.values()):
-                daemon.served.clear()
-                self._stop_if_idle(daemon)
-
     # -- restart ---------------------------------------------------------------------------
 
     def restore(self, records: Iterable[Mapping[str, Any]]) -> None:
@@ -238,7 +231,7 @@ class ShareDaemons:
         that cannot be brought back is a Warning (MpsNotEnforced); restart goes on."""
         by_gpu: dict[str, list[Mapping[str, Any]]] = {}
         for record in records:
-            by_gpu.setdefault(str(record["gpu"]), []).append(record)
+            by_gpu.setdefault(str(record.get("gpu")), []).append(record)
         with self._lock:
             for uuid, shares in sorted(by_gpu.items()):
                 first = shares[0]
@@ -249,7 +242,10 @@ class ShareDaemons:
                 )
                 try:
                     daemon = self._adopt(gpu, shares, previous)
-                except _FAILURES as exc:
+                except ClaimError as exc:  # could not start again: _start said so in an event
+                    log.error("GPU %d memory shares not restored: %s", gpu.index, exc)
+                    continue
+                except (*_FAILURES, KeyError, TypeError) as exc:
                     log.error("GPU %d memory shares not restored: %s", gpu.index, exc)
                     emit_event(
                         self.on_event,
@@ -276,9 +272,10 @@ class ShareDaemons:
                 daemon = None  # gone with the old agent: start it again
         if daemon is None:
             daemon = self._start(gpu)
-        if self.backend is not None:
+        elif self.backend is not None:  # adopted: still EXCLUSIVE_PROCESS, whatever happened
+            daemon.previous_compute_mode = set_exclusive(self.backend, gpu.index)
             daemon.compute_mode = ComputeMode.EXCLUSIVE_PROCESS
-        if previous is not None and daemon.previous_compute_mode is None:
+        if previous is not None:  # what the GPU had before the first share, not since
             daemon.previous_compute_mode = ComputeMode(previous)
         pids: dict[tuple[int, int, int], int] = {}
         for record in shares:
@@ -364,8 +361,12 @@ class ShareDaemons:
             self._control(daemon, f"start_server -uid {uid}")
             pid = daemon.next_pid
             daemon.next_pid += 1
-        for command in server_commands(pid, memory_mib, pct):
-            self._control(daemon, command)
+        try:
+            for command in server_commands(pid, memory_mib, pct):
+                self._control(daemon, command)
+        except (OSError, subprocess.SubprocessError):
+            self._shutdown_server(daemon, pid)  # not left serving with the daemon's defaults
+            raise
         return pid
 
     def _shutdown_server(self, daemon: ShareDaemon, pid: int) -> None:
