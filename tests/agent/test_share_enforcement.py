@@ -29,7 +29,7 @@ from kgpu.hardware.nvml import NvmlBackend
 from kgpu.hardware.profiles import load_machine
 from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.kubelet import cdi
-from kgpu.kubelet.dra.handler import ClaimRef
+from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
 from kgpu.kubelet.dra.plugin import DraPlugin
 from kgpu.kubelet.dra.server import DriverServer
 from kgpu.store import MemoryStore, NotFound
@@ -98,8 +98,14 @@ class FakeShareDaemon(FakeDaemon):
 
 
 class Rig:
-    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node with the DRA plugin; ``one_user_per_gpu`` as :class:`ShareDaemons` takes it
+    (False: a daemon that serves several users' servers at once)."""
+
+    def __init__(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_user_per_gpu: bool = True
+    ) -> None:
         self.tmp = tmp_path
+        self.one_user_per_gpu = one_user_per_gpu
         self.machine = load_machine("dgx-h100", hostname=NODE)
         self.sim = SimulatedBackend(self.machine)
         self.nvml = FakeNvml(self.sim)
@@ -120,6 +126,7 @@ class Rig:
             backend=NvmlBackend(self.nvml),
             on_event=lambda *event: self.events.append(event),
             use_binary=True,
+            one_user_per_gpu=self.one_user_per_gpu,
         )
         daemons.binary = BINARY
         self.handler = GpuHandler(
@@ -226,7 +233,35 @@ def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Rig:
     return Rig(tmp_path, monkeypatch)
 
 
-def test_two_shares_of_one_gpu_get_two_servers_with_their_limits(rig: Rig) -> None:
+@pytest.fixture
+def multi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Rig:
+    return Rig(tmp_path, monkeypatch, one_user_per_gpu=False)
+
+
+def test_a_share_for_a_second_user_of_a_gpu_is_refused_before_mps_would_queue_it(
+    rig: Rig,
+) -> None:
+    """A Legacy MPS daemon runs one user's server at a time: the second user's pod would wait
+    for the first's processes to end, so its claim is refused at prepare, saying why."""
+    a, b = rig.claim("a", "20Gi", 1000), rig.claim("b", "40Gi", 1001)
+    elsewhere = rig.claim("c", "40Gi", 1001, device="gpu-2")
+    errors = rig.prepare(a, b, elsewhere)
+    assert errors["a"] == errors["c"] == ""
+    assert errors["b"] == (
+        "claim default/b: pod default/b-pod runs as user 1001, but the MPS daemon of GPU 1 "
+        "serves user 1000 (claim default/a), and an MPS control daemon runs one user's server "
+        "at a time: this pod's CUDA calls would wait until every process of that user on the "
+        "GPU has exited. Run the pods that share a GPU as one securityContext.runAsUser (with "
+        "the same share), or keep them on different GPUs"
+    )
+    assert rig.daemon.servers[rig.gpu1] == {5000: 1000}
+    assert rig.daemon.servers[rig.machine.gpus[2].uuid] == {5001: 1001}
+    assert len(rig.ownership.ledger().holdings(rig.gpu1)) == 1
+
+
+def test_two_shares_of_one_gpu_get_two_servers_with_their_limits(multi: Rig) -> None:
+    """With a daemon that serves several users at once: one server per user and share."""
+    rig = multi
     a = rig.claim("a", "20Gi", 1000)
     b = rig.claim("b", "40Gi", 1001, compute=30)
     assert rig.prepare(a, b) == {"a": "", "b": ""}
@@ -318,13 +353,14 @@ def test_a_pod_without_run_as_user_is_refused_and_starts_nothing(rig: Rig) -> No
 
 def test_the_last_share_stops_the_daemon_and_restores_the_compute_mode(rig: Rig) -> None:
     rig.sim.set_compute_mode(1, ComputeMode.PROHIBITED)  # what the node's provisioning left
-    a, b = rig.claim("a", "20Gi", 1000), rig.claim("b", "40Gi", 1001)
+    a, b = rig.claim("a", "20Gi", 1000), rig.claim("b", "20Gi", 1000)
     assert rig.prepare(a, b) == {"a": "", "b": ""}
+    assert rig.daemon.servers[rig.gpu1] == {5000: 1000}  # one user, one share size: one server
+    sent = len(rig.daemon.log)
     rig.unprepare(a)
-    assert rig.daemon.commands(rig.gpu1)[-1] == "shutdown_server 5000"
-    assert rig.gpu1 in rig.daemon.running
+    assert rig.daemon.log[sent:] == []  # b still uses the server
     rig.unprepare(b)
-    assert rig.daemon.commands(rig.gpu1)[-2:] == ["shutdown_server 5001", "quit"]
+    assert rig.daemon.commands(rig.gpu1)[-2:] == ["shutdown_server 5000", "quit"]
     assert [c for c in rig.nvml.calls if "ComputeMode" in c] == ["nvmlDeviceSetComputeMode"]
     assert rig.sim.compute_mode(1) == ComputeMode.PROHIBITED
     assert rig.handler.share_daemons.status() == []
@@ -333,8 +369,9 @@ def test_the_last_share_stops_the_daemon_and_restores_the_compute_mode(rig: Rig)
 
 @pytest.mark.parametrize("daemon_survives", [True, False])
 def test_an_agent_restart_restores_daemons_servers_and_ledger(
-    rig: Rig, daemon_survives: bool
+    multi: Rig, daemon_survives: bool
 ) -> None:
+    rig = multi
     a, b = rig.claim("a", "20Gi", 1000), rig.claim("b", "40Gi", 1001)
     assert rig.prepare(a, b) == {"a": "", "b": ""}
     if not daemon_survives:
@@ -420,7 +457,13 @@ def test_unlimited_shares_are_time_sliced_whole_gpus_without_mps(rig: Rig) -> No
 
 def test_modelled_daemons_record_the_same_commands_and_write_nothing(tmp_path: Path) -> None:
     sim = SimulatedBackend(load_machine("dgx-h100", hostname=NODE))
-    daemons = ShareDaemons(tmp_path / "shares", SharePolicy(MEMORY), backend=sim, use_binary=False)
+    daemons = ShareDaemons(
+        tmp_path / "shares",
+        SharePolicy(MEMORY),
+        backend=sim,
+        use_binary=False,
+        one_user_per_gpu=False,
+    )
     gpu = GpuRef(sim.snapshot().gpus[3].uuid, 3, 81559)
     daemons.serve(gpu, "u1", "ns/a", "ns/a-pod", 1000, 20480, 100)
     daemons.serve(gpu, "u2", "ns/b", "ns/b-pod", 1001, 40960, 50)
@@ -441,6 +484,11 @@ def test_modelled_daemons_record_the_same_commands_and_write_nothing(tmp_path: P
     daemons.release("u1")
     daemons.release("u2")
     assert daemons.status() == [] and sim.compute_mode(3) == ComputeMode.DEFAULT
+    # modelled as a Legacy daemon (the default): a second user is refused, as on a node
+    legacy = ShareDaemons(tmp_path / "shares", SharePolicy(MEMORY), use_binary=False)
+    legacy.serve(gpu, "u1", "ns/a", "ns/a-pod", 1000, 20480, 100)
+    with pytest.raises(ClaimError, match=r"serves user 1000 \(claim ns/a\)"):
+        legacy.serve(gpu, "u2", "ns/b", "ns/b-pod", 1001, 40960, 50)
 
 
 def test_shares_through_the_kubelets_dra_grpc_calls(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -454,7 +502,8 @@ def test_shares_through_the_kubelets_dra_grpc_calls(monkeypatch: pytest.MonkeyPa
         try:
             with FakeDraKubelet(root) as kubelet:
                 kubelet.wait_registered("gpu.nvidia.com")
-                a, b = rig.claim("a", "20Gi", 1000), rig.claim("b", "20Gi", 1001)
+                a = rig.claim("a", "20Gi", 1000)
+                b = rig.claim("b", "40Gi", 1001, device="gpu-2")
                 anon = rig.claim("anon", "20Gi", None)
                 out = kubelet.prepare("gpu.nvidia.com", [ref(a), ref(b), ref(anon)])
                 uid_a = a["metadata"]["uid"]
@@ -470,9 +519,10 @@ def test_shares_through_the_kubelets_dra_grpc_calls(monkeypatch: pytest.MonkeyPa
                     ],
                 }
                 assert "has no runAsUser" in out[anon["metadata"]["uid"]]["error"]
-                assert rig.daemon.servers[rig.gpu1] == {5000: 1000, 5001: 1001}
+                assert rig.daemon.servers[rig.gpu1] == {5000: 1000}
+                assert rig.daemon.servers[rig.machine.gpus[2].uuid] == {5001: 1001}
                 assert set(kubelet.unprepare("gpu.nvidia.com", [ref(a), ref(b)]).values()) == {""}
-                assert rig.gpu1 not in rig.daemon.running
+                assert rig.daemon.running == set()
         finally:
             server.stop()
     finally:

@@ -13,6 +13,7 @@ from kgpu.node.shares import (
     consumer_uid,
     consumer_uids,
     daemon_commands,
+    other_user,
     server_to_reuse,
 )
 
@@ -83,3 +84,11 @@ def test_daemon_defaults_are_the_smallest_share() -> None:
         "set_default_active_thread_percentage 2",
     ]
     assert daemon_commands(4096, 2048)[0].endswith(" 2048M")
+
+
+def test_a_legacy_daemon_serves_one_user_so_another_is_refused_naming_who_it_serves() -> None:
+    served = [Served("u1", "ml/a", 1000, 20480, 100, 77)]
+    other_user(served, 1000, claim="ml/b", pod="ml/b", gpu=3)  # the same user: fine
+    other_user([], 1001, claim="ml/b", pod="ml/b", gpu=3)  # a free GPU: fine
+    with pytest.raises(ShareRefused, match=r"GPU 3 serves user 1000 \(claim ml/a\)"):
+        other_user(served, 1001, claim="ml/b", pod="ml/b", gpu=3)

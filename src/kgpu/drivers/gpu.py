@@ -399,9 +399,9 @@ class GpuHandler:
             },
             {
                 uid: {
-                    name: Fraction(str(dev["share"]))
+                    name: share
                     for name, dev in held.items()
-                    if "share" in dev
+                    if (share := _fraction(dev.get("share"))) is not None
                 }
                 for uid, held in devices.items()
             },
@@ -629,6 +629,18 @@ class GpuHandler:
         for path in self.mps_root.iterdir():
             if path.name.startswith(f"{claim_uid}-"):
                 shutil.rmtree(path, ignore_errors=True)
+
+
+def _fraction(value: object) -> Fraction | None:
+    """A checkpointed share (``"20480/81559"``); None when absent or unreadable (the claim is
+    then held whole: the ledger errs on the side of one owner)."""
+    if value is None:
+        return None
+    try:
+        return Fraction(str(value))
+    except (ValueError, ZeroDivisionError):
+        log.warning("checkpoint: share %r is not a fraction; held as a whole GPU", value)
+        return None
 
 
 def _check_share_config(

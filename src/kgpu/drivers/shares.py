@@ -61,6 +61,7 @@ from kgpu.node.shares import (
     Served,
     ShareRefused,
     daemon_commands,
+    other_user,
     server_commands,
     server_to_reuse,
 )
@@ -127,7 +128,10 @@ class ShareDaemons:
 
     ``root`` holds each GPU's ``<uuid>/{pipe,log,shm}``; ``backend`` sets compute modes
     (None: not managed, as for the device plugin's daemons in tests); ``use_binary`` False
-    models the daemons even where the binary exists."""
+    models the daemons even where the binary exists. ``one_user_per_gpu`` (the default)
+    refuses a share for another user than the one a GPU's daemon serves, as a Legacy MPS
+    daemon would queue it (:func:`~kgpu.node.shares.other_user`); False lets the daemon run
+    several users' servers at once, which only a daemon that can do so may be told."""
 
     def __init__(
         self,
@@ -138,7 +142,9 @@ class ShareDaemons:
         on_event: EventSink | None = None,
         use_binary: bool | None = None,
         run: Runner | None = None,
+        one_user_per_gpu: bool = True,
     ) -> None:
+        self.one_user_per_gpu = one_user_per_gpu
         binary = shutil.which(CONTROL_BINARY)
         self.binary = binary if (use_binary is None or use_binary) else None
         self.root = root
@@ -180,11 +186,18 @@ class ShareDaemons:
         with these limits. :class:`ClaimError` (nothing of it left running) when it cannot."""
         with self._lock:
             daemon = self.daemons.get(gpu.uuid)
+            others = (
+                [] if daemon is None else [s for k, s in daemon.served.items() if k != claim_uid]
+            )
+            try:  # refused before anything starts
+                if self.one_user_per_gpu:
+                    other_user(others, uid, claim=claim, pod=pod, gpu=gpu.index)
+            except ShareRefused as exc:
+                raise ClaimError(str(exc)) from None
             if daemon is None:
                 daemon = self._start(gpu)
                 self.daemons[gpu.uuid] = daemon
             try:
-                others = [s for k, s in daemon.served.items() if k != claim_uid]
                 pid = server_to_reuse(
                     others, uid, memory_mib, active_thread_percentage, claim=claim, pod=pod
                 )
@@ -355,7 +368,10 @@ class ShareDaemons:
             else:  # it was running already (a client of that user came first)
                 owned = sorted(p for p in after if _owner(p) == uid)
                 if not owned:
-                    raise OSError(f"get_server_list names no server of user {uid}")
+                    raise OSError(
+                        f"get_server_list names no server of user {uid} after start_server "
+                        "(a daemon serving another user queues it)"
+                    )
                 pid = owned[0]
         else:
             self._control(daemon, f"start_server -uid {uid}")

@@ -16,7 +16,15 @@ server's. So a share is enforced by the server of the user its pods run as:
   ``runAsUser`` is refused rather than guessed, and so are consumers that disagree;
 * two shares of one GPU whose pods run as the same user would be served by one server, so they
   may only have the same limits; a share with other limits is refused (the fix: another
-  ``runAsUser``).
+  ``runAsUser``);
+* a Legacy MPS control daemon (the ``nvidia-cuda-mps-control`` interface kgpu drives) runs one
+  user's server at a time: a client of another user is queued until every client of the active
+  server has exited (``man nvidia-cuda-mps-control``; NVIDIA lists "only one user on a system
+  may have an active MPS server" among MPS's limitations). A pod whose CUDA calls would wait
+  for its neighbours to end is worse than a refusal, so by default a share for another user
+  than the one a GPU's daemon serves is refused at prepare (:func:`other_user`). Shares of one
+  GPU enforced at once are then shares of one user with one size; shares of different sizes
+  need different GPUs. (MPS v3's multi-user mode lifts this; kgpu does not drive it yet.)
 
 The daemon's defaults are the policy's smallest share: a server the daemon starts on demand
 for any other user (a process that was never prepared here, of some other user on the node)
@@ -193,6 +201,22 @@ def server_to_reuse(
             "per GPU: run this pod with another securityContext.runAsUser, or ask the same share"
         )
     return None
+
+
+def other_user(served: Sequence[Served], uid: int, *, claim: str, pod: str, gpu: int) -> None:
+    """:class:`ShareRefused` when the GPU's daemon already serves shares of another user than
+    ``uid`` (Legacy MPS runs one user's server at a time and queues the rest)."""
+    others = sorted({s.uid for s in served if s.uid != uid})
+    if not others:
+        return
+    holder = next(s for s in served if s.uid == others[0])
+    raise ShareRefused(
+        f"claim {claim}: pod {pod} runs as user {uid}, but the MPS daemon of GPU {gpu} serves "
+        f"user {others[0]} (claim {holder.claim}), and an MPS control daemon runs one user's "
+        "server at a time: this pod's CUDA calls would wait until every process of that user "
+        "on the GPU has exited. Run the pods that share a GPU as one securityContext.runAsUser "
+        "(with the same share), or keep them on different GPUs"
+    )
 
 
 def default_thread_percentage(minimum_mib: int, gpu_memory_mib: int) -> int:
