@@ -23,7 +23,7 @@ from test_mps_enforcement import FakeDaemon
 from kgpu.dra.shares import MEMORY, UNLIMITED, SharePolicy
 from kgpu.drivers.gpu import GpuHandler
 from kgpu.drivers.ownership import GpuOwnership
-from kgpu.drivers.shares import GpuRef, ShareDaemons
+from kgpu.drivers.shares import GpuRef, ShareDaemons, pod_lookup
 from kgpu.hardware.backend import BackendError, ComputeMode
 from kgpu.hardware.nvml import NvmlBackend
 from kgpu.hardware.profiles import load_machine
@@ -32,7 +32,7 @@ from kgpu.kubelet import cdi
 from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
 from kgpu.kubelet.dra.plugin import DraPlugin
 from kgpu.kubelet.dra.server import DriverServer
-from kgpu.store import MemoryStore, NotFound
+from kgpu.store import MemoryStore
 from kgpu.testing.fake_kubelet_dra import FakeDraKubelet
 from kgpu.testing.fake_nvml import FakeNvml
 
@@ -135,16 +135,10 @@ class Rig:
             self.plugin_dir,
             ownership=self.ownership,
             shares=policy,
-            pod_lookup=self.pod,
+            pod_lookup=pod_lookup(self.store),
             share_daemons=daemons,
         )
         return DraPlugin(self.handler, self.plugin_dir, self.tmp / "cdi", self.store)
-
-    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return self.store.get("v1", "Pod", name, namespace)
-        except NotFound:
-            return None
 
     def claim(
         self,

@@ -58,6 +58,7 @@ from kgpu.hardware.backend import BackendError, ComputeMode, ComputeModeBackend
 from kgpu.kubelet.dirs import ensure_directory
 from kgpu.kubelet.dra.handler import ClaimError
 from kgpu.node.shares import (
+    PodLookup,
     Served,
     ShareRefused,
     daemon_commands,
@@ -65,6 +66,7 @@ from kgpu.node.shares import (
     server_commands,
     server_to_reuse,
 )
+from kgpu.store import NotFound, ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -426,6 +428,19 @@ class ShareDaemons:
         if self.binary is None or daemon.mode == MODELLED:
             return ""
         return control(self.binary, self._env(daemon), command)
+
+
+def pod_lookup(store: ObjectStore) -> PodLookup:
+    """How the agent finds a share's pods: a ``get`` of each pod in ``status.reservedFor``
+    (the agent's role then needs ``get`` on pods); a pod that is not there is None."""
+
+    def lookup(namespace: str, name: str) -> Mapping[str, Any] | None:
+        try:
+            return store.get("v1", "Pod", name, namespace)
+        except NotFound:
+            return None
+
+    return lookup
 
 
 def _owner(pid: int) -> int | None:
