@@ -539,3 +539,9 @@ def test_a_server_whose_limits_cannot_be_set_is_shut_down_and_the_claim_fails(
     ]
     assert rig.gpu1 not in rig.daemon.running
     assert rig.sim.compute_mode(1) == ComputeMode.DEFAULT
+
+
+def test_a_damaged_share_record_does_not_stop_a_restart(tmp_path: Path) -> None:
+    daemons = ShareDaemons(tmp_path, SharePolicy(MEMORY), use_binary=False)
+    daemons.restore([{"gpu": "GPU-x"}, {"gpu": "GPU-y", "gpuIndex": 1, "gpuMemoryMiB": "?"}])
+    assert daemons.status() == []

@@ -250,7 +250,11 @@ class ShareDaemons:
         with self._lock:
             for uuid, shares in sorted(by_gpu.items()):
                 first = shares[0]
-                gpu = GpuRef(uuid, int(first["gpuIndex"]), int(first["gpuMemoryMiB"]))
+                try:
+                    gpu = GpuRef(uuid, int(first["gpuIndex"]), int(first["gpuMemoryMiB"]))
+                except (KeyError, TypeError, ValueError) as exc:
+                    log.error("checkpoint: a share of GPU %s is unreadable (%r)", uuid, exc)
+                    continue
                 previous = next(
                     (str(s["previousComputeMode"]) for s in shares if s.get("previousComputeMode")),
                     None,
