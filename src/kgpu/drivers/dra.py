@@ -37,7 +37,8 @@ from kgpu.dra.shares import DISABLED_POLICY, SharePolicy
 from kgpu.drivers.gpu import GpuHandler
 from kgpu.drivers.ownership import GpuOwnership
 from kgpu.drivers.publish import SlicePublisher, publish_slices
-from kgpu.hardware.backend import Backend
+from kgpu.drivers.shares import pod_lookup
+from kgpu.hardware.backend import Backend, ComputeModeBackend
 from kgpu.hardware.model import Machine
 from kgpu.kubelet import nvidia_cdi
 from kgpu.kubelet.dra.handler import DriverHandler
@@ -149,6 +150,12 @@ class DraComponent:
                 kubernetes_version=self.kubernetes_version,
                 ownership=self.ownership,
                 shares=self.shares,
+                # a share's pods (their runAsUser picks its MPS server): a get per pod
+                pod_lookup=pod_lookup(self.store) if self.shares.enforced else None,
+                # memory shares' MPS daemons put their GPUs in EXCLUSIVE_PROCESS through it
+                compute_modes=(
+                    self.backend if isinstance(self.backend, ComputeModeBackend) else None
+                ),
             )
             machine = self.gpu.machine
             for factory in self.driver_factories:

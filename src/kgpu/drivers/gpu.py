@@ -25,6 +25,16 @@ policy gives it (:mod:`kgpu.dra.withhold` says how, by Kubernetes version), hold
 GPUs in the ledger when it prepares it (a GPU the device plugin took in the meantime fails the
 claim, naming the holder), releases them when it unprepares it, and rebuilds its holdings from
 the checkpoint's state on restart.
+
+With consumable shares (:mod:`kgpu.dra.shares`) a result with a ``shareID`` on a GPU published
+for sharing is a share of it. In ``memory`` mode the share is enforced: the GPU's MPS daemon
+(:class:`~kgpu.drivers.shares.ShareDaemons`) serves it through the MPS server of the user its
+pods run as, limited to the share's memory and SMs, and the claim's CDI edits add the daemon's
+pipe directory (at upstream's ``/tmp/nvidia-mps``) and shm and the client environment. Such a
+claim holds that one device only (an MPS client talks to one daemon), and no opaque sharing
+config applies to it. In ``unlimited`` and ``N`` modes a share is the whole GPU, time-sliced,
+as upstream's; its state says ``enforced: false``. The ledger holds a share as a fraction of
+its GPU.
 """
 
 from __future__ import annotations
@@ -32,18 +42,28 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from kgpu import releases
 from kgpu.dra import opaque
-from kgpu.dra.shares import DISABLED_POLICY, SharePolicy
+from kgpu.dra.shares import (
+    DISABLED_POLICY,
+    MIB,
+    ShareLimits,
+    SharePolicy,
+    share_limits,
+    shared_capacity,
+)
 from kgpu.dra.withhold import withhold_devices, withhold_method
-from kgpu.drivers.mps import MPS_DIRECTORY_MODE
+from kgpu.drivers.mps import MPS_DIRECTORY_MODE, EventSink
 from kgpu.drivers.ownership import GpuOwnership
+from kgpu.drivers.shares import GpuRef, ShareDaemons, share_record
 from kgpu.errors import FieldError, FieldProblem
+from kgpu.hardware.backend import ComputeModeBackend
 from kgpu.hardware.model import Gpu, Machine, MigDevice
 from kgpu.kubelet.cdi import ContainerEdits, DeviceNode, Mount
 from kgpu.kubelet.dirs import ensure_directory
@@ -51,6 +71,10 @@ from kgpu.kubelet.dra.handler import ClaimError, ClaimInfo, OpaqueConfig, Prepar
 from kgpu.kubelet.dra.handler import PreparedDevice as Prepared
 from kgpu.kubelet.nvidia_cdi import NodeDriver, mig_cap_minors
 from kgpu.node.ownership import OwnershipConflict
+from kgpu.node.shares import PodLookup as PodLookup  # (namespace, name) -> the Pod or None
+from kgpu.node.shares import ShareRefused, client_env, consumer_uid
+from kgpu.node.sharing.mps import MPS_PIPE_IN_CONTAINER, MPS_SHM_CONTAINER_PATH
+from kgpu.quantity import parse_quantity
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +82,17 @@ DRIVER = "gpu.nvidia.com"
 CDI_KIND = "k8s.gpu.nvidia.com/claim"
 
 Obj = dict[str, Any]
-#: (namespace, name) -> the Pod object, or None when there is no such pod
-PodLookup = Callable[[str, str], Mapping[str, Any] | None]
+BIND = ("rw", "nosuid", "nodev", "bind")
+
+
+@dataclass(frozen=True)
+class Share:
+    """One result that is a share of a GPU published for sharing."""
+
+    share_id: str
+    fraction: Fraction  # of the GPU's memory, for the ledger
+    limits: ShareLimits
+    enforced: bool  # memory mode: through the GPU's MPS daemon
 
 
 @dataclass(frozen=True)
@@ -241,7 +274,9 @@ class GpuHandler:
     ``kubernetes_version`` is the API server's (``v1.35.2``): it decides how partitionable
     devices and their counters are packed into slices (:mod:`kgpu.dra.slices`); None packs
     them for the newest version. ``shares`` publishes whole GPUs for consumable shares
-    (:mod:`kgpu.dra.shares`).
+    (:mod:`kgpu.dra.shares`); in ``memory`` mode ``share_daemons`` enforce them (built here
+    when not given: ``compute_modes`` sets the GPUs' compute mode, ``on_event`` records the
+    Warnings of a daemon that cannot run), and ``pod_lookup`` finds a share's pods.
     """
 
     driver = DRIVER
@@ -261,9 +296,15 @@ class GpuHandler:
         ownership: GpuOwnership | None = None,
         shares: SharePolicy = DISABLED_POLICY,
         pod_lookup: PodLookup | None = None,
+        compute_modes: ComputeModeBackend | None = None,
+        on_event: EventSink | None = None,
+        share_daemons: ShareDaemons | None = None,
     ) -> None:
         self.node_name = node_name
         self.shares = shares
+        self.share_daemons = share_daemons or ShareDaemons(
+            plugin_dir / "mps" / "shares", shares, backend=compute_modes, on_event=on_event
+        )
         # (namespace, name) -> the Pod object, or None: who consumes a shared GPU's claim (its
         # runAsUser picks the MPS server that enforces the share)
         self.pod_lookup = pod_lookup
@@ -373,21 +414,39 @@ class GpuHandler:
 
     def restore(self, states: Mapping[str, Mapping[str, Any]]) -> None:
         """Everything a GPU claim holds is on disk and in its state; the ownership ledger gets
-        each prepared claim's GPUs back."""
+        each prepared claim's GPUs (and shares) back, the share daemons their shares."""
+        self.share_daemons.restore(
+            record
+            for state in states.values()
+            for record in state.get("shares") or []
+            if isinstance(record, Mapping) and record.get("enforced")
+        )
         if self.ownership is None:
             return
+        devices = {
+            uid: {
+                str(name): dev
+                for name, dev in (state.get("devices") or {}).items()
+                if isinstance(dev, Mapping)
+            }
+            for uid, state in states.items()
+        }
         self.ownership.restore_claims(
             {
                 uid: (
-                    str(state.get("claim") or uid),
-                    [
-                        (str(name), str(dev.get("parentUUID", "")))
-                        for name, dev in (state.get("devices") or {}).items()
-                        if isinstance(dev, Mapping)
-                    ],
+                    str(states[uid].get("claim") or uid),
+                    [(name, str(dev.get("parentUUID", ""))) for name, dev in held.items()],
                 )
-                for uid, state in states.items()
-            }
+                for uid, held in devices.items()
+            },
+            {
+                uid: {
+                    name: share
+                    for name, dev in held.items()
+                    if (share := _fraction(dev.get("share"))) is not None
+                }
+                for uid, held in devices.items()
+            },
         )
 
     def prepare(self, claim: ClaimInfo) -> PreparedClaim:
@@ -408,20 +467,31 @@ class GpuHandler:
                     f"node {self.node_name}"
                 )
             resolved.append((result, known[name]))
+        shares = {i: self._share_of(result, device) for i, (result, device) in enumerate(resolved)}
+        fractions: dict[str, Fraction] = {}
+        for i, share in shares.items():
+            if share is not None:
+                name = resolved[i][1].name
+                fractions[name] = fractions.get(name, Fraction(0)) + share.fraction
         if self.ownership is not None:  # one owner per GPU: held before any side effect
             try:
                 self.ownership.hold_claim(
                     claim.uid,
                     f"{claim.namespace}/{claim.name}",
                     [(device.name, device.gpu.uuid) for _, device in resolved],
+                    fractions,
                 )
             except OwnershipConflict as exc:
                 raise ClaimError(str(exc)) from None
+        enforced = [i for i, share in shares.items() if share is not None and share.enforced]
+        if enforced:
+            return self._prepare_share(claim, resolved, enforced[0], shares, configs)
 
         groups: dict[int, list[tuple[Mapping[str, Any], ResolvedDevice]]] = {}
         chosen: dict[int, tuple[OpaqueConfig, opaque.DeviceConfig] | None] = {}
-        for result, device in resolved:
+        for i, (result, device) in enumerate(resolved):
             choice = _choose_config(result, device, configs)
+            _check_share_config(shares[i], choice, device, claim)
             key = id(choice[0]) if choice else 0
             groups.setdefault(key, []).append((result, device))
             chosen[key] = choice
@@ -466,27 +536,120 @@ class GpuHandler:
                         edits=self._device_edits(device).merged(extra),
                     )
                 )
-        state: Obj = {
-            "claim": f"{claim.namespace}/{claim.name}",
-            "devices": {
-                d.name: {
-                    "uuid": d.uuid,
-                    "type": d.kind,
-                    "parentUUID": d.gpu.uuid,
-                    "dynamic": d.dynamic,
-                }
-                for _, d in resolved
-            },
-        }
+        state = self._state(claim, resolved, fractions)
+        unenforced = [
+            {"device": resolved[i][1].name, "shareID": share.share_id, "enforced": False}
+            for i, share in shares.items()
+            if share is not None
+        ]
+        if unenforced:
+            state["shares"] = unenforced
         if sharing_state:
             state["sharing"] = sharing_state
         state.update(records)
-        common = (
+        return PreparedClaim(tuple(devices), self._common_edits(), state)
+
+    def _common_edits(self) -> ContainerEdits:
+        return (
             self.node_driver.common_edits(self._machine.driver_version)
             if self.node_driver is not None
             else common_edits(self.dev_root)
         )
-        return PreparedClaim(tuple(devices), common, state)
+
+    @staticmethod
+    def _state(
+        claim: ClaimInfo,
+        resolved: Sequence[tuple[Mapping[str, Any], ResolvedDevice]],
+        fractions: Mapping[str, Fraction],
+    ) -> Obj:
+        devices: Obj = {}
+        for _, d in resolved:
+            devices[d.name] = {
+                "uuid": d.uuid,
+                "type": d.kind,
+                "parentUUID": d.gpu.uuid,
+                "dynamic": d.dynamic,
+            }
+            if d.name in fractions:
+                devices[d.name]["share"] = str(fractions[d.name])
+        return {"claim": f"{claim.namespace}/{claim.name}", "devices": devices}
+
+    # -- shares ------------------------------------------------------------------------------
+
+    def _share_of(self, result: Mapping[str, Any], device: ResolvedDevice) -> Share | None:
+        """The share ``result`` is (None: the device whole): a result with a ``shareID`` on a
+        whole GPU this node publishes for sharing."""
+        share_id = result.get("shareID")
+        if not share_id or device.mig is not None or not self.shares.enabled:
+            return None
+        gpu_mib = device.gpu.memory_mib
+        if shared_capacity(self.shares, gpu_mib) is None:
+            return None
+        consumed = result.get("consumedCapacity")
+        limits = share_limits(consumed if isinstance(consumed, Mapping) else None, gpu_mib)
+        if self.shares.enforced:
+            fraction = Fraction(limits.memory_mib, gpu_mib)
+        else:  # upstream's modes: memory defaults to 0, only what the claim asked counts
+            memory = (consumed or {}).get("memory") if isinstance(consumed, Mapping) else None
+            asked = int(parse_quantity(str(memory)) // MIB) if memory is not None else 0
+            fraction = Fraction(min(asked, gpu_mib), gpu_mib)
+        return Share(str(share_id), fraction, limits, self.shares.enforced)
+
+    def _prepare_share(
+        self,
+        claim: ClaimInfo,
+        resolved: Sequence[tuple[Mapping[str, Any], ResolvedDevice]],
+        index: int,
+        shares: Mapping[int, Share | None],
+        configs: Sequence[tuple[OpaqueConfig, opaque.DeviceConfig]],
+    ) -> PreparedClaim:
+        """A claim holding a memory share: served by its GPU's MPS daemon, through the server
+        of the user its pods run as."""
+        label = f"{claim.namespace}/{claim.name}"
+        result, device = resolved[index]
+        share = shares[index]
+        assert share is not None
+        if len(resolved) > 1:
+            others = ", ".join(d.name for i, (_, d) in enumerate(resolved) if i != index)
+            raise ClaimError(
+                f"claim {label}: results[{index}] is a memory share of GPU {device.gpu.index}, "
+                f"served by that GPU's MPS daemon, and an MPS client talks to one daemon: a "
+                f"claim with a memory share holds no other device of {DRIVER} (it also has "
+                f"{others}); use one claim per share"
+            )
+        _check_share_config(share, _choose_config(result, device, configs), device, claim)
+        try:
+            uid, pod = consumer_uid(claim.claim, self.pod_lookup)
+        except ShareRefused as exc:
+            raise ClaimError(str(exc)) from None
+        gpu = GpuRef(device.gpu.uuid, device.gpu.index, device.gpu.memory_mib)
+        limits = share.limits
+        served = self.share_daemons.serve(
+            gpu, claim.uid, label, pod, uid, limits.memory_mib, limits.active_thread_percentage
+        )
+        pipe, _, shm = self.share_daemons.directories(gpu.uuid)
+        extra = ContainerEdits(
+            env=client_env(
+                MPS_PIPE_IN_CONTAINER, limits.memory_mib, limits.active_thread_percentage
+            ),
+            mounts=(
+                Mount(pipe, MPS_PIPE_IN_CONTAINER, BIND),
+                Mount(shm, MPS_SHM_CONTAINER_PATH, BIND),
+            ),
+        )
+        prepared = Prepared(
+            requests=(str(result.get("request", "")),),
+            pool=str(result.get("pool", "")),
+            device=device.name,
+            cdi_name=f"{claim.uid}-{device.name}",
+            edits=self._device_edits(device).merged(extra),
+        )
+        state = self._state(claim, resolved, {device.name: share.fraction})
+        record = share_record(served, gpu, self.share_daemons.daemon(gpu.uuid), pod)
+        state["shares"] = [
+            {"device": device.name, "shareID": share.share_id, "enforced": True, **record}
+        ]
+        return PreparedClaim((prepared,), self._common_edits(), state)
 
     def _device_edits(self, device: ResolvedDevice) -> ContainerEdits:
         if self.node_driver is None:
@@ -497,7 +660,10 @@ class GpuHandler:
 
     def unprepare(self, claim_uid: str, state: Mapping[str, Any] | None) -> None:
         """Remove the claim's MPS directories (by uid prefix, so an incomplete preparation
-        whose state was never recorded is cleaned up too) and free its GPUs in the ledger."""
+        whose state was never recorded is cleaned up too), release its share (by uid too) and
+        free its GPUs in the ledger."""
+        if claim_uid:
+            self.share_daemons.release(claim_uid)
         if self.ownership is not None and claim_uid:
             self.ownership.release_claim(claim_uid)
         if not claim_uid or not self.mps_root.is_dir():
@@ -505,6 +671,57 @@ class GpuHandler:
         for path in self.mps_root.iterdir():
             if path.name.startswith(f"{claim_uid}-"):
                 shutil.rmtree(path, ignore_errors=True)
+
+
+def _fraction(value: object) -> Fraction | None:
+    """A checkpointed share (``"20480/81559"``); None when absent or unreadable (the claim is
+    then held whole: the ledger errs on the side of one owner)."""
+    if value is None:
+        return None
+    try:
+        return Fraction(str(value))
+    except (ValueError, ZeroDivisionError):
+        log.warning("checkpoint: share %r is not a fraction; held as a whole GPU", value)
+        return None
+
+
+def _check_share_config(
+    share: Share | None,
+    choice: tuple[OpaqueConfig, opaque.DeviceConfig] | None,
+    device: ResolvedDevice,
+    claim: ClaimInfo,
+) -> None:
+    """A share takes no opaque sharing config that would undo it: in ``memory`` mode none
+    (the share is already an MPS client of its GPU's daemon, with the limits its capacity
+    asked), otherwise not MPS (upstream refuses MPS with consumable shares; time-slicing is
+    what those shares are)."""
+    if share is None or choice is None:
+        return
+    raw, parsed = choice
+    sharing = parsed.sharing
+    if sharing is None:
+        return
+    where = f"{raw.path}.sharing.strategy"
+    label = f"claim {claim.namespace}/{claim.name}"
+    if share.enforced:
+        raise FieldError(
+            FieldProblem(
+                f"{label}: device {device.name} is a memory share of GPU {device.gpu.index}, "
+                "already enforced through that GPU's MPS daemon with the limits of the claim's "
+                f"capacity requests; a {sharing.strategy} sharing config cannot apply to it: "
+                "remove the config (ask for memory and computeShares capacity instead)",
+                where,
+            )
+        )
+    if sharing.strategy == "MPS":
+        raise FieldError(
+            FieldProblem(
+                f"{label}: MPS sharing is not supported on a consumable share of device "
+                f"{device.name}, as upstream (shares in this mode are time-sliced): remove "
+                "the config, or use consumableShares: memory for shares MPS enforces",
+                where,
+            )
+        )
 
 
 def visible_uuids(state: Mapping[str, Any], device_names: Sequence[str]) -> list[str]:

@@ -91,6 +91,92 @@ def mount_shm(path: Path, run: Runner = _run) -> bool:
     return True
 
 
+def emit_event(on_event: EventSink | None, reason: str, message: str) -> None:
+    """Record a Warning through ``on_event`` (None: nowhere); a failing sink is logged only."""
+    if on_event is None:
+        return
+    try:
+        on_event("Warning", reason, message)
+    except Exception as exc:
+        log.warning("cannot record event %s: %s", reason, exc)
+
+
+def set_exclusive(backend: ComputeModeBackend, index: int) -> ComputeMode | None:
+    """Put GPU ``index`` in EXCLUSIVE_PROCESS before an MPS daemon starts there, so only the
+    MPS server may hold a context on it. Returns the mode it had when kgpu changed it (None:
+    it was already exclusive); raises BackendError saying what to do."""
+    try:
+        before = backend.compute_mode(index)
+        if before != ComputeMode.EXCLUSIVE_PROCESS:
+            backend.set_compute_mode(index, ComputeMode.EXCLUSIVE_PROCESS)
+    except BackendError as exc:
+        raise BackendError(
+            f"could not set GPU {index} to compute mode {ComputeMode.EXCLUSIVE_PROCESS}, "
+            f"which MPS needs to enforce its limits ({exc}); run the agent as root with "
+            "the GPU not in use by other processes"
+        ) from None
+    log.info(
+        "GPU %d compute mode %s for its MPS daemon (was %s)",
+        index,
+        ComputeMode.EXCLUSIVE_PROCESS,
+        before,
+    )
+    return None if before == ComputeMode.EXCLUSIVE_PROCESS else before
+
+
+def restore_compute_mode(
+    backend: ComputeModeBackend, index: int, previous: ComputeMode, on_event: EventSink | None
+) -> bool:
+    """Give GPU ``index`` back the compute mode it had before kgpu changed it; False (logged,
+    a ComputeModeNotRestored Warning with the command to run) when that fails."""
+    try:
+        backend.set_compute_mode(index, previous)
+    except BackendError as exc:
+        log.error(
+            "GPU %d stays in compute mode %s: restoring %s failed: %s (nvidia-smi -i %d -c %s)",
+            index,
+            ComputeMode.EXCLUSIVE_PROCESS,
+            previous,
+            exc,
+            index,
+            previous.name,
+        )
+        emit_event(
+            on_event,
+            "ComputeModeNotRestored",
+            f"GPU {index} stays in compute mode {ComputeMode.EXCLUSIVE_PROCESS} after its MPS "
+            f"daemon stopped: {exc}; run nvidia-smi -i {index} -c {previous.name}",
+        )
+        return False
+    log.info("GPU %d compute mode %s restored", index, previous)
+    return True
+
+
+def daemon_env(pipe_directory: str, log_directory: str, gpu_uuid: str) -> dict[str, str]:
+    """What an MPS daemon (and its control client) needs, nothing of the agent's own
+    environment (its API credentials' paths, proxy settings, config): where to find the
+    driver's binaries and libraries, its pipe and log directories and its GPU."""
+    env = {key: os.environ[key] for key in MPS_ENV_KEEP if key in os.environ}
+    env["CUDA_MPS_PIPE_DIRECTORY"] = pipe_directory
+    env["CUDA_MPS_LOG_DIRECTORY"] = log_directory
+    env["CUDA_VISIBLE_DEVICES"] = gpu_uuid
+    return env
+
+
+def control(binary: str, env: Mapping[str, str], command: str) -> str:
+    """One command to a running daemon through ``nvidia-cuda-mps-control`` (its stdout)."""
+    done = subprocess.run(
+        [binary],
+        input=command,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
+    )
+    return done.stdout
+
+
 @dataclass(frozen=True)
 class MpsPlan:
     """What one GPU's control daemon should enforce (comparable: a reload restarts only the
@@ -327,65 +413,24 @@ class MpsManager:
         return daemon
 
     def _event(self, reason: str, message: str) -> None:
-        if self.on_event is None:
-            return
-        try:
-            self.on_event("Warning", reason, message)
-        except Exception as exc:
-            log.warning("cannot record event %s: %s", reason, exc)
+        emit_event(self.on_event, reason, message)
 
     def _exclusive(self, daemon: MpsDaemon) -> None:
         """Put the daemon's GPU in EXCLUSIVE_PROCESS (remembering its mode) before the daemon
         starts, so only the MPS server may hold a context there. Raises BackendError."""
         if self.backend is None:
             return
-        index = daemon.plan.gpu_index
-        try:
-            before = self.backend.compute_mode(index)
-            if before != ComputeMode.EXCLUSIVE_PROCESS:
-                self.backend.set_compute_mode(index, ComputeMode.EXCLUSIVE_PROCESS)
-                daemon.previous_compute_mode = before
-        except BackendError as exc:
-            raise BackendError(
-                f"could not set GPU {index} to compute mode {ComputeMode.EXCLUSIVE_PROCESS}, "
-                f"which MPS needs to enforce its limits ({exc}); run the agent as root with "
-                "the GPU not in use by other processes"
-            ) from None
+        daemon.previous_compute_mode = set_exclusive(self.backend, daemon.plan.gpu_index)
         daemon.compute_mode = ComputeMode.EXCLUSIVE_PROCESS
-        log.info(
-            "GPU %d compute mode %s for its MPS daemon (was %s)",
-            index,
-            ComputeMode.EXCLUSIVE_PROCESS,
-            before,
-        )
 
     def _restore(self, daemon: MpsDaemon) -> None:
         """Give the GPU back the compute mode it had before kgpu changed it."""
         previous = daemon.previous_compute_mode
         if self.backend is None or previous is None:
             return
-        index = daemon.plan.gpu_index
-        try:
-            self.backend.set_compute_mode(index, previous)
-        except BackendError as exc:
-            log.error(
-                "GPU %d stays in compute mode %s: restoring %s failed: %s (nvidia-smi -i %d -c %s)",
-                index,
-                ComputeMode.EXCLUSIVE_PROCESS,
-                previous,
-                exc,
-                index,
-                previous.name,
-            )
-            self._event(
-                "ComputeModeNotRestored",
-                f"GPU {index} stays in compute mode {ComputeMode.EXCLUSIVE_PROCESS} after its MPS "
-                f"daemon stopped: {exc}; run nvidia-smi -i {index} -c {previous.name}",
-            )
-            return
-        daemon.previous_compute_mode = None
-        daemon.compute_mode = None
-        log.info("GPU %d compute mode %s restored", index, previous)
+        if restore_compute_mode(self.backend, daemon.plan.gpu_index, previous, self.on_event):
+            daemon.previous_compute_mode = None
+            daemon.compute_mode = None
 
     def _stop(self, daemon: MpsDaemon) -> None:
         plan = daemon.plan
@@ -404,27 +449,12 @@ class MpsManager:
         log.info("MPS daemon for %s on GPU %d stopped", plan.resource, plan.gpu_index)
 
     def _env(self, daemon: MpsDaemon) -> dict[str, str]:
-        """What the MPS daemon needs, nothing of the agent's own environment (its API
-        credentials' paths, proxy settings, config): where to find the driver's binaries and
-        libraries, its pipe and log directories and its GPU."""
-        env = {key: os.environ[key] for key in MPS_ENV_KEEP if key in os.environ}
-        env["CUDA_MPS_PIPE_DIRECTORY"] = daemon.plan.pipe_directory
-        env["CUDA_MPS_LOG_DIRECTORY"] = daemon.plan.log_directory
-        env["CUDA_VISIBLE_DEVICES"] = daemon.plan.gpu_uuid
-        return env
+        plan = daemon.plan
+        return daemon_env(plan.pipe_directory, plan.log_directory, plan.gpu_uuid)
 
     def _control(self, daemon: MpsDaemon, command: str) -> str:
         assert self.binary is not None
-        done = subprocess.run(
-            [self.binary],
-            input=command,
-            env=self._env(daemon),
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        )
-        return done.stdout
+        return control(self.binary, self._env(daemon), command)
 
 
 class MpsComponent:

@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from fractions import Fraction
 from functools import partial
 
 from kgpu.hardware.model import Machine
@@ -198,21 +199,37 @@ class GpuOwnership:
 
     # -- DRA -------------------------------------------------------------------------------------
 
-    def hold_claim(self, uid: str, claim: str, devices: Sequence[tuple[str, str]]) -> None:
+    def hold_claim(
+        self,
+        uid: str,
+        claim: str,
+        devices: Sequence[tuple[str, str]],
+        shares: Mapping[str, Fraction] | None = None,
+    ) -> None:
         """A claim (``namespace/name``) is being prepared with ``devices`` ((DRA device name,
-        GPU UUID) pairs): hold them, or raise :class:`~kgpu.node.ownership.OwnershipConflict`
-        naming the holder."""
-        holdings = [own.Holding(own.DRA, uid, name, gpu, pod=claim) for name, gpu in devices]
+        GPU UUID) pairs), ``shares`` naming the devices it holds a share of (device name ->
+        fraction of the GPU; the rest are whole): hold them, or raise
+        :class:`~kgpu.node.ownership.OwnershipConflict` naming the holder."""
+        shares = shares or {}
+        holdings = [
+            own.Holding(own.DRA, uid, name, gpu, pod=claim, share=shares.get(name))
+            for name, gpu in devices
+        ]
         self._apply(lambda ledger: own.acquire(ledger, holdings), own.OwnershipConflict)
 
     def release_claim(self, uid: str) -> None:
         self._apply(lambda ledger: own.release(ledger, own.DRA, [uid]))
 
-    def restore_claims(self, claims: Mapping[str, tuple[str, Sequence[tuple[str, str]]]]) -> None:
-        """Rebuild DRA holdings from the driver's checkpoint: uid -> (claim, devices)."""
+    def restore_claims(
+        self,
+        claims: Mapping[str, tuple[str, Sequence[tuple[str, str]]]],
+        shares: Mapping[str, Mapping[str, Fraction]] | None = None,
+    ) -> None:
+        """Rebuild DRA holdings from the driver's checkpoint: uid -> (claim, devices), and
+        uid -> the claim's shares (device name -> fraction)."""
         for uid, (claim, devices) in sorted(claims.items()):
             try:
-                self.hold_claim(uid, claim, devices)
+                self.hold_claim(uid, claim, devices, (shares or {}).get(uid))
             except own.OwnershipConflict as exc:
                 log.error("DRA checkpoint: claim %s: %s", claim, exc)
 

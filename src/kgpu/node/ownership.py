@@ -16,10 +16,12 @@ without a common record both hand out the same GPU. This module is that record, 
   GPU away: it only decides what is offered next (:func:`device_plugin_view`,
   :func:`dra_withheld`), so changing it moves a GPU once its pods are gone.
 
-Holdings are whole devices today. ``Holding.share`` is where a fraction of a device goes (a
-DRA consumable-capacity memory share of a GPU, served through the GPU's MPS daemon): shares of
-one GPU are more holdings of the same API, and :func:`acquire` already keys exclusivity by
-(device, whole-or-share), so adding them changes no type.
+A holding is a whole device, or a *share* of one (``Holding.share``, a Fraction): a DRA
+consumable-capacity memory share of a GPU (:mod:`kgpu.dra.shares`), enforced through the
+GPU's MPS daemon. Many shares of one GPU (of several claims) are fine as long as they sum to
+at most the whole; a whole-device holding beside a share of the same GPU is not
+(:func:`acquire` refuses it, :func:`problems` flags it). The device plugin is never offered a
+GPU with a share: a share is a DRA holding like any other.
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ class Holding:
         """``the device plugin (pod ns/name, nvidia.com/gpu GPU-...)`` or
         ``DRA claim ns/name (device gpu-0)``."""
         if self.api == DRA:
-            return f"DRA claim {self.pod or self.holder} (device {self.device})"
+            share = "" if self.share is None else f", share {self.share} of it"
+            return f"DRA claim {self.pod or self.holder} (device {self.device}{share})"
         parts = [f"pod {self.pod}"] if self.pod else []
         parts.append(f"{self.resource} device {self.device}" if self.resource else self.device)
         return f"the device plugin ({', '.join(parts)})"
@@ -133,7 +136,33 @@ def acquire(ledger: Ledger, new: Sequence[Holding]) -> Ledger:
                     f"GPU {h.gpu} is held by {other.describe()}; {API_TITLES[h.api]} cannot "
                     f"use it (device {h.device}) until that holder is gone"
                 )
-    return _rebuild([*kept, *new])
+    out = _rebuild([*kept, *new])
+    for gpu in {h.gpu for h in new if h.api == DRA}:
+        problem = _share_problem(gpu, out.holdings(gpu))
+        if problem:
+            raise OwnershipConflict(problem)
+    return out
+
+
+def _share_problem(gpu: str, held: Sequence[Holding]) -> str:
+    """What is wrong with the DRA shares of one GPU ("" when nothing is): a whole device of
+    the GPU held beside a share, or shares summing above the whole GPU."""
+    shares = [h for h in held if h.api == DRA and h.share is not None]
+    if not shares:
+        return ""
+    whole = [h for h in held if h.api == DRA and h.share is None]
+    if whole:
+        return (
+            f"GPU {gpu} is held whole by {whole[0].describe()} and in shares by "
+            f"{', '.join(h.describe() for h in shares)}"
+        )
+    total = sum((h.share for h in shares if h.share is not None), Fraction(0))
+    if total > 1:
+        return (
+            f"GPU {gpu} is shared beyond its whole ({float(total):.2f} of it) by "
+            f"{', '.join(h.describe() for h in shares)}"
+        )
+    return ""
 
 
 def release(ledger: Ledger, api: str, holders: Iterable[str]) -> Ledger:
@@ -170,13 +199,16 @@ def release_absent(
 
 def problems(ledger: Ledger) -> list[str]:
     """What breaks "one owner per GPU" in ``ledger`` (empty when nothing does): a GPU held
-    through both APIs, or one device-plugin device id (or whole DRA device of two claims)
-    held twice."""
+    through both APIs, one device-plugin device id (or whole DRA device of two claims) held
+    twice, a whole GPU held beside a share of it, or shares summing above the whole."""
     out = []
     for gpu, held in ledger.by_gpu.items():
         apis = {h.api for h in held}
         if len(apis) > 1:
             out.append(f"GPU {gpu} is held through both APIs: {[h.describe() for h in held]}")
+        shared = _share_problem(gpu, held)
+        if shared:
+            out.append(shared)
         seen: dict[tuple[str, str], Holding] = {}
         for h in held:
             if h.share is not None:
