@@ -320,9 +320,11 @@ class GpuHandler:
         self.dynamic_mig = dynamic_mig
         self.partitionable = partitionable
         self.kubernetes_version = kubernetes_version
-        if shares.enabled and (partitionable or dynamic_mig):
+        if shares.enabled and partitionable:
             # as NVIDIA's driver refuses MPS with DynamicMIG: a partitionable full GPU
             # consumes every counter of its GPU, which a share of that GPU must not
+            # (``dynamic_mig`` alone only lets the simulator materialise placements of
+            # partitionable slices, which are then not published)
             raise FieldError(
                 FieldProblem(
                     f"consumable shares ({shares.describe()}) cannot be combined with dynamic "
