@@ -1,6 +1,7 @@
 """DRA memory shares enforced at NodePrepareResources (issue 27, deliverable 2): the GPU's MPS
-daemon from its first share to its last, one MPS server per pod user with the share's limits,
-the GPU in EXCLUSIVE_PROCESS while it serves, all of it rebuilt from the checkpoint.
+daemon from its first share to its last, one MPS server (one pod user per GPU) limited to the
+GPU's largest share, each claim's env its own share, the GPU in EXCLUSIVE_PROCESS while it
+serves, all of it rebuilt from the checkpoint.
 
 The kubelet side is the DRA plugin core with its real checkpoint and CDI specs (claims and pods
 in a memory store, as the kubelet would have the API server); the daemon is the fake
@@ -98,14 +99,10 @@ class FakeShareDaemon(FakeDaemon):
 
 
 class Rig:
-    """A node with the DRA plugin; ``one_user_per_gpu`` as :class:`ShareDaemons` takes it
-    (False: a daemon that serves several users' servers at once)."""
+    """A node with the DRA plugin."""
 
-    def __init__(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_user_per_gpu: bool = True
-    ) -> None:
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         self.tmp = tmp_path
-        self.one_user_per_gpu = one_user_per_gpu
         self.machine = load_machine("dgx-h100", hostname=NODE)
         self.sim = SimulatedBackend(self.machine)
         self.nvml = FakeNvml(self.sim)
@@ -126,7 +123,6 @@ class Rig:
             backend=NvmlBackend(self.nvml),
             on_event=lambda *event: self.events.append(event),
             use_binary=True,
-            one_user_per_gpu=self.one_user_per_gpu,
         )
         daemons.binary = BINARY
         self.handler = GpuHandler(
@@ -227,11 +223,6 @@ def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Rig:
     return Rig(tmp_path, monkeypatch)
 
 
-@pytest.fixture
-def multi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Rig:
-    return Rig(tmp_path, monkeypatch, one_user_per_gpu=False)
-
-
 def test_a_share_for_a_second_user_of_a_gpu_is_refused_before_mps_would_queue_it(
     rig: Rig,
 ) -> None:
@@ -245,20 +236,26 @@ def test_a_share_for_a_second_user_of_a_gpu_is_refused_before_mps_would_queue_it
         "claim default/b: pod default/b-pod runs as user 1001, but the MPS daemon of GPU 1 "
         "serves user 1000 (claim default/a), and an MPS control daemon runs one user's server "
         "at a time: this pod's CUDA calls would wait until every process of that user on the "
-        "GPU has exited. Run the pods that share a GPU as one securityContext.runAsUser (with "
-        "the same share), or keep them on different GPUs"
+        "GPU has exited. Run the pods that share a GPU as one securityContext.runAsUser, or "
+        "keep them on different GPUs"
     )
     assert rig.daemon.servers[rig.gpu1] == {5000: 1000}
     assert rig.daemon.servers[rig.machine.gpus[2].uuid] == {5001: 1001}
     assert len(rig.ownership.ledger().holdings(rig.gpu1)) == 1
 
 
-def test_two_shares_of_one_gpu_get_two_servers_with_their_limits(multi: Rig) -> None:
-    """With a daemon that serves several users at once: one server per user and share."""
-    rig = multi
+def state(rig: Rig, claim: dict[str, Any]) -> dict[str, Any]:
+    (share,) = rig.plugin.prepared()[claim["metadata"]["uid"]].handler_state["shares"]
+    return dict(share)
+
+
+def test_shares_of_one_user_and_other_sizes_share_a_server_at_the_largest(rig: Rig) -> None:
+    """One user's 20 GiB and 40 GiB shares of one GPU: one server, limited to 40 GiB (the
+    ceiling), each claim's env its own share (which only lowers the server's limit)."""
     a = rig.claim("a", "20Gi", 1000)
-    b = rig.claim("b", "40Gi", 1001, compute=30)
-    assert rig.prepare(a, b) == {"a": "", "b": ""}
+    b = rig.claim("b", "40Gi", 1000, compute=30)
+    c = rig.claim("c", "10Gi", 1000)
+    assert rig.prepare(a, b, c) == {"a": "", "b": "", "c": ""}
 
     assert rig.daemon.commands(rig.gpu1) == [
         "nvmlDeviceGetComputeMode",
@@ -269,11 +266,10 @@ def test_two_shares_of_one_gpu_get_two_servers_with_their_limits(multi: Rig) -> 
         "start_server -uid 1000",
         "set_device_pinned_mem_limit 5000 0 20480M",
         "set_active_thread_percentage 5000 100",  # asked no compute share: no cap
-        "start_server -uid 1001",
-        "set_device_pinned_mem_limit 5001 0 40960M",
-        "set_active_thread_percentage 5001 30",
-    ]
-    assert rig.daemon.servers[rig.gpu1] == {5000: 1000, 5001: 1001}
+        "set_device_pinned_mem_limit 5000 0 40960M",  # b is larger: the ceiling goes up
+        "set_active_thread_percentage 5000 100",  # (the largest asked: a's 100, not b's 30)
+    ]  # c is smaller: nothing sent
+    assert rig.daemon.servers[rig.gpu1] == {5000: 1000}
     assert rig.sim.compute_mode(1) == ComputeMode.EXCLUSIVE_PROCESS
 
     pipe = rig.plugin_dir / "mps" / "shares" / rig.gpu1 / "pipe"
@@ -283,13 +279,25 @@ def test_two_shares_of_one_gpu_get_two_servers_with_their_limits(multi: Rig) -> 
         "/tmp/nvidia-mps": str(pipe),
         "/dev/shm": str(pipe.parent / "shm"),
     }
-    assert edits["env"] == [
+    assert edits["env"] == [  # a's exact share, whatever the server's ceiling
         "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M",
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100",
     ]
     env_b = rig.spec(b)["devices"][0]["containerEdits"]["env"]
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40960M" in env_b
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30" in env_b
+    # The state says what a client that drops the env gets: the ceiling when it was prepared.
+    assert [state(rig, x)["ceilingMiB"] for x in (a, b, c)] == [20480, 40960, 40960]
+    (status,) = rig.handler.share_daemons.status()
+    assert status["serverPid"] == 5000 and status["ceilingMiB"] == 40960
+    shares = status["shares"]
+    assert isinstance(shares, list)
+    assert [(s["pinnedDeviceMemoryLimitMiB"], s["ceilingMiB"]) for s in shares] == [
+        (20480, 40960),
+        (40960, 40960),
+        (10240, 40960),
+    ]
 
     # A process that drops CUDA_MPS_PIPE_DIRECTORY is refused by the driver; clients work.
     with pytest.raises(BackendError, match="busy or unavailable"):
@@ -297,33 +305,23 @@ def test_two_shares_of_one_gpu_get_two_servers_with_their_limits(multi: Rig) -> 
     rig.sim.open_context(1, through_mps=True)
     rig.sim.open_context(2, through_mps=False)  # an unshared GPU is left alone
 
-    # The ledger: two shares of one DRA-held GPU, which the device plugin is not offered.
+    # The ledger: three shares of one DRA-held GPU, which the device plugin is not offered.
     held = rig.ownership.ledger().holdings(rig.gpu1)
-    assert sorted(str(h.share) for h in held) == ["20480/81559", "40960/81559"]
+    assert sorted(str(h.share) for h in held) == ["10240/81559", "20480/81559", "40960/81559"]
     assert rig.ownership.problems() == []
 
-
-def test_a_share_whose_user_already_has_other_limits_on_the_gpu_is_refused(rig: Rig) -> None:
-    a = rig.claim("a", "20Gi", 1000)
-    same = rig.claim("same", "20Gi", 1000)
-    other = rig.claim("other", "10Gi", 1000)
-    errors = rig.prepare(a, same, other)
-    assert errors["a"] == errors["same"] == ""  # same user, same share: the same server
-    assert errors["other"] == (
-        "claim default/other: pod default/other-pod runs as user 1000, like claim default/a on "
-        "the same GPU, whose MPS server is limited to 20480 MiB and 100% of the SMs; this "
-        "claim asks 10240 MiB and 100%, and one user has one MPS server per GPU: run this pod "
-        "with another securityContext.runAsUser, or ask the same share"
-    )
-    assert rig.daemon.servers[rig.gpu1] == {5000: 1000}
-    assert [h.holder for h in rig.ownership.ledger().holdings(rig.gpu1)] == [
-        a["metadata"]["uid"],
-        same["metadata"]["uid"],
+    # The largest goes: the server comes down to the largest left (for clients from now on).
+    sent = len(rig.daemon.log)
+    rig.unprepare(b)
+    assert [w for _, w in rig.daemon.log[sent:] if w != "get_server_list"] == [
+        "set_device_pinned_mem_limit 5000 0 20480M",
+        "set_active_thread_percentage 5000 100",
     ]
-    rig.unprepare(a)  # the server stays while "same" uses it
-    assert rig.daemon.servers[rig.gpu1] == {5000: 1000}
-    rig.unprepare(same)
-    assert rig.gpu1 not in rig.daemon.running
+    sent = len(rig.daemon.log)
+    rig.unprepare(c)  # not the largest: nothing changes
+    assert [w for _, w in rig.daemon.log[sent:] if w != "get_server_list"] == []
+    rig.unprepare(a)
+    assert rig.daemon.commands(rig.gpu1)[-2:] == ["shutdown_server 5000", "quit"]
 
 
 def test_a_pod_without_run_as_user_is_refused_and_starts_nothing(rig: Rig) -> None:
@@ -363,10 +361,9 @@ def test_the_last_share_stops_the_daemon_and_restores_the_compute_mode(rig: Rig)
 
 @pytest.mark.parametrize("daemon_survives", [True, False])
 def test_an_agent_restart_restores_daemons_servers_and_ledger(
-    multi: Rig, daemon_survives: bool
+    rig: Rig, daemon_survives: bool
 ) -> None:
-    rig = multi
-    a, b = rig.claim("a", "20Gi", 1000), rig.claim("b", "40Gi", 1001)
+    a, b = rig.claim("a", "20Gi", 1000), rig.claim("b", "40Gi", 1000)
     assert rig.prepare(a, b) == {"a": "", "b": ""}
     if not daemon_survives:
         rig.daemon.crash(rig.gpu1)
@@ -377,15 +374,17 @@ def test_an_agent_restart_restores_daemons_servers_and_ledger(
     after = [w for _, w in rig.daemon.log[sent:] if w != "get_server_list"]
     if daemon_survives:  # adopted: asked for its servers, nothing restarted
         assert [w for w in after if not w.startswith("nvml")] == []
-        assert rig.daemon.servers[rig.gpu1] == {5000: 1000, 5001: 1001}
-    else:  # started again, servers and limits set again
+        assert rig.daemon.servers[rig.gpu1] == {5000: 1000}
+    else:  # started again, the server and its ceiling set again
         assert "-d" in after and "start_server -uid 1000" in after
-        assert "set_device_pinned_mem_limit 5003 0 40960M" in after
+        assert "set_device_pinned_mem_limit 5001 0 40960M" in after
+        assert "set_device_pinned_mem_limit 5001 0 20480M" not in after
     (status,) = rig.handler.share_daemons.status()
     assert status["previousComputeMode"] == "Default"
     shares = status["shares"]
     assert isinstance(shares, list)
-    assert [(s["claim"], s["uid"]) for s in shares] == [("default/a", 1000), ("default/b", 1001)]
+    assert [(s["claim"], s["uid"]) for s in shares] == [("default/a", 1000), ("default/b", 1000)]
+    assert status["ceilingMiB"] == 40960
     assert len(rig.ownership.ledger().holdings(rig.gpu1)) == 2
     assert rig.prepare(a) == {"a": ""}  # known from the checkpoint
     rig.unprepare(a, b)
@@ -456,11 +455,10 @@ def test_modelled_daemons_record_the_same_commands_and_write_nothing(tmp_path: P
         SharePolicy(MEMORY),
         backend=sim,
         use_binary=False,
-        one_user_per_gpu=False,
     )
     gpu = GpuRef(sim.snapshot().gpus[3].uuid, 3, 81559)
     daemons.serve(gpu, "u1", "ns/a", "ns/a-pod", 1000, 20480, 100)
-    daemons.serve(gpu, "u2", "ns/b", "ns/b-pod", 1001, 40960, 50)
+    daemons.serve(gpu, "u2", "ns/b", "ns/b-pod", 1000, 40960, 50)
     (status,) = daemons.status()
     assert status["mode"] == "modelled"
     assert status["controlCommands"] == [
@@ -469,20 +467,18 @@ def test_modelled_daemons_record_the_same_commands_and_write_nothing(tmp_path: P
         "start_server -uid 1000",
         "set_device_pinned_mem_limit 1 0 20480M",
         "set_active_thread_percentage 1 100",
-        "start_server -uid 1001",
-        "set_device_pinned_mem_limit 2 0 40960M",
-        "set_active_thread_percentage 2 50",
+        "set_device_pinned_mem_limit 1 0 40960M",
+        "set_active_thread_percentage 1 100",
     ]
     assert sim.compute_mode(3) == ComputeMode.EXCLUSIVE_PROCESS
     assert not (tmp_path / "shares").exists()
     daemons.release("u1")
     daemons.release("u2")
     assert daemons.status() == [] and sim.compute_mode(3) == ComputeMode.DEFAULT
-    # modelled as a Legacy daemon (the default): a second user is refused, as on a node
-    legacy = ShareDaemons(tmp_path / "shares", SharePolicy(MEMORY), use_binary=False)
-    legacy.serve(gpu, "u1", "ns/a", "ns/a-pod", 1000, 20480, 100)
+    # modelled as a Legacy daemon: a second user is refused, as on a node
+    daemons.serve(gpu, "u1", "ns/a", "ns/a-pod", 1000, 20480, 100)
     with pytest.raises(ClaimError, match=r"serves user 1000 \(claim ns/a\)"):
-        legacy.serve(gpu, "u2", "ns/b", "ns/b-pod", 1001, 40960, 50)
+        daemons.serve(gpu, "u2", "ns/b", "ns/b-pod", 1001, 40960, 50)
 
 
 def test_shares_through_the_kubelets_dra_grpc_calls(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -530,7 +526,7 @@ def test_a_server_whose_limits_cannot_be_set_is_shut_down_and_the_claim_fails(
     error = rig.prepare(rig.claim("a", "20Gi", 1000))["a"]
     assert (
         error.startswith("claim default/a: the MPS daemon of GPU 1 (")
-        and "could not start a server for user 1000 with its limits" in error
+        and "could not serve user 1000 with its limits" in error
     )
     assert rig.daemon.commands(rig.gpu1)[-3:] == [
         "set_active_thread_percentage 5000 100",

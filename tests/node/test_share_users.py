@@ -14,7 +14,7 @@ from kgpu.node.shares import (
     consumer_uids,
     daemon_commands,
     other_user,
-    server_to_reuse,
+    server_limits,
 )
 
 
@@ -70,12 +70,13 @@ def test_one_user_for_all_consumer_pods_or_a_refusal_naming_claim_pod_and_fix() 
         consumer_uid(claim("p"), lambda ns, n: pod(None, a=None))
 
 
-def test_one_server_per_user_and_gpu_so_same_user_same_limits_only() -> None:
-    served = [Served("u1", "ml/a", 1000, 20480, 100, 77)]
-    assert server_to_reuse(served, 1000, 20480, 100, claim="ml/b", pod="ml/b") == 77
-    assert server_to_reuse(served, 1001, 1024, 5, claim="ml/b", pod="ml/b") is None
-    with pytest.raises(ShareRefused, match="runs as user 1000, like claim ml/a"):
-        server_to_reuse(served, 1000, 40960, 100, claim="ml/b", pod="ml/b")
+def test_the_server_is_limited_to_the_largest_share_of_its_gpu() -> None:
+    a = Served("u1", "ml/a", 1000, 20480, 100, 77)
+    b = Served("u2", "ml/b", 1000, 40960, 30, 77)
+    assert server_limits([]) is None
+    assert server_limits([a]) == (20480, 100)
+    assert server_limits([a, b]) == (40960, 100)  # each the largest asked
+    assert server_limits([b]) == (40960, 30)
 
 
 def test_daemon_defaults_are_the_smallest_share() -> None:

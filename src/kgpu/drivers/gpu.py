@@ -28,9 +28,11 @@ the checkpoint's state on restart.
 
 With consumable shares (:mod:`kgpu.dra.shares`) a result with a ``shareID`` on a GPU published
 for sharing is a share of it. In ``memory`` mode the share is enforced: the GPU's MPS daemon
-(:class:`~kgpu.drivers.shares.ShareDaemons`) serves it through the MPS server of the user its
-pods run as, limited to the share's memory and SMs, and the claim's CDI edits add the daemon's
-pipe directory (at upstream's ``/tmp/nvidia-mps``) and shm and the client environment. Such a
+(:class:`~kgpu.drivers.shares.ShareDaemons`) serves it through the GPU's one MPS server, of the
+user its pods run as (a share for another user than the GPU's is refused), limited to the
+largest share prepared on the GPU (the ceiling, ``ceilingMiB`` in the claim's state); the
+claim's CDI edits add the daemon's pipe directory (at upstream's ``/tmp/nvidia-mps``) and shm
+and the client environment with the claim's exact share, which only lowers the ceiling. Such a
 claim holds that one device only (an MPS client talks to one daemon), and no opaque sharing
 config applies to it. In ``unlimited`` and ``N`` modes a share is the whole GPU, time-sliced,
 as upstream's; its state says ``enforced: false``. The ledger holds a share as a fraction of
@@ -605,8 +607,8 @@ class GpuHandler:
         shares: Mapping[int, Share | None],
         configs: Sequence[tuple[OpaqueConfig, opaque.DeviceConfig]],
     ) -> PreparedClaim:
-        """A claim holding a memory share: served by its GPU's MPS daemon, through the server
-        of the user its pods run as."""
+        """A claim holding a memory share: served by its GPU's MPS daemon, through the GPU's
+        server (of the user its pods run as), its env carrying its exact share."""
         label = f"{claim.namespace}/{claim.name}"
         result, device = resolved[index]
         share = shares[index]

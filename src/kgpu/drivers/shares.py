@@ -5,17 +5,23 @@ GPU. :class:`ShareDaemons` runs that GPU's ``nvidia-cuda-mps-control`` daemon fr
 prepared share to its last: the GPU is put in ``EXCLUSIVE_PROCESS`` first (as
 :mod:`kgpu.drivers.mps` does for the device plugin's MPS replicas, with the same functions), so
 a process that bypasses MPS is refused by the driver, and the mode it had is restored when the
-daemon quits. The daemon's defaults are the policy's smallest share; each share gets the MPS
-server of the user its pods run as (:mod:`kgpu.node.shares` decides which, and refuses what
-cannot be enforced) with its own limits::
+daemon quits. The daemon's defaults are the policy's smallest share. A Legacy MPS daemon
+runs one user's server at a time, so a GPU's shares are all of one user (a share for another
+is refused, :func:`~kgpu.node.shares.other_user`) and served by one server, started for that
+user with its first share and limited to the LARGEST share prepared on the GPU (the ceiling,
+:func:`~kgpu.node.shares.server_limits`)::
 
     start_server -uid <uid>
-    set_device_pinned_mem_limit <server pid> 0 <MiB>M
-    set_active_thread_percentage <server pid> <pct>
+    set_device_pinned_mem_limit <server pid> 0 <largest MiB>M
+    set_active_thread_percentage <server pid> <largest pct>
 
-The server's pid is the one ``get_server_list`` lists after ``start_server`` and not before
-(else the one owned by that user). A server is shut down (``shutdown_server <pid>``) when its
-last share goes, the daemon (``quit``) when the GPU's last share goes.
+The limits are sent again when a larger share is prepared or the largest is unprepared; MPS
+applies them to clients that connect afterwards. Each claim's CDI environment carries its own
+share, which a client can only lower below the server's: a client that keeps it is held to
+its share, one that drops it to the ceiling. The server's pid is the one ``get_server_list``
+lists after ``start_server`` and not before (else the one owned by that user). The server is
+shut down (``shutdown_server <pid>``) and the daemon quits (``quit``) when the GPU's last share
+goes.
 
 Without the control binary (simulation, tests) the daemon is modelled as the device plugin's
 are: the same decisions, the same commands recorded (servers get modelled pids), nothing
@@ -24,8 +30,8 @@ refuses a non-MPS context while a daemon serves).
 
 Everything needed to rebuild a daemon is in each share's checkpoint record (:meth:`restore`):
 after an agent restart a daemon that still answers is adopted, its servers checked against
-the recorded pids (a missing one is started again with its limits); a daemon that is gone is
-started again.
+the recorded pid (a missing server is started again with the ceiling); a daemon that is
+gone is started again.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +70,7 @@ from kgpu.node.shares import (
     daemon_commands,
     other_user,
     server_commands,
-    server_to_reuse,
+    server_limits,
 )
 from kgpu.store import NotFound, ObjectStore
 
@@ -99,6 +105,13 @@ class ShareDaemon:
     previous_compute_mode: ComputeMode | None = None  # restored when the daemon stops
     compute_mode: ComputeMode | None = None  # while it serves; None: not managed
     next_pid: int = 1  # modelled server pids
+    server_pid: int | None = None  # the one server (one user per Legacy daemon)
+    limits: tuple[int, int] | None = None  # (MiB, %) the server was last set to: the ceiling
+
+    @property
+    def ceiling_mib(self) -> int | None:
+        """The memory a client of this GPU that drops kgpu's environment may pin."""
+        return None if self.limits is None else self.limits[0]
 
     def status(self) -> dict[str, object]:
         return {
@@ -107,6 +120,10 @@ class ShareDaemon:
             "mode": self.mode,
             "state": self.state,
             "pipeDirectory": self.pipe_directory,
+            "serverPid": self.server_pid,
+            # the server's limits: the largest share, what a client without kgpu's env gets
+            "ceilingMiB": self.ceiling_mib,
+            "ceilingActiveThreadPercentage": None if self.limits is None else self.limits[1],
             "shares": [
                 {
                     "claim": s.claim,
@@ -114,6 +131,7 @@ class ShareDaemon:
                     "serverPid": s.pid,
                     "pinnedDeviceMemoryLimitMiB": s.memory_mib,
                     "activeThreadPercentage": s.active_thread_percentage,
+                    "ceilingMiB": self.ceiling_mib,
                 }
                 for s in sorted(self.served.values(), key=lambda s: s.claim)
             ],
@@ -130,10 +148,7 @@ class ShareDaemons:
 
     ``root`` holds each GPU's ``<uuid>/{pipe,log,shm}``; ``backend`` sets compute modes
     (None: not managed, as for the device plugin's daemons in tests); ``use_binary`` False
-    models the daemons even where the binary exists. ``one_user_per_gpu`` (the default)
-    refuses a share for another user than the one a GPU's daemon serves, as a Legacy MPS
-    daemon would queue it (:func:`~kgpu.node.shares.other_user`); False lets the daemon run
-    several users' servers at once, which only a daemon that can do so may be told."""
+    models the daemons even where the binary exists."""
 
     def __init__(
         self,
@@ -144,9 +159,7 @@ class ShareDaemons:
         on_event: EventSink | None = None,
         use_binary: bool | None = None,
         run: Runner | None = None,
-        one_user_per_gpu: bool = True,
     ) -> None:
-        self.one_user_per_gpu = one_user_per_gpu
         binary = shutil.which(CONTROL_BINARY)
         self.binary = binary if (use_binary is None or use_binary) else None
         self.root = root
@@ -184,59 +197,71 @@ class ShareDaemons:
         memory_mib: int,
         active_thread_percentage: int,
     ) -> Served:
-        """Enforce one share: the GPU's daemon started if it is not, the server of ``uid``
-        with these limits. :class:`ClaimError` (nothing of it left running) when it cannot."""
+        """Serve one share: the GPU's daemon started if it is not, its server (of ``uid``)
+        started if it is not and raised to this share if it is the largest.
+        :class:`ClaimError` (nothing of it left running or raised) when it cannot."""
         with self._lock:
             daemon = self.daemons.get(gpu.uuid)
             others = (
                 [] if daemon is None else [s for k, s in daemon.served.items() if k != claim_uid]
             )
             try:  # refused before anything starts
-                if self.one_user_per_gpu:
-                    other_user(others, uid, claim=claim, pod=pod, gpu=gpu.index)
+                other_user(others, uid, claim=claim, pod=pod, gpu=gpu.index)
             except ShareRefused as exc:
                 raise ClaimError(str(exc)) from None
             if daemon is None:
                 daemon = self._start(gpu)
                 self.daemons[gpu.uuid] = daemon
+            share = Served(claim_uid, claim, uid, memory_mib, active_thread_percentage, 0)
             try:
-                pid = server_to_reuse(
-                    others, uid, memory_mib, active_thread_percentage, claim=claim, pod=pod
-                )
-                if pid is None:
-                    pid = self._start_server(daemon, uid, memory_mib, active_thread_percentage)
-            except ShareRefused as exc:
-                self._stop_if_idle(daemon)
-                raise ClaimError(str(exc)) from None
+                if daemon.server_pid is None:
+                    daemon.server_pid = self._start_server(daemon, uid)
+                self._set_limits(daemon, [*others, share])
             except _FAILURES as exc:
-                self._stop_if_idle(daemon)
+                if others:  # back to what the others need, as far as the daemon lets us
+                    with contextlib.suppress(*_FAILURES):
+                        self._set_limits(daemon, others)
+                else:  # not left serving with the daemon's defaults
+                    self._shutdown_server(daemon)
+                    self._stop_if_idle(daemon)
                 raise ClaimError(
                     f"claim {claim}: the MPS daemon of GPU {gpu.index} ({gpu.uuid}) could not "
-                    f"start a server for user {uid} with its limits: {exc}"
+                    f"serve user {uid} with its limits: {exc}"
                 ) from None
-            served = Served(claim_uid, claim, uid, memory_mib, active_thread_percentage, pid)
+            served = replace(share, pid=daemon.server_pid)
             daemon.served[claim_uid] = served
             log.info(
-                "GPU %d share of claim %s: user %d, server %d, %d MiB, %d%% of the SMs",
+                "GPU %d share of claim %s: user %d, server %d, %d MiB, %d%% of the SMs "
+                "(server limits: %s)",
                 gpu.index,
                 claim,
                 uid,
-                pid,
+                served.pid,
                 memory_mib,
                 active_thread_percentage,
+                daemon.limits,
             )
             return served
 
     def release(self, claim_uid: str) -> None:
-        """The claim's share is gone: its server shut down if no other share uses it, the
-        daemon stopped (compute mode restored) if it was the GPU's last. Unknown: nothing."""
+        """The claim's share is gone: the server lowered to the largest share left, or, when
+        it was the GPU's last, shut down and the daemon stopped (compute mode restored).
+        Unknown: nothing."""
         with self._lock:
             for daemon in list(self.daemons.values()):
-                served = daemon.served.pop(claim_uid, None)
-                if served is None:
+                if daemon.served.pop(claim_uid, None) is None:
                     continue
-                if not any(s.pid == served.pid for s in daemon.served.values()):
-                    self._shutdown_server(daemon, served.pid)
+                if daemon.served:
+                    try:
+                        self._set_limits(daemon, list(daemon.served.values()))
+                    except _FAILURES as exc:  # still at the higher ceiling: say so
+                        log.warning(
+                            "MPS server of GPU %d not lowered to its largest share: %s",
+                            daemon.gpu.index,
+                            exc,
+                        )
+                    continue
+                self._shutdown_server(daemon)
                 self._stop_if_idle(daemon)
 
     # -- restart ---------------------------------------------------------------------------
@@ -296,19 +321,27 @@ class ShareDaemons:
             daemon.compute_mode = ComputeMode.EXCLUSIVE_PROCESS
         if previous is not None:  # what the GPU had before the first share, not since
             daemon.previous_compute_mode = ComputeMode(previous)
-        pids: dict[tuple[int, int, int], int] = {}
-        for record in shares:
-            uid, memory = int(record["uid"]), int(record["memoryMiB"])
-            pct, pid = int(record["activeThreadPercentage"]), int(record["serverPid"])
-            key = (uid, memory, pct)
-            if key not in pids:
-                if daemon.mode != MODELLED and pid not in live:
-                    pid = self._start_server(daemon, uid, memory, pct)
-                pids[key] = pid
-            daemon.served[str(record["claimUid"])] = Served(
-                str(record["claimUid"]), str(record["claim"]), uid, memory, pct, pids[key]
+        served = [
+            Served(
+                str(r["claimUid"]),
+                str(r["claim"]),
+                int(r["uid"]),
+                int(r["memoryMiB"]),
+                int(r["activeThreadPercentage"]),
+                int(r["serverPid"]),
             )
-            daemon.next_pid = max(daemon.next_pid, pids[key] + 1)
+            for r in shares
+        ]
+        pid = served[0].pid
+        if daemon.mode != MODELLED and pid not in live:
+            pid = self._start_server(daemon, served[0].uid)
+        daemon.server_pid = pid
+        daemon.next_pid = max(daemon.next_pid, pid + 1)
+        if daemon.mode != MODELLED and pid != served[0].pid:
+            self._set_limits(daemon, served)  # a new server: the ceiling again
+        else:
+            daemon.limits = server_limits(served)  # adopted (or modelled) as it was left
+        daemon.served = {s.claim_uid: replace(s, pid=pid) for s in served}
         return daemon
 
     # -- one daemon ------------------------------------------------------------------------
@@ -363,35 +396,42 @@ class ShareDaemons:
         )
         return daemon
 
-    def _start_server(self, daemon: ShareDaemon, uid: int, memory_mib: int, pct: int) -> int:
-        if daemon.mode != MODELLED:
-            before = self._servers(daemon)
-            self._control(daemon, f"start_server -uid {uid}")
-            after = self._servers(daemon)
-            new = after - before
-            if len(new) == 1:
-                pid = new.pop()
-            else:  # it was running already (a client of that user came first)
-                owned = sorted(p for p in after if _owner(p) == uid)
-                if not owned:
-                    raise OSError(
-                        f"get_server_list names no server of user {uid} after start_server "
-                        "(a daemon serving another user queues it)"
-                    )
-                pid = owned[0]
-        else:
+    def _start_server(self, daemon: ShareDaemon, uid: int) -> int:
+        """Start the GPU's server for ``uid``; its pid."""
+        if daemon.mode == MODELLED:
             self._control(daemon, f"start_server -uid {uid}")
             pid = daemon.next_pid
             daemon.next_pid += 1
-        try:
-            for command in server_commands(pid, memory_mib, pct):
-                self._control(daemon, command)
-        except (OSError, subprocess.SubprocessError):
-            self._shutdown_server(daemon, pid)  # not left serving with the daemon's defaults
-            raise
-        return pid
+            return pid
+        before = self._servers(daemon)
+        self._control(daemon, f"start_server -uid {uid}")
+        after = self._servers(daemon)
+        new = after - before
+        if len(new) == 1:
+            return new.pop()
+        # it was running already (a client of that user came first)
+        owned = sorted(p for p in after if _owner(p) == uid)
+        if not owned:
+            raise OSError(
+                f"get_server_list names no server of user {uid} after start_server "
+                "(a daemon serving another user queues it)"
+            )
+        return owned[0]
 
-    def _shutdown_server(self, daemon: ShareDaemon, pid: int) -> None:
+    def _set_limits(self, daemon: ShareDaemon, served: list[Served]) -> None:
+        """The server's limits to the largest of ``served`` (sent only when they change)."""
+        limits = server_limits(served)
+        if limits is None or limits == daemon.limits or daemon.server_pid is None:
+            return
+        daemon.limits = None  # unknown until every command went through
+        for command in server_commands(daemon.server_pid, *limits):
+            self._control(daemon, command)
+        daemon.limits = limits
+
+    def _shutdown_server(self, daemon: ShareDaemon) -> None:
+        pid, daemon.server_pid, daemon.limits = daemon.server_pid, None, None
+        if pid is None:
+            return
         try:
             self._control(daemon, f"shutdown_server {pid}")
         except (OSError, subprocess.SubprocessError) as exc:
@@ -471,6 +511,9 @@ def share_record(
         "memoryMiB": served.memory_mib,
         "activeThreadPercentage": served.active_thread_percentage,
         "serverPid": served.pid,
+        # the server's memory limit when the claim was prepared: what its clients that drop
+        # kgpu's environment get (the largest share then prepared on the GPU)
+        "ceilingMiB": daemon.ceiling_mib if daemon is not None else served.memory_mib,
         "previousComputeMode": None if previous is None else str(previous),
         "pipeDirectory": daemon.pipe_directory if daemon is not None else "",
     }

@@ -14,21 +14,24 @@ server's. So a share is enforced by the server of the user its pods run as:
 * a container's user is its ``securityContext.runAsUser``, else its pod's. An image's ``USER``
   is invisible from here (it is in the image, not the API), so a consumer without a
   ``runAsUser`` is refused rather than guessed, and so are consumers that disagree;
-* two shares of one GPU whose pods run as the same user would be served by one server, so they
-  may only have the same limits; a share with other limits is refused (the fix: another
-  ``runAsUser``);
 * a Legacy MPS control daemon (the ``nvidia-cuda-mps-control`` interface kgpu drives) runs one
   user's server at a time: a client of another user is queued until every client of the active
   server has exited (``man nvidia-cuda-mps-control``; NVIDIA lists "only one user on a system
   may have an active MPS server" among MPS's limitations). A pod whose CUDA calls would wait
-  for its neighbours to end is worse than a refusal, so by default a share for another user
-  than the one a GPU's daemon serves is refused at prepare (:func:`other_user`). Shares of one
-  GPU enforced at once are then shares of one user with one size; shares of different sizes
-  need different GPUs. (MPS v3's multi-user mode lifts this; kgpu does not drive it yet.)
+  for its neighbours to end is worse than a refusal, so a share for another user than the one
+  a GPU's daemon serves is refused at prepare (:func:`other_user`). (MPS v3's multi-user mode
+  lifts this; kgpu does not drive it yet.)
+* the shares of one GPU are then served by ONE server, whose limits are the largest share
+  prepared on the GPU (:func:`server_limits`, the *ceiling*), set again when a larger share is
+  prepared or the largest is unprepared; the server applies them to clients that connect
+  afterwards. Each claim's environment carries its own share
+  (``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``), which a client
+  can only lower below the server's. So a client that keeps kgpu's environment is held to its
+  share, one that drops it to the ceiling (its own share when every share of the GPU has one
+  size), and no process outside MPS runs (the GPU is ``EXCLUSIVE_PROCESS``).
 
 The daemon's defaults are the policy's smallest share: a server the daemon starts on demand
-for any other user (a process that was never prepared here, of some other user on the node)
-gets no more than that.
+(a client that connects before kgpu started the server) gets no more than that.
 """
 
 from __future__ import annotations
@@ -54,14 +57,14 @@ class ShareRefused(Exception):
 
 @dataclass(frozen=True)
 class Served:
-    """One prepared share of a GPU: who it is for and the MPS server that enforces it."""
+    """One prepared share of a GPU: who it is for, its limits and the MPS server serving it."""
 
     claim_uid: str
     claim: str  # namespace/name
     uid: int  # the Linux user its pods run as
     memory_mib: int
     active_thread_percentage: int
-    pid: int  # the MPS server (modelled: a number the model gave it)
+    pid: int  # the GPU's one MPS server (modelled: a number the model gave it)
 
     @property
     def limits(self) -> tuple[int, int]:
@@ -176,31 +179,15 @@ def consumer_uid(claim: Mapping[str, Any], lookup: PodLookup | None) -> tuple[in
     return uid, where.removeprefix("pod ")
 
 
-def server_to_reuse(
-    served: Sequence[Served],
-    uid: int,
-    memory_mib: int,
-    active_thread_percentage: int,
-    *,
-    claim: str,
-    pod: str,
-) -> int | None:
-    """The pid of the server already enforcing ``uid``'s shares on this GPU when its limits are
-    the same (a share of the same size for the same user is served by it too); None when no
-    share of this GPU runs as ``uid``. :class:`ShareRefused` when one does with other limits."""
-    for other in served:
-        if other.uid != uid:
-            continue
-        if other.limits == (memory_mib, active_thread_percentage):
-            return other.pid
-        raise ShareRefused(
-            f"claim {claim}: pod {pod} runs as user {uid}, like claim {other.claim} on the same "
-            f"GPU, whose MPS server is limited to {other.memory_mib} MiB and "
-            f"{other.active_thread_percentage}% of the SMs; this claim asks "
-            f"{memory_mib} MiB and {active_thread_percentage}%, and one user has one MPS server "
-            "per GPU: run this pod with another securityContext.runAsUser, or ask the same share"
-        )
-    return None
+def server_limits(served: Sequence[Served]) -> tuple[int, int] | None:
+    """The limits of a GPU's one server: the largest memory and SM share of ``served`` (the
+    ceiling a client that drops its environment is held to); None when nothing is served."""
+    if not served:
+        return None
+    return (
+        max(s.memory_mib for s in served),
+        max(s.active_thread_percentage for s in served),
+    )
 
 
 def other_user(served: Sequence[Served], uid: int, *, claim: str, pod: str, gpu: int) -> None:
@@ -214,8 +201,8 @@ def other_user(served: Sequence[Served], uid: int, *, claim: str, pod: str, gpu:
         f"claim {claim}: pod {pod} runs as user {uid}, but the MPS daemon of GPU {gpu} serves "
         f"user {others[0]} (claim {holder.claim}), and an MPS control daemon runs one user's "
         "server at a time: this pod's CUDA calls would wait until every process of that user "
-        "on the GPU has exited. Run the pods that share a GPU as one securityContext.runAsUser "
-        "(with the same share), or keep them on different GPUs"
+        "on the GPU has exited. Run the pods that share a GPU as one securityContext.runAsUser, "
+        "or keep them on different GPUs"
     )
 
 
@@ -246,7 +233,8 @@ def server_commands(pid: int, memory_mib: int, active_thread_percentage: int) ->
 def client_env(
     pipe_in_container: str, memory_mib: int, active_thread_percentage: int
 ) -> tuple[str, ...]:
-    """The environment of a share's containers (a convenience: the server's limits enforce)."""
+    """The environment of a share's containers: its exact share, which MPS lets a client
+    lower below its server's limits (the ceiling) but not raise above them."""
     return (
         f"CUDA_MPS_PIPE_DIRECTORY={pipe_in_container}",
         f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={memory_mib}M",
