@@ -179,6 +179,37 @@ def test_example_two_run_and_the_third_waits_with_the_allocators_reason() -> Non
     assert consumed == ["20Gi", "40Gi"]
 
 
+def test_a_pod_of_another_user_on_a_shared_gpu_fails_to_prepare_saying_why() -> None:
+    """A Legacy MPS daemon serves one user per GPU: the fourth pod, of another user, fits the
+    GPU's memory (the allocator gives its claim a share) but kgpu refuses it at prepare, as
+    the kubelet reports it; the first user's pods keep running."""
+    sim = _sim()
+    for name, memory in (("a", "20Gi"), ("b", "40Gi"), ("c", "10Gi")):
+        claim, pod = _claim(name, memory)
+        pod["spec"]["securityContext"]["runAsUser"] = 2000 if name == "c" else 1000
+        sim.apply(claim)
+        sim.apply(pod)
+        sim.settle()
+    assert [sim.pods[f"default/{n}"].phase for n in "abc"] == ["Running", "Running", "Pending"]
+    message = sim.pods["default/c"].last_message
+    assert message.startswith(
+        "Failed to prepare dynamic resources: prepare claim default/c: claim default/c: pod "
+        "default/c runs as user 2000, but the MPS daemon of GPU 0 serves user 1000 (claim "
+        "default/a), and an MPS control daemon runs one user's server at a time"
+    ), message
+    assert any(
+        e.reason == "FailedPrepareDynamicResources" and e.object == "Pod/default/c"
+        for e in sim.events
+    )
+    (claim,) = [
+        c
+        for c in sim.store.list("resource.k8s.io/v1", "ResourceClaim")
+        if c["metadata"]["name"] == "c"
+    ]
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert result["device"] == "gpu-0" and result["shareID"]  # the allocator did place it
+
+
 def _schema() -> Any:
     from importlib import resources
 
@@ -199,6 +230,8 @@ def test_nodes_show_each_gpus_shares_in_json_and_tables() -> None:
     assert gpu["used"] == {"computeShares": "0", "memory": "60Gi"}
     assert [c["consumed"]["memory"] for c in gpu["claims"]] == ["20Gi", "40Gi"]
     assert [c["pods"][0].rsplit("-", 2)[0] for c in gpu["claims"]] == ["chat-20g", "embed-40g"]
+    # one user's shares, one MPS server at the largest: the 20Gi share's ceiling is 40Gi
+    assert [c.get("ceiling") for c in gpu["claims"]] == ["40Gi", None]
     assert doc["steps"][0]["nodes"][0]["shares"] == node["shares"]
     schema = _schema()
     assert list(schema.iter_errors(doc)) == []
@@ -206,6 +239,7 @@ def test_nodes_show_each_gpus_shares_in_json_and_tables() -> None:
     assert len(list(schema.iter_errors(doc))) == 1
     table = runner.invoke(app, ["sim", str(EXAMPLE)], env={"COLUMNS": "120"})
     assert "GPU 0 shares: 60Gi/79Gi memory, 2 claim(s)" in table.stdout
+    assert "20Gi memory, ceiling 40Gi" in table.stdout
     watch = runner.invoke(app, ["sim", str(EXAMPLE), "--watch"], env={"COLUMNS": "120"})
     assert "GPU 0 shares: 60Gi/79Gi memory" in watch.stdout
 

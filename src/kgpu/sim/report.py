@@ -83,7 +83,10 @@ def node_json(node: SimNode, shares: list[dict[str, Any]] | None = None) -> dict
 def gpu_shares(sim: SimContext) -> dict[str, list[dict[str, Any]]]:
     """Per node: each GPU the DRA driver publishes for sharing, its capacity, what its
     shares consume together and each share (claim, pods, share id, consumed capacity), as
-    the allocator wrote them in the claims. Empty unless the scenario turns shares on."""
+    the allocator wrote them in the claims, with the ``ceiling`` of a prepared share whose
+    GPU's MPS server is limited to more than it (the largest share prepared there: what a
+    client that drops kgpu's environment may use). Empty unless the scenario turns shares
+    on."""
     if not sim.scenario.dra_shares.enabled:
         return {}
     from kgpu.dra.allocated_shares import claim_shares, shared_devices
@@ -96,6 +99,7 @@ def gpu_shares(sim: SimContext) -> dict[str, list[dict[str, Any]]]:
     index = {
         g.uuid: g.index for n in sim.nodes if n.machine is not None for g in n.machine.gpus
     }
+    ceilings = _share_ceilings(sim)
     out: dict[str, list[dict[str, Any]]] = {}
     for key, device in sorted(devices.items()):
         shares = held.get(key, [])
@@ -119,12 +123,43 @@ def gpu_shares(sim: SimContext) -> dict[str, list[dict[str, Any]]]:
                         "pods": list(s.pods),
                         "shareID": s.share_id,
                         "consumed": dict(s.consumed),
+                        **_ceiling(ceilings, device.node, device.uuid, s),
                     }
                     for s in shares
                 ],
             }
         )
     return out
+
+
+def _share_ceilings(sim: SimContext) -> dict[tuple[str, str], tuple[int, dict[str, int]]]:
+    """(node, GPU UUID) -> the GPU's MPS server memory limit (MiB) and each prepared share's
+    own (claim ``namespace/name`` -> MiB), from the simulated agents' share daemons."""
+    from kgpu.sim.dra_node import DraKubeletPlugin
+
+    out: dict[tuple[str, str], tuple[int, dict[str, int]]] = {}
+    for plugin in sim.kubelet_plugins:
+        if not isinstance(plugin, DraKubeletPlugin):
+            continue
+        for node, handler in plugin.handlers.items():
+            for daemon in handler.share_daemons.daemons.values():
+                if daemon.ceiling_mib is not None:
+                    own = {s.claim: s.memory_mib for s in daemon.served.values()}
+                    out[(node, daemon.gpu.uuid)] = (daemon.ceiling_mib, own)
+    return out
+
+
+def _ceiling(
+    ceilings: dict[tuple[str, str], tuple[int, dict[str, int]]], node: str, uuid: str, share: Any
+) -> dict[str, str]:
+    """``{"ceiling": "40Gi"}`` for a prepared share below its GPU server's limit, else {}."""
+    from kgpu.quantity import format_binary
+
+    ceiling, own = ceilings.get((node, uuid), (0, {}))
+    mine = own.get(f"{share.namespace}/{share.claim}")
+    if mine is None or ceiling <= mine:
+        return {}
+    return {"ceiling": format_binary(ceiling * 2**20)}
 
 
 def _with_shares(summary: str, shares: list[dict[str, Any]] | None) -> str:
@@ -160,6 +195,8 @@ def share_lines(shares: list[dict[str, Any]] | None) -> list[str]:
                 parts.append(f"{consumed['shares']} share(s)")
             if consumed.get("computeShares") not in (None, "0"):
                 parts.append(f"{consumed['computeShares']}% compute")
+            if claim.get("ceiling"):  # what a client that drops kgpu's env may use
+                parts.append(f"ceiling {claim['ceiling']}")
             lines.append(f"  {claim['claim']}" + (f": {', '.join(parts)}" if parts else ""))
     return lines
 
