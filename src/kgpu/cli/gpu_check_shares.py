@@ -1,10 +1,13 @@
 """``scripts/gpu-check.sh``'s memory-share step (issue 27): two MPS clients, 20 GiB and 40 GiB.
 
 What kgpu's DRA memory shares rely on, checked on a real GPU: GPU 0 in ``EXCLUSIVE_PROCESS``,
-one MPS control daemon, one MPS server per Linux user (``start_server -uid``) with its pinned
-device-memory limit set through the control interface (``set_device_pinned_mem_limit``), as
-kgpu's node side does per share (docs/memory-sharing.md). Each client runs as its user, with no
-limit in its environment, and must see at most its limit free and fail to allocate beyond it.
+one MPS control daemon, its one MPS server (``start_server -uid``: a Legacy daemon serves one
+user at a time, so both clients run as one user) with its pinned device-memory limit set
+through the control interface (``set_device_pinned_mem_limit``) to the largest share, 40 GiB,
+as kgpu's node side does (docs/memory-sharing.md). The 20 GiB client keeps kgpu's environment
+(``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M``) and must be held to 20 GiB; the 40 GiB client
+has no limit in its environment and must be held to the server's. Each must see at most its
+limit free and fail to allocate beyond it.
 
 It changes the GPU's compute mode (restored after), so it is skipped unless
 ``KGPU_GPU_CHECK_ALLOW_COMPUTE_MODE=1``: GPUs lent to this project are read-only. It needs root
@@ -27,8 +30,11 @@ from typing import Any
 
 ALLOW_ENV = "KGPU_GPU_CHECK_ALLOW_COMPUTE_MODE"
 CHECK = "memory shares: MPS clients see and keep their limits"
-#: (Linux user id, limit in MiB) of the two clients; ids no account uses
-CLIENTS = ((61020, 20 * 1024), (61040, 40 * 1024))
+#: the clients' Linux user (an id no account uses): one user per GPU, as kgpu requires
+USER = 61000
+#: (limit in MiB, whether the client carries it in its environment) of the two clients; the
+#: server is limited to the largest (the ceiling a client without kgpu's environment gets)
+CLIENTS = ((20 * 1024, True), (40 * 1024, False))
 #: MiB a client may see free beyond its limit (the limit is on pinned memory in whole pages)
 SLACK_MIB = 512
 CONTROL = "nvidia-cuda-mps-control"
@@ -161,7 +167,8 @@ def run_memory_shares(backend: Any, environ: Mapping[str, str] | None = None) ->
         return [Row(CHECK, None, reason)]
     machine = backend.snapshot()
     gpu = machine.gpus[0]
-    if gpu.memory_mib < max(limit for _, limit in CLIENTS) + 2048:
+    ceiling = max(limit for limit, _ in CLIENTS)
+    if gpu.memory_mib < ceiling + 2048:
         return [Row(CHECK, None, f"skipped: GPU 0 has {gpu.memory_mib} MiB, too little")]
     work = Path(tempfile.mkdtemp(prefix="kgpu-mps-check-"))
     pipes, logs = work / "pipe", work / "log"
@@ -182,21 +189,23 @@ def run_memory_shares(backend: Any, environ: Mapping[str, str] | None = None) ->
         subprocess.run([CONTROL, "-d"], env=env, check=True, timeout=30)
         started = True
         time.sleep(1)
-        for uid, limit in CLIENTS:
-            _control(f"start_server -uid {uid}", env)
-            pid = _server_pid(uid, env)
-            if pid is None:
-                rows.append(Row(CHECK, False, f"no MPS server for uid {uid} ({logs})"))
-                continue
-            _control(f"set_device_pinned_mem_limit {pid} 0 {limit}M", env)
-            client_env = {  # no limit in the environment: the server's limit must hold
+        _control(f"start_server -uid {USER}", env)
+        pid = _server_pid(USER, env)
+        if pid is None:
+            rows.append(Row(CHECK, False, f"no MPS server for uid {USER} ({logs})"))
+            return rows
+        _control(f"set_device_pinned_mem_limit {pid} 0 {ceiling}M", env)
+        for limit, in_env in CLIENTS:
+            client_env = {
                 "PATH": env.get("PATH", "/usr/bin:/bin"),
                 "CUDA_MPS_PIPE_DIRECTORY": str(pipes),
             }
+            if in_env:  # kgpu's environment: lowers the server's limit to the share
+                client_env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={limit}M"
             done = subprocess.run(
                 [_client_python(), "-c", CLIENT, str(limit)],
                 env=client_env,
-                user=uid,
+                user=USER,
                 cwd="/",
                 capture_output=True,
                 text=True,
@@ -206,7 +215,7 @@ def run_memory_shares(backend: Any, environ: Mapping[str, str] | None = None) ->
             try:
                 report = json.loads(done.stdout.strip().splitlines()[-1])
             except (IndexError, ValueError):
-                rows.append(Row(CHECK, False, f"uid {uid}: {done.stderr.strip()[-200:]}"))
+                rows.append(Row(CHECK, False, f"{limit} MiB: {done.stderr.strip()[-200:]}"))
                 continue
             ok, figure = judge(limit, report)
             rows.append(Row(CHECK, ok, figure))
