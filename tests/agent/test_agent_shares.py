@@ -12,10 +12,12 @@ import pytest
 from typer.testing import CliRunner
 
 from kgpu.agent import components as comps
+from kgpu.agent.daemon import Agent
 from kgpu.agent.options import AgentOptions
 from kgpu.cli import app
 from kgpu.dra.shares import MEMORY, SHARES
 from kgpu.drivers.gpu import GpuHandler, gate_notes
+from kgpu.drivers.shares import GpuRef
 from kgpu.errors import FieldError
 from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.store import MemoryStore
@@ -83,6 +85,23 @@ def test_the_agents_dra_component_publishes_shared_gpus(root: Path) -> None:
             if s["spec"]["driver"] == "gpu.nvidia.com"
             for d in s["spec"]["devices"]
         }
+        # the agent's status shows each shared GPU's MPS server and its ceiling
+        agent = Agent(opts)
+        agent.components = [component]
+        assert agent.status()["memoryShares"] == []
+        assert component.gpu is not None
+        daemons = component.gpu.share_daemons
+        gpu0 = GpuRef(backend.snapshot().gpus[0].uuid, 0, 81559)
+        daemons.serve(gpu0, "u1", "default/a", "default/a-pod", 1000, 20480, 100)
+        daemons.serve(gpu0, "u2", "default/b", "default/b-pod", 1000, 40960, 100)
+        (shared,) = agent.status()["memoryShares"]
+        assert shared["gpu"] == 0 and shared["ceilingMiB"] == 40960
+        assert [(s["claim"], s["pinnedDeviceMemoryLimitMiB"]) for s in shared["shares"]] == [
+            ("default/a", 20480),
+            ("default/b", 40960),
+        ]
+        daemons.release("u1")
+        daemons.release("u2")
     finally:
         component.stop()
     gpu = devices["gpu-0"]

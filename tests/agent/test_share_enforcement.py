@@ -541,3 +541,21 @@ def test_a_damaged_share_record_does_not_stop_a_restart(tmp_path: Path) -> None:
     daemons = ShareDaemons(tmp_path, SharePolicy(MEMORY), use_binary=False)
     daemons.restore([{"gpu": "GPU-x"}, {"gpu": "GPU-y", "gpuIndex": 1, "gpuMemoryMiB": "?"}])
     assert daemons.status() == []
+
+
+def test_a_larger_share_whose_limits_cannot_be_set_leaves_the_ceiling_where_it_was(
+    rig: Rig,
+) -> None:
+    a, b = rig.claim("a", "20Gi", 1000), rig.claim("b", "40Gi", 1000)
+    assert rig.prepare(a) == {"a": ""}
+    rig.daemon.fail = "set_active_thread_percentage"
+    error = rig.prepare(b)["b"]
+    assert "could not serve user 1000 with its limits" in error
+    assert rig.daemon.commands(rig.gpu1)[-4:] == [
+        "set_device_pinned_mem_limit 5000 0 40960M",
+        "set_active_thread_percentage 5000 100",  # refused: back to a's 20 GiB
+        "set_device_pinned_mem_limit 5000 0 20480M",
+        "set_active_thread_percentage 5000 100",  # refused again (as far as it lets us)
+    ]
+    assert rig.daemon.servers[rig.gpu1] == {5000: 1000}  # a's server keeps serving
+    assert [h.holder for h in rig.ownership.ledger().holdings(rig.gpu1)] == [a["metadata"]["uid"]]

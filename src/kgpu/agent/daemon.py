@@ -52,6 +52,7 @@ from kgpu.agent.rootlock import RootLock
 from kgpu.config.loader import ConfigSet
 from kgpu.drivers.component import Component
 from kgpu.drivers.deviceplugin import DevicePluginComponent
+from kgpu.drivers.dra import DraComponent
 from kgpu.drivers.migmanager import MigManager, withhold
 from kgpu.drivers.mps import MpsComponent
 from kgpu.drivers.ownership import GpuOwnership
@@ -723,6 +724,8 @@ class Agent:
             "resources": resources,
             "unhealthy": problems,
             "mps": self.mps.status() if self.mps is not None else [],
+            # DRA memory shares: per GPU its MPS daemon, server, ceiling and shares
+            "memoryShares": self._memory_shares(),
             "migManager": self.mig_manager.status() if self.mig_manager is not None else None,
             "nodeFeatures": self.features.target if self.features is not None else None,
             "cdiSpec": str(spec) if (spec := self._cdi_spec()) is not None else None,
@@ -741,6 +744,14 @@ class Agent:
             "reloads": self.reloads,
             "updated": time.time(),
         }
+
+    def _memory_shares(self) -> list[dict[str, object]]:
+        """The DRA driver's memory-share daemons (:meth:`ShareDaemons.status`): each GPU's
+        server and its ``ceilingMiB``, the most a client that drops kgpu's env may use."""
+        dra = next((c for c in self.components if isinstance(c, DraComponent)), None)
+        if dra is None or dra.gpu is None:
+            return []
+        return dra.gpu.share_daemons.status()
 
     def _ownership_status(self, served: NodeView | None) -> list[dict[str, Any]]:
         ownership = self.ownership
