@@ -93,9 +93,31 @@ def test_the_agent_uses_exactly_its_documented_rules(server: FakeApiServer, root
         made = admin.create(claim)
         ns = made["metadata"]["namespace"]
         refs.append((driver, ClaimRef(ns, made["metadata"]["uid"], name)))
+    # a memory share of gpu-2 (consumableShares: memory): its pod is read for its runAsUser
+    pod = admin.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "infer", "namespace": "ml"},
+            "spec": {
+                "securityContext": {"runAsUser": 1000},
+                "containers": [{"name": "main", "image": "x"}],
+            },
+        }
+    )
+    share = _claim("share", "gpu.nvidia.com", "gpu-2", None)
+    share["status"]["allocation"]["devices"]["results"][0].update(
+        shareID="7f1c2a9e-3b4d-4e5f-8a6b-0c1d2e3f4a5b", consumedCapacity={"memory": "20Gi"}
+    )
+    share["status"]["reservedFor"] = [
+        {"resource": "pods", "name": "infer", "uid": pod["metadata"]["uid"]}
+    ]
+    made = admin.create(share)
+    refs.append(("gpu.nvidia.com", ClaimRef("ml", made["metadata"]["uid"], "share")))
 
     # the whole agent, as the chart runs it: device plugin, NFD labels (a NodeFeature), DRA
-    # (both drivers on a fabric tray) and the MIG manager, its state on the Node, its events
+    # (both drivers on a fabric tray, memory shares) and the MIG manager, its state on the Node,
+    # its events
     admin.patch("v1", "Node", "tray-0", {"metadata": {"labels": {MIG_LABEL: "all-disabled"}}})
     agent = Agent(
         AgentOptions(
@@ -109,6 +131,7 @@ def test_the_agent_uses_exactly_its_documented_rules(server: FakeApiServer, root
             namespace="kgpu-system",
             mig_manager=True,
             dra=True,
+            consumable_shares="memory",
             status_file=root / "status.json",
         ),
         backend=SimulatedBackend(load_machine("gb200", hostname="tray-0", clique=CLIQUE)),

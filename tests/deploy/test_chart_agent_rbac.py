@@ -19,7 +19,8 @@ Render = Callable[[str, str], Rendered]
 def test_everything_on_grants_exactly_the_documented_rules(render: Render, version: str) -> None:
     # everything-else turns the MIG manager on but DRA and GFD off; default has those on
     on, off = render(version, "default"), render(version, "everything-else")
-    rules = on.rules("agent") | off.rules("agent")
+    shares = render(version, "memory-shares")  # consumableShares: memory
+    rules = on.rules("agent") | off.rules("agent") | shares.rules("agent")
     assert rules == documented("agent")
 
 
@@ -32,3 +33,11 @@ def test_parts_turned_off_take_their_rules_away(render: Render) -> None:
     assert not {r for r in off if r[1] == "nodefeatures"}
     assert ("", "events", "create") in off
     assert {("", "nodes", v) for v in ("list", "watch", "patch")} <= off
+
+
+def test_memory_shares_alone_add_get_on_pods_and_their_events(render: Render) -> None:
+    default = render("1.34", "default").rules("agent")
+    assert not {r for r in default if r[1] == "pods"}  # consumableShares: disabled
+    shares = render("1.34", "memory-shares").rules("agent")
+    # each share's pods (their runAsUser picks its MPS server); its daemons' Warnings
+    assert shares - default == {("", "pods", "get"), ("", "events", "create")}

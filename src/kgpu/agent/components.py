@@ -38,7 +38,7 @@ from kgpu.drivers.migmanager import (
     mig_manager,
     store_event_sink,
 )
-from kgpu.drivers.mps import MpsComponent
+from kgpu.drivers.mps import EventSink, MpsComponent
 from kgpu.drivers.ownership import GpuOwnership
 from kgpu.hardware.backend import Backend, ComputeModeBackend
 from kgpu.kubelet.nvidia_cdi import NodeDriver
@@ -160,6 +160,18 @@ def dra(ctx: AgentContext) -> Component | None:
     opts = ctx.options
     if opts.dra is False:
         return None
+    node_name = opts.node_name
+    sinks: list[EventSink] = []  # one sink: its names stay unique across events
+
+    def record(kind: str, reason: str, message: str) -> None:  # on the Node, when connected
+        # memory shares' MPS daemons: MpsNotEnforced, ComputeModeNotRestored
+        store = ctx.store()
+        if store is None or not node_name:
+            return
+        if not sinks:
+            sinks.append(store_event_sink(store, node_name, component="kgpu-dra"))
+        sinks[0](kind, reason, message)
+
     return load_dra(
         opts.kubelet_root,
         opts.cdi_root,
@@ -171,6 +183,7 @@ def dra(ctx: AgentContext) -> Component | None:
         ownership=ctx.ownership,
         namespace=ctx.namespace,
         shares=opts.share_policy,
+        on_event=record,
     )
 
 
@@ -231,9 +244,11 @@ def load_dra(
     ownership: GpuOwnership | None = None,
     namespace: str | None = None,
     shares: SharePolicy = DISABLED_POLICY,
+    on_event: EventSink | None = None,
 ) -> Component:
     """The DRA drivers; ``namespace``: the agent's, which is the controller's (the chart's
-    release namespace), the one namespace whose IMEX daemon claims are prepared."""
+    release namespace), the one namespace whose IMEX daemon claims are prepared; ``on_event``
+    records the Warnings of memory shares' MPS daemons (on the Node)."""
     from kgpu.kubelet.nvidia_cdi import for_backend
 
     return DraComponent(
@@ -251,4 +266,5 @@ def load_dra(
         node_driver_for=(lambda _backend: driver()) if driver is not None else for_backend,
         ownership=ownership,
         shares=shares,
+        on_event=on_event,
     )

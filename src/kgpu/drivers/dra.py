@@ -35,6 +35,7 @@ from kgpu.dra.allocated_shares import ClaimShare, claim_shares
 from kgpu.dra.api import RESOURCE_API
 from kgpu.dra.shares import DISABLED_POLICY, SharePolicy
 from kgpu.drivers.gpu import GpuHandler
+from kgpu.drivers.mps import EventSink
 from kgpu.drivers.ownership import GpuOwnership
 from kgpu.drivers.publish import SlicePublisher, publish_slices
 from kgpu.drivers.shares import pod_lookup
@@ -80,9 +81,12 @@ class DraComponent:
         node_driver_for: Callable[[Backend], NodeDriver | None] = nvidia_cdi.for_backend,
         ownership: GpuOwnership | None = None,
         shares: SharePolicy = DISABLED_POLICY,
+        on_event: EventSink | None = None,
     ) -> None:
         # whole GPUs published for consumable shares (``--consumable-shares``)
         self.shares = shares
+        # the Warnings of memory shares' MPS daemons (MpsNotEnforced, ComputeModeNotRestored)
+        self.on_event = on_event
         # the node's ledger shared with the device plugin: GPUs it holds are not published,
         # and the slices are republished when that changes
         self.ownership = ownership
@@ -156,6 +160,7 @@ class DraComponent:
                 compute_modes=(
                     self.backend if isinstance(self.backend, ComputeModeBackend) else None
                 ),
+                on_event=self.on_event,
             )
             machine = self.gpu.machine
             for factory in self.driver_factories:

@@ -19,9 +19,11 @@ import itertools
 import json
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from kgpu.dra.api import RESOURCE_API
+from kgpu.dra.gated_fields import drop_slice_fields
 from kgpu.dra.slices import slice_name
 from kgpu.store import CachedStore, Informer, NotFound, ObjectStore, StoreError
 
@@ -81,18 +83,31 @@ def node_owner(store: ObjectStore, node_name: str) -> list[Obj] | None:
 _LOOKUP: Any = object()
 
 
+@dataclass
+class ServerForm:
+    """What the API server is known to drop from the slices it stores, learned from its
+    answers: ``gated`` when it dropped ``DRAConsumableCapacity``'s fields (a 1.34-1.35 server
+    without the gate, :mod:`kgpu.dra.gated_fields`). A pool stored without them is then the
+    same pool, and is not written again on every publication; a restarted agent (after the
+    gate was turned on) writes once and learns again."""
+
+    gated: bool = False
+
+
 def publish_slices(
     store: ObjectStore,
     driver: str,
     node_name: str,
     slices: list[Obj],
     owner: list[Obj] | None = _LOOKUP,
+    server: ServerForm | None = None,
 ) -> int:
     """Make ``slices`` the node's pool for ``driver``; returns the pool generation now live.
 
     Slices are named ``<node>-<driver>-<i>`` whatever names they came with, and owned by
     ``owner`` (default: the Node, looked up through the store). Nothing is
-    written when the published pool already has the same devices. Otherwise every
+    written when the published pool already has the same devices (as the server stores them,
+    ``server``: what it is known to drop, learned here from its answers). Otherwise every
     slice gets generation ``current + 1``, new slices are written first and stale ones (of this
     driver and this pool only) deleted afterwards, so a reader never sees an empty pool.
     Slices of other drivers or other nodes are never touched.
@@ -117,19 +132,23 @@ def publish_slices(
         pool["name"] = node_name
         pool["resourceSliceCount"] = len(wanted)
     newest = [s for s in existing if int(s["spec"]["pool"].get("generation", 0)) == current]
-    if (
-        existing
-        and len(newest) == len(existing)
-        and sorted(map(_key, newest)) == sorted(map(_key, wanted))
-    ):
-        return current
+    if existing and len(newest) == len(existing):
+        have = sorted(map(_key, newest))
+        if have == sorted(map(_key, wanted)) or (
+            server is not None
+            and server.gated
+            and have == sorted(_key(drop_slice_fields(s)) for s in wanted)
+        ):
+            return current
     generation = current + 1
     names = set()
     for s in wanted:
         s["spec"]["pool"]["generation"] = generation
         names.add(s["metadata"]["name"])
         s["metadata"].pop("resourceVersion", None)
-        store.apply(s)
+        stored = store.apply(s)
+        if server is not None and not server.gated and _key(stored) != _key(s):
+            server.gated = _key(stored) == _key(drop_slice_fields(s))
     for s in existing:
         name = s["metadata"]["name"]
         if name not in names:
@@ -160,6 +179,7 @@ class SlicePublisher:
         self.node_name = node_name
         self._wanted: dict[str, list[Obj]] = {}
         self._owner: list[Obj] | None = None  # the Node's uid, read once
+        self._server = ServerForm()  # what the API server drops from slices
         self._lock = threading.RLock()
         self._informer: Informer | None = None
         self._unsubscribe: Any = None
@@ -174,7 +194,9 @@ class SlicePublisher:
             self._wanted[driver] = copy.deepcopy(slices)
             if self._owner is None:
                 self._owner = node_owner(self.store, self.node_name)
-            return publish_slices(self.store, driver, self.node_name, slices, self._owner)
+            return publish_slices(
+                self.store, driver, self.node_name, slices, self._owner, self._server
+            )
 
     def unpublish(self, driver: str) -> None:
         with self._lock:
@@ -190,7 +212,9 @@ class SlicePublisher:
             try:
                 # a Node deleted and created again has a new uid: read it again
                 self._owner = node_owner(self.store, self.node_name)
-                publish_slices(self.store, driver, self.node_name, wanted, self._owner)
+                publish_slices(
+                    self.store, driver, self.node_name, wanted, self._owner, self._server
+                )
             except StoreError as exc:  # the next deletion or view change tries again
                 log.warning("%s: cannot publish the slices again: %s", driver, exc)
 

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from kgpu.config.loader import ConfigSet
+from kgpu.dra.features import GATES
 from kgpu.sim.admission import Admission, share_policy_of
 from kgpu.sim.journal import SimStore
 from kgpu.sim.loops import Loops
@@ -69,7 +70,10 @@ class SimContext:
         self.scenario = scenario
         self.suffixes = Suffixes(scenario.seed)  # pod name suffixes: seeded, so runs repeat
         self.now = 0.0
-        self.store = SimStore(clock=self.timestamp)
+        # the API server drops the fields of gates the release does not serve (claims asking
+        # GPU memory at 1.34-1.35 without DRAConsumableCapacity are plain claims there)
+        gates = {name: bool(getattr(scenario.features, attr)) for name, (attr, _) in GATES.items()}
+        self.store = SimStore(clock=self.timestamp, gate_on=lambda g: gates.get(g, True))
         self.scheduler = Scheduler(
             list(scheduler_plugins), self.store, scenario.kubernetes_version
         )

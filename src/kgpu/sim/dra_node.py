@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kgpu.dra.api import RESOURCE_API
+from kgpu.dra.gated_fields import drop_slice_fields
 from kgpu.dra.shares import DISABLED_POLICY, SharePolicy
 from kgpu.dra.withhold import OWNER_TAINT_KEY
 from kgpu.drivers.gpu import DRIVER, GpuHandler, visible_uuids
@@ -325,20 +326,9 @@ class DraKubeletPlugin:
 def drop_share_fields(slice_: Mapping[str, Any]) -> Obj:
     """``slice_`` as an API server without ``DRAConsumableCapacity`` stores it: devices lose
     ``allowMultipleAllocations`` and their capacities' ``requestPolicy`` (the gate's fields,
-    dropped on create as kube-apiserver drops every disabled field)."""
-    spec = dict(slice_.get("spec") or {})
-    devices = []
-    for device in spec.get("devices") or []:
-        out = {k: v for k, v in device.items() if k != "allowMultipleAllocations"}
-        if "capacity" in out:
-            out["capacity"] = {
-                name: {k: v for k, v in (cap or {}).items() if k != "requestPolicy"}
-                for name, cap in out["capacity"].items()
-            }
-        devices.append(out)
-    if "devices" in spec:
-        spec["devices"] = devices
-    return {**slice_, "spec": spec}
+    dropped on create as kube-apiserver drops every disabled field; the rule of
+    :mod:`kgpu.dra.gated_fields`, which the simulator's store applies to claims too)."""
+    return drop_slice_fields(dict(slice_))
 
 
 def _has_driver(claim: Mapping[str, Any]) -> bool:

@@ -11,12 +11,28 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from kgpu.dra.gated_fields import drop_disabled
 from kgpu.store import MemoryStore, Obj, group_of, namespace_of
 
 
 class SimStore(MemoryStore):
-    def __init__(self, clock: Callable[[], str] | None = None) -> None:
-        super().__init__(clock)
+    """``gate_on``: whether the simulated API server serves a feature gate; the fields of
+    one it does not serve are dropped on write as kube-apiserver drops them
+    (:func:`kgpu.dra.gated_fields.drop_disabled`). None: every gate on."""
+
+    def __init__(
+        self,
+        clock: Callable[[], str] | None = None,
+        gate_on: Callable[[str], bool] | None = None,
+    ) -> None:
+        strategy = None
+        if gate_on is not None:
+            on = gate_on
+
+            def strategy(new: Obj, old: Obj | None) -> Obj:
+                return drop_disabled(str(new.get("kind", "")), new, old, on)
+
+        super().__init__(clock, strategy=strategy)
         self._mute = 0
         self._journal: dict[str, set[tuple[str, str]]] = {}
         #: (API group, kind) of every object ever stored: a controller of a kind the cluster

@@ -143,12 +143,18 @@ class MemoryStore:
 
     ``clock`` supplies ``creationTimestamp``/``deletionTimestamp`` values so the simulator's
     clock, not the wall clock, shows in objects. ``history`` is how many past events a watch
-    can resume across.
+    can resume across. ``strategy`` is what the API server does to an object it is given
+    before storing it (the simulator's: the fields of disabled feature gates dropped), as
+    ``strategy(new, old)`` with ``old`` None on create; it must not change its arguments.
     """
 
     def __init__(
-        self, clock: Callable[[], str] | None = None, history: int = DEFAULT_HISTORY
+        self,
+        clock: Callable[[], str] | None = None,
+        history: int = DEFAULT_HISTORY,
+        strategy: Callable[[Obj, Obj | None], Obj] | None = None,
     ) -> None:
+        self._strategy = strategy
         self._objects: dict[Key, Obj] = {}
         # (group, kind) -> that kind's objects: a list or watch reads one kind, not the store
         self._by_kind: dict[tuple[str, str], dict[Key, Obj]] = {}
@@ -262,6 +268,8 @@ class MemoryStore:
         return self._create(self._own(obj), copy_out=True)
 
     def _create(self, obj: Obj, *, copy_out: bool) -> Obj:
+        if self._strategy is not None:
+            obj = self._strategy(obj, None)
         meta = obj.setdefault("metadata", {})
         with self._lock:
             if not meta.get("name") and meta.get("generateName"):
@@ -361,6 +369,8 @@ class MemoryStore:
         return cast(Obj, self._leaves.copy(obj))
 
     def _replace(self, key: Key, current: Obj, obj: Obj, *, copy_out: bool = True) -> Obj:
+        if self._strategy is not None:
+            obj = self._strategy(obj, current)
         meta = obj.setdefault("metadata", {})
         for kept in ("uid", "creationTimestamp", "deletionTimestamp"):
             if kept in current["metadata"]:
