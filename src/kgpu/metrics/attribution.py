@@ -132,5 +132,3 @@ def resolve_device_id(
                     if m.index == mig:
                         return m.uuid
     return None
-
-

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 HOSTNAME_LABELS = ("Hostname", "hostname")
 
+
 class FamilySet:
     """Families in exposition order; series of several nodes merge under one HELP/TYPE.
 

@@ -74,9 +74,7 @@ class SimContext:
         # GPU memory at 1.34-1.35 without DRAConsumableCapacity are plain claims there)
         gates = {name: bool(getattr(scenario.features, attr)) for name, (attr, _) in GATES.items()}
         self.store = SimStore(clock=self.timestamp, gate_on=lambda g: gates.get(g, True))
-        self.scheduler = Scheduler(
-            list(scheduler_plugins), self.store, scenario.kubernetes_version
-        )
+        self.scheduler = Scheduler(list(scheduler_plugins), self.store, scenario.kubernetes_version)
         self.kubelet_plugins: list[KubeletPlugin] = list(kubelet_plugins)
         self.release_listeners: list[ReleaseListener] = []
         self.dra = any(p.name == "DynamicResources" for p in self.scheduler.plugins)

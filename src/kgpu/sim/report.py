@@ -96,9 +96,7 @@ def gpu_shares(sim: SimContext) -> dict[str, list[dict[str, Any]]]:
     held: dict[tuple[str, str, str], list[Any]] = {}
     for share in claim_shares(list_read_only(sim.store, RESOURCE_API, "ResourceClaim")):
         held.setdefault(share.key, []).append(share)
-    index = {
-        g.uuid: g.index for n in sim.nodes if n.machine is not None for g in n.machine.gpus
-    }
+    index = {g.uuid: g.index for n in sim.nodes if n.machine is not None for g in n.machine.gpus}
     ceilings = _share_ceilings(sim)
     out: dict[str, list[dict[str, Any]]] = {}
     for key, device in sorted(devices.items()):
@@ -255,10 +253,13 @@ def report_parts(sim: SimContext, *, copies: bool = True) -> Iterator[tuple[str,
     that only serializes them (12,500 ResourceSlices read, not copied)."""
     yield "scenario", sim.scenario.name
     # the release the cluster runs and its DRA allocator gates (kgpu.releases)
-    yield "kubernetes", {
-        "version": str(sim.scenario.kubernetes_version),
-        "featureGates": sim.scenario.features.gates(),
-    }
+    yield (
+        "kubernetes",
+        {
+            "version": str(sim.scenario.kubernetes_version),
+            "featureGates": sim.scenario.features.gates(),
+        },
+    )
     yield "time", sim.now
     shares = gpu_shares(sim)
     yield "nodes", (node_json(n, shares.get(n.name)) for n in sim.nodes)
@@ -709,8 +710,7 @@ def render_step(
         "NODE", min_width=min(limit, _longest([n["name"] for n in shown])), overflow="fold"
     )
     gpus = {
-        n["name"]: clip(_with_shares(_json_gpu_summary(n), n.get("shares")), limit)
-        for n in shown
+        n["name"]: clip(_with_shares(_json_gpu_summary(n), n.get("shares")), limit) for n in shown
     }
     names = _longest([clip(n["name"], limit) for n in shown], 4)
     gpu_width = _longest([x for g in gpus.values() for x in g.split("\n")], 16)
