@@ -24,6 +24,7 @@ from kgpu.hardware.simulated import SimulatedBackend
 from kgpu.kubelet.dra.handler import ClaimRef
 from kgpu.store import CachedStore
 from kgpu.testing.apiserver import FakeApiServer, write_kubeconfig
+from kgpu.testing.manifests import memory_share_claim
 from kgpu.testing.views import make_machine
 
 NODE = "node-a"
@@ -57,26 +58,7 @@ def _pod_and_claim(admin: KubeStore, run_as: int) -> dict[str, Any]:
             },
         }
     )
-    admin.create(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": "infer", "namespace": "default"},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpu",
-                            "exactly": {
-                                "deviceClassName": "gpu.nvidia.com",
-                                "capacity": {"requests": {"memory": "20Gi"}},
-                            },
-                        }
-                    ]
-                }
-            },
-        }
-    )
+    admin.create(memory_share_claim("infer", "20Gi"))
     status = {
         "allocation": {
             "devices": {

@@ -13,31 +13,14 @@ from kgpu.sim.admission import SHARE_POLICY, Admission, AdmissionDenied, share_p
 from kgpu.sim.scenario import Scenario, scenario_from_dict
 from kgpu.sim.simulation import Simulation
 from kgpu.store import MemoryStore, NotFound
+from kgpu.testing.manifests import memory_share_claim
 
 Obj = dict[str, Any]
 MEMORY = parse_share_policy("memory")
 
 
 def claim(name: str, memory: str, kind: str = "ResourceClaim") -> Obj:
-    devices = {
-        "devices": {
-            "requests": [
-                {
-                    "name": "gpu",
-                    "exactly": {
-                        "deviceClassName": "gpu.nvidia.com",
-                        "capacity": {"requests": {"memory": memory}},
-                    },
-                }
-            ]
-        }
-    }
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": kind,
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"spec": devices} if kind == "ResourceClaimTemplate" else devices,
-    }
+    return memory_share_claim(name, memory, kind=kind)
 
 
 def with_shares(scenario: Scenario, policy: SharePolicy) -> Scenario:

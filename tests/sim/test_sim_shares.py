@@ -16,6 +16,7 @@ from kgpu.dra.shares import MEMORY, SharePolicy
 from kgpu.errors import FieldError
 from kgpu.sim.scenario import load_scenario, scenario_from_dict
 from kgpu.sim.simulation import Simulation
+from kgpu.testing.manifests import memory_share_claim
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "sharing" / "memory-shares-h100.yaml"
@@ -24,24 +25,7 @@ runner = CliRunner()
 
 def _claim(name: str, memory: str) -> list[dict[str, Any]]:
     """A ResourceClaim asking ``memory`` of one GPU and a pod (runAsUser set) using it."""
-    claim = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": "gpu",
-                        "exactly": {
-                            "deviceClassName": "gpu.nvidia.com",
-                            "capacity": {"requests": {"memory": memory}},
-                        },
-                    }
-                ]
-            }
-        },
-    }
+    claim = memory_share_claim(name, memory, namespace=None)
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -74,15 +74,22 @@ def _text(text: str) -> str:
     return text
 
 
-def _address(text: str) -> str:
+def _checked(check: Callable[[str], object], text: str) -> str:
+    """``text`` once ``check`` accepts it; its FieldError's messages as a ValueError (what
+    the environment readers report) otherwise."""
     from kgpu.errors import FieldError
-    from kgpu.metrics.server import parse_address
 
     try:
-        parse_address(text)
+        check(text)
     except FieldError as exc:
         raise ValueError("; ".join(p.message for p in exc.problems)) from None
     return text
+
+
+def _address(text: str) -> str:
+    from kgpu.metrics.server import parse_address
+
+    return _checked(parse_address, text)
 
 
 def _discovery(text: str) -> str:
@@ -104,13 +111,8 @@ def _hooks(text: str) -> frozenset[str]:
 def _share_mode(text: str) -> str:
     """A ``--consumable-shares`` mode, as NVIDIA's DRA driver takes ``CONSUMABLE_SHARES``."""
     from kgpu.dra.shares import parse_share_policy
-    from kgpu.errors import FieldError
 
-    try:
-        parse_share_policy(text)
-    except FieldError as exc:
-        raise ValueError("; ".join(p.message for p in exc.problems)) from None
-    return text
+    return _checked(parse_share_policy, text)
 
 
 @dataclass(frozen=True)

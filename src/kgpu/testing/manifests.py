@@ -70,6 +70,38 @@ def claim_template(
     }
 
 
+def memory_share_claim(
+    name: str,
+    memory: str,
+    *,
+    kind: str = "ResourceClaim",
+    namespace: str | None = "default",
+) -> dict[str, Any]:
+    """A ``resource.k8s.io/v1`` ResourceClaim (or ResourceClaimTemplate) ``name`` whose request
+    ``gpu`` asks one ``gpu.nvidia.com`` GPU for ``memory`` of it (a consumable memory share);
+    ``namespace`` None leaves it to the applier."""
+    devices = {
+        "devices": {
+            "requests": [
+                {
+                    "name": "gpu",
+                    "exactly": {
+                        "deviceClassName": "gpu.nvidia.com",
+                        "capacity": {"requests": {"memory": memory}},
+                    },
+                }
+            ]
+        }
+    }
+    metadata = {"name": name} if namespace is None else {"name": name, "namespace": namespace}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": kind,
+        "metadata": metadata,
+        "spec": {"spec": devices} if kind == "ResourceClaimTemplate" else devices,
+    }
+
+
 def compute_domain(
     name: str,
     num_nodes: int = 2,
