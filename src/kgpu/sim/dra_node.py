@@ -38,6 +38,7 @@ from kgpu.dra.withhold import OWNER_TAINT_KEY
 from kgpu.drivers.gpu import DRIVER, GpuHandler, visible_uuids
 from kgpu.drivers.ownership import GpuOwnership
 from kgpu.drivers.publish import publish_slices
+from kgpu.drivers.shares import pod_lookup
 from kgpu.hardware.model import Machine
 from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
 from kgpu.kubelet.dra.plugin import DraPlugin
@@ -96,20 +97,8 @@ class DraKubeletPlugin:
         old = self.handlers.get(node_name)
         if old is None:
             return
-        plugin_dir = self.work_dir / node_name / "plugins" / DRIVER
-        handler = GpuHandler(
-            old.machine,
-            node_name,
-            plugin_dir,
-            dynamic_mig=True,
-            partitionable=self.partitionable,
-            ownership=self.ownership.get(node_name),
-            shares=self.shares,
-            pod_lookup=self._pod,
-        )
+        handler = self._start_driver(node_name, old.machine, store)
         handler.set_health(old.unhealthy)
-        self.handlers[node_name] = handler
-        self.plugins[node_name] = DraPlugin(handler, plugin_dir, self.cdi_root(node_name), store)
         self._publish(store, handler, node_name)  # a starting agent publishes its slices
 
     def prepared_gpus(self, node_name: str) -> dict[str, str]:
@@ -165,14 +154,28 @@ class DraKubeletPlugin:
             for g in sorted(would - set(withheld) - published, key=index.__getitem__)
         ]
 
+    def _start_driver(self, node_name: str, machine: Machine, store: ObjectStore) -> GpuHandler:
+        """The node's driver as its agent starts it (first start and restart alike): a handler
+        that reads its checkpoint from the node's plugin directory, and its kubelet plugin."""
+        plugin_dir = self.work_dir / node_name / "plugins" / DRIVER
+        handler = GpuHandler(
+            machine,
+            node_name,
+            plugin_dir,
+            dynamic_mig=True,
+            partitionable=self.partitionable,
+            ownership=self.ownership.get(node_name),
+            shares=self.shares,
+            pod_lookup=self._pod,
+        )
+        self.handlers[node_name] = handler
+        self.plugins[node_name] = DraPlugin(handler, plugin_dir, self.cdi_root(node_name), store)
+        return handler
+
     def _pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        """The handler's ``pod_lookup``: the pod as the simulated API server holds it."""
-        if self._store is None:
-            return None
-        try:
-            return self._store.get("v1", "Pod", name, namespace)
-        except NotFound:
-            return None
+        """The handler's ``pod_lookup``, read through the agent's own lookup
+        (:func:`kgpu.drivers.shares.pod_lookup`) on the store the node uses now."""
+        return None if self._store is None else pod_lookup(self._store)(namespace, name)
 
     def _publish(self, store: ObjectStore, handler: GpuHandler, node_name: str) -> None:
         """Publish the handler's slices as the API server stores them."""
@@ -190,21 +193,7 @@ class DraKubeletPlugin:
             return
         handler = self.handlers.get(node_name)
         if handler is None:
-            plugin_dir = self.work_dir / node_name / "plugins" / DRIVER
-            handler = GpuHandler(
-                machine,
-                node_name,
-                plugin_dir,
-                dynamic_mig=True,
-                partitionable=self.partitionable,
-                ownership=self.ownership.get(node_name),
-                shares=self.shares,
-                pod_lookup=self._pod,
-            )
-            self.handlers[node_name] = handler
-            self.plugins[node_name] = DraPlugin(
-                handler, plugin_dir, self.cdi_root(node_name), store
-            )
+            handler = self._start_driver(node_name, machine, store)
         else:
             handler.update_machine(machine)
         self._publish(store, handler, node_name)
