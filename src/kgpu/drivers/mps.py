@@ -163,6 +163,23 @@ def daemon_env(pipe_directory: str, log_directory: str, gpu_uuid: str) -> dict[s
     return env
 
 
+def launch_daemon(
+    binary: str,
+    pipe_directory: str,
+    log_directory: str,
+    shm_directory: str,
+    env: Mapping[str, str],
+    run: Runner | None = None,
+) -> None:
+    """Start one control daemon (``-d``): its pipe, log and shm directories made with the mode
+    clients need, the shm's size-capped tmpfs mounted (:func:`mount_shm`, ``run`` doing the
+    mount; None: mount(8) itself), then the daemon with ``env`` (:func:`daemon_env`)."""
+    for directory in (pipe_directory, log_directory, shm_directory):
+        ensure_directory(Path(directory), MPS_DIRECTORY_MODE)
+    mount_shm(Path(shm_directory), run or _run)
+    subprocess.run([binary, "-d"], env=dict(env), check=True, timeout=10)
+
+
 def control(binary: str, env: Mapping[str, str], command: str) -> str:
     """One command to a running daemon through ``nvidia-cuda-mps-control`` (its stdout)."""
     done = subprocess.run(
@@ -370,10 +387,14 @@ class MpsManager:
         try:
             self._exclusive(daemon)
             if self.binary:
-                for directory in (plan.pipe_directory, plan.log_directory, plan.shm_directory):
-                    ensure_directory(Path(directory), MPS_DIRECTORY_MODE)
-                mount_shm(Path(plan.shm_directory), self._run)
-                subprocess.run([self.binary, "-d"], env=self._env(daemon), check=True, timeout=10)
+                launch_daemon(
+                    self.binary,
+                    plan.pipe_directory,
+                    plan.log_directory,
+                    plan.shm_directory,
+                    self._env(daemon),
+                    self._run,
+                )
                 started = True
                 for command in daemon.commands:
                     self._control(daemon, command)

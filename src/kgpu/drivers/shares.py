@@ -50,18 +50,16 @@ from typing import Any
 from kgpu.dra.shares import SharePolicy
 from kgpu.drivers.mps import (
     CONTROL_BINARY,
-    MPS_DIRECTORY_MODE,
     EventSink,
     Runner,
     control,
     daemon_env,
     emit_event,
-    mount_shm,
+    launch_daemon,
     restore_compute_mode,
     set_exclusive,
 )
 from kgpu.hardware.backend import BackendError, ComputeMode, ComputeModeBackend
-from kgpu.kubelet.dirs import ensure_directory
 from kgpu.kubelet.dra.handler import ClaimError
 from kgpu.node.shares import (
     PodLookup,
@@ -361,15 +359,14 @@ class ShareDaemons:
                 daemon.compute_mode = ComputeMode.EXCLUSIVE_PROCESS
             commands = daemon_commands(self.policy.memory_minimum_mib, gpu.memory_mib)
             if self.binary:
-                for directory in (
+                launch_daemon(
+                    self.binary,
                     daemon.pipe_directory,
                     daemon.log_directory,
                     daemon.shm_directory,
-                ):
-                    ensure_directory(Path(directory), MPS_DIRECTORY_MODE)
-                shm = Path(daemon.shm_directory)
-                mount_shm(shm) if self._run is None else mount_shm(shm, self._run)
-                subprocess.run([self.binary, "-d"], env=self._env(daemon), check=True, timeout=10)
+                    self._env(daemon),
+                    self._run,
+                )
                 started = True
                 daemon.state = RUNNING
             for command in commands:
