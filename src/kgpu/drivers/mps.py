@@ -46,7 +46,7 @@ from pathlib import Path
 from kgpu.hardware.backend import BackendError, ComputeMode, ComputeModeBackend
 from kgpu.kubelet.dirs import ensure_directory
 from kgpu.node.model import NodeView
-from kgpu.node.sharing.mps import mps_shm_directory
+from kgpu.node.sharing.mps import daemon_default_commands, mps_shm_directory
 
 log = logging.getLogger(__name__)
 
@@ -215,10 +215,7 @@ class MpsPlan:
 
     @property
     def commands(self) -> list[str]:
-        return [
-            f"set_default_device_pinned_mem_limit 0 {self.pinned_memory_limit_mib}M",
-            f"set_default_active_thread_percentage {self.active_thread_percentage}",
-        ]
+        return daemon_default_commands(self.pinned_memory_limit_mib, self.active_thread_percentage)
 
 
 @dataclass

@@ -41,6 +41,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kgpu.node.sharing.mps import daemon_default_commands
+
 #: (namespace, name) -> the Pod object, or None when there is no such pod
 PodLookup = Callable[[str, str], Mapping[str, Any] | None]
 
@@ -215,11 +217,9 @@ def default_thread_percentage(minimum_mib: int, gpu_memory_mib: int) -> int:
 
 def daemon_commands(minimum_mib: int, gpu_memory_mib: int) -> list[str]:
     """The daemon's defaults: the policy's smallest share, for any server not started here."""
-    return [
-        f"set_default_device_pinned_mem_limit 0 {min(minimum_mib, gpu_memory_mib)}M",
-        "set_default_active_thread_percentage "
-        f"{default_thread_percentage(minimum_mib, gpu_memory_mib)}",
-    ]
+    return daemon_default_commands(
+        min(minimum_mib, gpu_memory_mib), default_thread_percentage(minimum_mib, gpu_memory_mib)
+    )
 
 
 def server_commands(pid: int, memory_mib: int, active_thread_percentage: int) -> list[str]:

@@ -96,6 +96,16 @@ def mps_container_pipe(resource: str) -> str:
     return f"{MPS_CONTAINER_ROOT}/{resource}/pipe"
 
 
+def daemon_default_commands(pinned_memory_mib: int, active_thread_percentage: int) -> list[str]:
+    """The control commands that give a daemon's future servers their per-client limits
+    (device ordinal 0: each kgpu daemon sees one GPU; upstream sets the limit by ordinal too,
+    limits set by UUID were not applied)."""
+    return [
+        f"set_default_device_pinned_mem_limit 0 {pinned_memory_mib}M",
+        f"set_default_active_thread_percentage {active_thread_percentage}",
+    ]
+
+
 def mps_client_envs(resource: str, limits: MpsLimits) -> dict[str, str]:
     """The environment an MPS client of one GPU gets (its GPU is ordinal 0 in the container)."""
     return {
