@@ -32,12 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from kgpu.dra.api import RESOURCE_API
-from kgpu.dra.gated_fields import drop_slice_fields
 from kgpu.dra.shares import DISABLED_POLICY, SharePolicy
 from kgpu.dra.withhold import OWNER_TAINT_KEY
 from kgpu.drivers.gpu import DRIVER, GpuHandler, visible_uuids
 from kgpu.drivers.ownership import GpuOwnership
-from kgpu.drivers.publish import publish_slices
+from kgpu.drivers.publish import ServerForm, publish_slices
 from kgpu.drivers.shares import pod_lookup
 from kgpu.hardware.model import Machine
 from kgpu.kubelet.dra.handler import ClaimError, ClaimRef
@@ -64,13 +63,13 @@ class DraKubeletPlugin:
         *,
         partitionable: bool = False,
         shares: SharePolicy = DISABLED_POLICY,
-        consumable_capacity: bool = True,
     ) -> None:
         self.work_dir = Path(work_dir)
         self.partitionable = partitionable
         self.shares = shares
-        # whether the API server keeps the shared fields (its DRAConsumableCapacity gate)
-        self.consumable_capacity = consumable_capacity
+        # per node, what the simulated API server drops from its slices (the store drops a
+        # disabled gate's fields on write, as kube-apiserver does), learned as the agent learns it
+        self._server_forms: dict[str, ServerForm] = {}
         self._store: ObjectStore | None = None  # the API server pod_lookup reads
         self.plugins: dict[str, DraPlugin] = {}
         self.handlers: dict[str, GpuHandler] = {}
@@ -179,10 +178,13 @@ class DraKubeletPlugin:
 
     def _publish(self, store: ObjectStore, handler: GpuHandler, node_name: str) -> None:
         """Publish the handler's slices as the API server stores them."""
-        slices = handler.resource_slices(node_name)
-        if not self.consumable_capacity:
-            slices = [drop_share_fields(s) for s in slices]
-        publish_slices(store, handler.driver, node_name, slices)
+        publish_slices(
+            store,
+            handler.driver,
+            node_name,
+            handler.resource_slices(node_name),
+            server=self._server_forms.setdefault(node_name, ServerForm()),
+        )
 
     def cdi_root(self, node_name: str) -> Path:
         return self.work_dir / node_name / "cdi"
@@ -310,14 +312,6 @@ class DraKubeletPlugin:
         errors = [e for e in plugin.unprepare(done).values() if e]
         if errors:
             raise ClaimError(errors[0])
-
-
-def drop_share_fields(slice_: Mapping[str, Any]) -> Obj:
-    """``slice_`` as an API server without ``DRAConsumableCapacity`` stores it: devices lose
-    ``allowMultipleAllocations`` and their capacities' ``requestPolicy`` (the gate's fields,
-    dropped on create as kube-apiserver drops every disabled field; the rule of
-    :mod:`kgpu.dra.gated_fields`, which the simulator's store applies to claims too)."""
-    return drop_slice_fields(dict(slice_))
 
 
 def _has_driver(claim: Mapping[str, Any]) -> bool:

@@ -24,13 +24,11 @@ def load_plugins(
     """The scheduler plugins, kubelet plugins and controllers of DRA and ComputeDomains, each
     kubelet plugin with its own directory under ``work_dir``; the scheduler plugin's allocator
     runs with ``features`` (the scenario release's gates); the DRA driver publishes its GPUs
-    under ``shares`` (the scenario's ``draDriver`` values), through an API server that drops
-    the shared fields when ``DRAConsumableCapacity`` is off."""
+    under ``shares`` (the scenario's ``draDriver`` values); the simulated API server (its
+    store) drops the shared fields when ``DRAConsumableCapacity`` is off."""
     sched: list[SchedulerPlugin] = [DraSchedulerPlugin(features)]
     kubelet: list[KubeletPlugin] = [
-        DraKubeletPlugin(
-            work_dir / "dra", shares=shares, consumable_capacity=features.consumable_capacity
-        ),
+        DraKubeletPlugin(work_dir / "dra", shares=shares),
         ComputeDomainKubeletPlugin(work_dir / "computedomain"),
     ]
     ctrls: list[Controller] = [ComputeDomainController()]
